@@ -1,0 +1,37 @@
+# crin: a CRI runtime for Kubernetes nodes.
+GO ?= go
+VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -X main.version=$(VERSION)
+
+.PHONY: build test unit integration lint run bench clean deps
+
+build:
+	$(GO) build -ldflags "$(LDFLAGS)" -o bin/crind ./cmd/crind
+	$(GO) build -ldflags "-s -w" -o bin/crin-shim ./cmd/crin-shim
+	CGO_ENABLED=0 $(GO) build -ldflags "-s -w" -o bin/crin-pause ./cmd/crin-pause
+
+deps:
+	./scripts/deps.sh
+
+# Every test: unit tests, then the integration tests (root, real runc, CNI,
+# a registry on 127.0.0.1) against the real crind.
+test: deps build unit integration
+
+unit:
+	$(GO) test -race ./...
+
+integration:
+	$(GO) test -tags integration -count=1 -p 1 -timeout 20m ./...
+
+lint:
+	$(GO) vet ./...
+	@command -v golangci-lint >/dev/null && golangci-lint run ./... || echo "golangci-lint not installed; ran go vet only"
+
+run:
+	./scripts/run.sh
+
+bench: build
+	./bench/lifecycle.sh
+
+clean:
+	rm -rf bin

@@ -1,0 +1,272 @@
+// Command crind is crin's daemon: a Kubernetes CRI runtime serving the CRI
+// v1 RuntimeService and ImageService on a unix socket.
+//
+//	crind [--config FILE]        run the daemon
+//	crind config default         print the full default configuration
+//	crind --version              print the version
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
+
+	"github.com/crin-dev/crin/internal/cni"
+	"github.com/crin-dev/crin/internal/config"
+	"github.com/crin-dev/crin/internal/cri"
+	"github.com/crin-dev/crin/internal/image"
+	"github.com/crin-dev/crin/internal/oci"
+	"github.com/crin-dev/crin/internal/runtime"
+	"github.com/crin-dev/crin/internal/store"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "0.1.0-dev"
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "crind:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string) error {
+	fs := flag.NewFlagSet("crind", flag.ContinueOnError)
+	cfgPath := fs.String("config", config.DefaultPath, "configuration file (TOML); absent default is fine")
+	showVersion := fs.Bool("version", false, "print the version and exit")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *showVersion {
+		fmt.Printf("crind %s\n", version)
+		return nil
+	}
+	if rest := fs.Args(); len(rest) > 0 {
+		if len(rest) == 2 && rest[0] == "config" && rest[1] == "default" {
+			b, err := config.Default().Encode()
+			if err != nil {
+				return err
+			}
+			_, err = os.Stdout.Write(b)
+			return err
+		}
+		return fmt.Errorf("unknown command %q (commands: config default)", strings.Join(rest, " "))
+	}
+	missing := config.MissingError
+	if *cfgPath == config.DefaultPath {
+		missing = config.MissingOK
+	}
+	cfg, err := config.Load(*cfgPath, missing)
+	if err != nil {
+		return err
+	}
+	level, _ := config.ParseLevel(cfg.LogLevel)
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	slog.SetDefault(log)
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	return serve(ctx, cfg, log)
+}
+
+func serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
+	for _, d := range []string{cfg.Root, cfg.State} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return err
+		}
+		if err := os.Chmod(d, 0o700); err != nil {
+			return err
+		}
+	}
+	st, err := store.Open(filepath.Join(cfg.Root, "crin.db"))
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+
+	mirrors := map[string][]image.Endpoint{}
+	for host, m := range cfg.Registry.Mirrors {
+		for _, e := range m.Endpoints {
+			mirrors[host] = append(mirrors[host], image.Endpoint{URL: e})
+		}
+	}
+	images, err := image.New(image.Config{
+		Root:                   filepath.Join(cfg.Root, "image"),
+		Mirrors:                mirrors,
+		PlainHTTP:              cfg.Registry.PlainHTTP,
+		PullTimeout:            time.Duration(cfg.Image.PullTimeout),
+		MaxConcurrentDownloads: cfg.Image.MaxConcurrentDownloads,
+		Logger:                 log,
+	})
+	if err != nil {
+		return err
+	}
+	defer images.Close()
+
+	network, err := cni.New(cni.Config{
+		ConfDir:  cfg.CNI.ConfDir,
+		BinDirs:  cfg.CNI.BinDirs,
+		CacheDir: filepath.Join(cfg.Root, "cni"),
+		Logger:   log,
+	})
+	if err != nil {
+		return err
+	}
+
+	shim, err := config.FindBinary(cfg.CRI.ShimBinary, "crin-shim")
+	if err != nil {
+		return err
+	}
+	pause, err := config.FindBinary(cfg.CRI.PauseBinary, "crin-pause")
+	if err != nil {
+		return err
+	}
+	runtimes := map[string]runtime.Runtime{}
+	for _, name := range cfg.RuntimeNames() {
+		rc := cfg.Runtimes[name]
+		bin, err := exec.LookPath(rc.Path)
+		if err != nil {
+			if name == cfg.DefaultRuntime {
+				return fmt.Errorf("default runtime %s: %w", name, err)
+			}
+			log.WarnContext(ctx, "runtime not installed, handler disabled", "runtime", name, "path", rc.Path)
+			continue
+		}
+		rt, err := runtime.NewOCI(runtime.OCIConfig{
+			Name:       name,
+			Binary:     bin,
+			Root:       rc.Root,
+			ShimBinary: shim,
+			StateDir:   filepath.Join(cfg.State, "c"),
+			Logger:     log.With("runtime", name),
+		})
+		if err != nil {
+			return fmt.Errorf("runtime %s: %w", name, err)
+		}
+		runtimes[name] = rt
+	}
+	pauseRoot := filepath.Join(cfg.State, "pause-rootfs")
+	if err := oci.PreparePauseRoot(pauseRoot); err != nil {
+		return err
+	}
+
+	svc, err := cri.New(ctx, cri.Options{
+		Store:              st,
+		Images:             images,
+		Network:            network,
+		Runtimes:           runtimes,
+		DefaultRuntime:     cfg.DefaultRuntime,
+		RootDir:            cfg.Root,
+		NetNSDir:           filepath.Join(cfg.State, "netns"),
+		PauseRoot:          pauseRoot,
+		PauseBinary:        pause,
+		CgroupParent:       cfg.CRI.CgroupParent,
+		SeccompProfileRoot: cfg.CRI.SeccompProfileRoot,
+		OOMScoreAdjMin:     ownOOMScoreAdj(),
+		Version:            version,
+		Logger:             log,
+	})
+	if err != nil {
+		return err
+	}
+	defer svc.Close()
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	srv := grpc.NewServer(grpc.UnaryInterceptor(cri.Interceptor(log, cri.NewMetrics(reg))))
+	svc.Register(srv)
+
+	lis, err := listenUnix(cfg.CRI.Socket)
+	if err != nil {
+		return err
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		log.InfoContext(ctx, "crind serving CRI", "socket", cfg.CRI.Socket, "version", version, "runtimes", len(runtimes))
+		return srv.Serve(lis)
+	})
+	var hs *http.Server
+	if cfg.CRI.MetricsAddress != "" {
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		hs = &http.Server{Addr: cfg.CRI.MetricsAddress, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		g.Go(func() error {
+			if err := hs.ListenAndServe(); !errors.Is(err, http.ErrServerClosed) {
+				return fmt.Errorf("metrics server: %w", err)
+			}
+			return nil
+		})
+	}
+	g.Go(func() error {
+		<-gctx.Done()
+		log.InfoContext(ctx, "crind shutting down")
+		done := make(chan struct{})
+		go func() { srv.GracefulStop(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			srv.Stop()
+		}
+		if hs != nil {
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			_ = hs.Shutdown(sctx)
+		}
+		return nil
+	})
+	err = g.Wait()
+	if ctx.Err() != nil && (err == nil || errors.Is(err, grpc.ErrServerStopped)) {
+		return nil
+	}
+	return err
+}
+
+// listenUnix listens on a fresh unix socket with mode 0660.
+func listenUnix(path string) (net.Listener, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o711); err != nil {
+		return nil, err
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("remove stale socket: %w", err)
+	}
+	lis, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.Chmod(path, 0o660); err != nil {
+		lis.Close()
+		return nil, err
+	}
+	return lis, nil
+}
+
+// ownOOMScoreAdj is crind's own oom_score_adj: containers cannot go lower
+// without CAP_SYS_RESOURCE.
+func ownOOMScoreAdj() int {
+	b, err := os.ReadFile("/proc/self/oom_score_adj")
+	if err != nil {
+		return 0
+	}
+	v, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		return 0
+	}
+	return v
+}

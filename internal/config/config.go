@@ -1,0 +1,322 @@
+// Package config loads crind's TOML configuration. Every key has a default,
+// so no file is needed; unknown keys and bad values are refused with the key,
+// the value and the reason.
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/containerd/errdefs"
+	"github.com/pelletier/go-toml/v2"
+)
+
+// DefaultPath is where crind looks for its config file.
+const DefaultPath = "/etc/crin/crin.toml"
+
+// Config is crind's whole configuration.
+type Config struct {
+	// Root holds persistent state: the store, images, container layers.
+	Root string `toml:"root" comment:"persistent state: store, images, container layers (0700)"`
+	// State holds runtime state that does not survive a reboot: sockets,
+	// bundles, netns pins.
+	State string `toml:"state" comment:"volatile state: sockets, bundles, pinned netns (0700)"`
+	// LogLevel is debug, info, warn or error.
+	LogLevel string `toml:"log_level" comment:"debug, info, warn or error"`
+	// DefaultRuntime is the runtime handler used when a pod names none.
+	DefaultRuntime string `toml:"default_runtime" comment:"runtime handler used when a pod names none"`
+
+	CRI      CRI                `toml:"cri"`
+	Runtimes map[string]Runtime `toml:"runtimes"`
+	CNI      CNI                `toml:"cni"`
+	Registry Registry           `toml:"registry"`
+	Image    Image              `toml:"image"`
+}
+
+// CRI configures the CRI server.
+type CRI struct {
+	// Socket is the CRI unix socket (created 0660).
+	Socket string `toml:"socket" comment:"CRI gRPC unix socket (0660)"`
+	// MetricsAddress is a local host:port serving Prometheus metrics; empty
+	// disables it.
+	MetricsAddress string `toml:"metrics_address" comment:"local host:port for Prometheus /metrics; empty disables"`
+	// CgroupParent is the cgroup under which pods without a cgroup parent run.
+	CgroupParent string `toml:"cgroup_parent" comment:"cgroup for pods that name no cgroup_parent"`
+	// PauseBinary is crin-pause, the infra process of every pod; empty means
+	// next to the crind binary, then $PATH.
+	PauseBinary string `toml:"pause_binary" comment:"crin-pause path; empty: next to crind, then $PATH"`
+	// ShimBinary is crin-shim; empty means next to crind, then $PATH.
+	ShimBinary string `toml:"shim_binary" comment:"crin-shim path; empty: next to crind, then $PATH"`
+	// SeccompProfileRoot resolves relative Localhost seccomp profiles.
+	SeccompProfileRoot string `toml:"seccomp_profile_root" comment:"directory relative Localhost seccomp profiles are resolved in"`
+}
+
+// Runtime is one runtime handler.
+type Runtime struct {
+	// Type is "oci" (an OCI runtime CLI under crin-shim).
+	Type string `toml:"type" comment:"oci: an OCI runtime CLI (runc, crun) run under crin-shim"`
+	// Path is the runtime binary; a bare name is looked up in $PATH.
+	Path string `toml:"path" comment:"runtime binary; a bare name is looked up in $PATH"`
+	// Root is the runtime's state dir (--root); empty means <state>/runtimes/<name>.
+	Root string `toml:"root" comment:"runtime --root; empty: <state>/runtimes/<name>"`
+}
+
+// CNI configures pod networking.
+type CNI struct {
+	ConfDir string   `toml:"conf_dir" comment:"CNI network configs"`
+	BinDirs []string `toml:"bin_dirs" comment:"CNI plugin binaries"`
+}
+
+// Registry configures how images are fetched.
+type Registry struct {
+	// Mirrors maps a registry host to endpoints tried before it.
+	Mirrors map[string]Mirror `toml:"mirrors"`
+	// PlainHTTP lists hosts (host[:port]) reached over plain http.
+	PlainHTTP []string `toml:"plain_http" comment:"registry hosts (host[:port]) reached over plain http"`
+}
+
+// Mirror lists the endpoints of a registry mirror.
+type Mirror struct {
+	// Endpoints are URLs (scheme, host, optional path prefix) tried in order.
+	Endpoints []string `toml:"endpoints"`
+}
+
+// Image configures pulls.
+type Image struct {
+	PullTimeout            Duration `toml:"pull_timeout" comment:"bound on one image pull"`
+	MaxConcurrentDownloads int      `toml:"max_concurrent_downloads" comment:"layer downloads in parallel per pull"`
+}
+
+// Duration is a time.Duration written as "90s", "5m" in TOML.
+type Duration time.Duration
+
+// UnmarshalText parses a Go duration string.
+func (d *Duration) UnmarshalText(b []byte) error {
+	v, err := time.ParseDuration(string(b))
+	if err != nil {
+		return err
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// MarshalText writes the duration as a Go duration string.
+func (d Duration) MarshalText() ([]byte, error) {
+	return []byte(time.Duration(d).String()), nil
+}
+
+// Default returns the built-in configuration.
+func Default() *Config {
+	return &Config{
+		Root:           "/var/lib/crin",
+		State:          "/run/crin",
+		LogLevel:       "info",
+		DefaultRuntime: "runc",
+		CRI: CRI{
+			Socket:         "/run/crin/crin.sock",
+			MetricsAddress: "127.0.0.1:9781",
+			CgroupParent:   "/crin",
+		},
+		Runtimes: map[string]Runtime{
+			"runc": {Type: "oci", Path: "runc"},
+			"crun": {Type: "oci", Path: "crun"},
+		},
+		CNI: CNI{
+			ConfDir: "/etc/cni/net.d",
+			BinDirs: []string{"/usr/lib/cni", "/opt/cni/bin"},
+		},
+		Registry: Registry{Mirrors: map[string]Mirror{}},
+		Image: Image{
+			PullTimeout:            Duration(30 * time.Minute),
+			MaxConcurrentDownloads: 3,
+		},
+	}
+}
+
+// Load reads path over the defaults. A missing file is fine when
+// allowMissing is set (the default path); otherwise it is an error.
+func Load(path string, missing MissingFile) (*Config, error) {
+	c := Default()
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) && missing == MissingOK {
+		return c, c.Validate()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read config: %w", err)
+	}
+	if err := Parse(b, c); err != nil {
+		return nil, fmt.Errorf("config %s: %w", path, err)
+	}
+	return c, nil
+}
+
+// MissingFile says whether Load accepts an absent file.
+type MissingFile int
+
+// The MissingFile choices.
+const (
+	MissingError MissingFile = iota
+	MissingOK
+)
+
+// Parse decodes b over c and validates the result.
+func Parse(b []byte, c *Config) error {
+	// Runtimes named in the file replace the defaults only by name; a file
+	// that defines runtimes keeps the built-in ones too.
+	dec := toml.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(c); err != nil {
+		var sm *toml.StrictMissingError
+		if errors.As(err, &sm) {
+			keys := make([]string, 0, len(sm.Errors))
+			for _, e := range sm.Errors {
+				keys = append(keys, strings.Join(e.Key(), "."))
+			}
+			return fmt.Errorf("unknown key(s) %s: %w", strings.Join(keys, ", "), errdefs.ErrInvalidArgument)
+		}
+		var de *toml.DecodeError
+		if errors.As(err, &de) {
+			row, col := de.Position()
+			return fmt.Errorf("line %d column %d: key %s: %s: %w", row, col, strings.Join(de.Key(), "."), de.Error(), errdefs.ErrInvalidArgument)
+		}
+		return fmt.Errorf("%v: %w", err, errdefs.ErrInvalidArgument)
+	}
+	return c.Validate()
+}
+
+var runtimeName = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,62}$`)
+
+// Validate checks every value and fills in derived defaults (runtime roots).
+func (c *Config) Validate() error {
+	var errs []error
+	bad := func(key string, val any, why string) {
+		errs = append(errs, fmt.Errorf("%s = %q: %s", key, fmt.Sprint(val), why))
+	}
+	for _, kv := range []struct{ key, val string }{
+		{"root", c.Root}, {"state", c.State}, {"cri.socket", c.CRI.Socket}, {"cni.conf_dir", c.CNI.ConfDir},
+	} {
+		if !filepath.IsAbs(kv.val) {
+			bad(kv.key, kv.val, "must be an absolute path")
+		}
+	}
+	if len(c.CRI.Socket) >= 108 {
+		bad("cri.socket", c.CRI.Socket, "unix socket paths must be shorter than 108 bytes")
+	}
+	if c.CRI.CgroupParent != "" && !strings.HasPrefix(c.CRI.CgroupParent, "/") {
+		bad("cri.cgroup_parent", c.CRI.CgroupParent, "must start with /")
+	}
+	if _, err := ParseLevel(c.LogLevel); err != nil {
+		bad("log_level", c.LogLevel, "must be debug, info, warn or error")
+	}
+	if a := c.CRI.MetricsAddress; a != "" {
+		host, _, err := net.SplitHostPort(a)
+		switch {
+		case err != nil:
+			bad("cri.metrics_address", a, "must be host:port")
+		case host != "localhost" && (net.ParseIP(host) == nil || !net.ParseIP(host).IsLoopback()):
+			bad("cri.metrics_address", a, "must be a loopback address")
+		}
+	}
+	for name, r := range c.Runtimes {
+		key := "runtimes." + name
+		if !runtimeName.MatchString(name) {
+			bad(key, name, "runtime names are letters, digits, '_', '.', '-'")
+		}
+		if r.Type != "oci" {
+			bad(key+".type", r.Type, `the only runtime type is "oci"`)
+		}
+		if r.Path == "" {
+			bad(key+".path", r.Path, "must name a binary")
+		}
+		if r.Root == "" {
+			r.Root = filepath.Join(c.State, "runtimes", name)
+			c.Runtimes[name] = r
+		} else if !filepath.IsAbs(r.Root) {
+			bad(key+".root", r.Root, "must be an absolute path")
+		}
+	}
+	if c.DefaultRuntime != "" {
+		if _, ok := c.Runtimes[c.DefaultRuntime]; !ok {
+			bad("default_runtime", c.DefaultRuntime, "no such runtime; configured: "+strings.Join(c.RuntimeNames(), ", "))
+		}
+	}
+	for host, m := range c.Registry.Mirrors {
+		if len(m.Endpoints) == 0 {
+			bad("registry.mirrors."+host+".endpoints", "", "needs at least one endpoint")
+		}
+		for i, e := range m.Endpoints {
+			u, err := url.Parse(e)
+			if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+				bad(fmt.Sprintf("registry.mirrors.%s.endpoints[%d]", host, i), e, "must be an http:// or https:// URL")
+			}
+		}
+	}
+	if c.Image.PullTimeout < 0 {
+		bad("image.pull_timeout", time.Duration(c.Image.PullTimeout), "must not be negative")
+	}
+	if c.Image.MaxConcurrentDownloads < 1 {
+		bad("image.max_concurrent_downloads", c.Image.MaxConcurrentDownloads, "must be at least 1")
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("%w: %w", err, errdefs.ErrInvalidArgument)
+	}
+	return nil
+}
+
+// RuntimeNames lists the configured runtime handlers, sorted.
+func (c *Config) RuntimeNames() []string {
+	names := make([]string, 0, len(c.Runtimes))
+	for n := range c.Runtimes {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// ParseLevel maps a log_level value to a slog level.
+func ParseLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	err := l.UnmarshalText([]byte(s))
+	return l, err
+}
+
+// Encode writes c as TOML, with comments.
+func (c *Config) Encode() ([]byte, error) {
+	var buf bytes.Buffer
+	enc := toml.NewEncoder(&buf)
+	enc.SetIndentTables(true)
+	if err := enc.Encode(c); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// FindBinary resolves a helper binary: an explicit path, else next to self,
+// else $PATH.
+func FindBinary(explicit, name string) (string, error) {
+	if explicit != "" {
+		return explicit, nil
+	}
+	if self, err := os.Executable(); err == nil {
+		p := filepath.Join(filepath.Dir(self), name)
+		if st, err := os.Stat(p); err == nil && !st.IsDir() {
+			return p, nil
+		}
+	}
+	p, err := exec.LookPath(name)
+	if err != nil {
+		return "", fmt.Errorf("find %s next to crind or in $PATH: %w", name, err)
+	}
+	return p, nil
+}

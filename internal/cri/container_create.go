@@ -1,0 +1,166 @@
+package cri
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/containerd/errdefs"
+	"google.golang.org/protobuf/proto"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/crin-dev/crin/internal/oci"
+	"github.com/crin-dev/crin/internal/runtime"
+	"github.com/crin-dev/crin/internal/store"
+)
+
+// CreateContainer creates a container in a ready pod: reserve its name,
+// mount its rootfs, build its spec and create it in the runtime. It becomes
+// visible only when all of that worked; any failure undoes every step.
+func (s *Service) CreateContainer(ctx context.Context, r *runtimeapi.CreateContainerRequest) (_ *runtimeapi.CreateContainerResponse, retErr error) {
+	cfg := r.GetConfig()
+	if err := validateContainerConfig(cfg); err != nil {
+		return nil, err
+	}
+	sb, err := s.getSandbox(r.GetPodSandboxId())
+	if err != nil {
+		return nil, err
+	}
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	pod := sb.rec
+	if pod.State != store.SandboxReady {
+		return nil, fmt.Errorf("pod sandbox %s is not ready: %w", pod.ID, errdefs.ErrFailedPrecondition)
+	}
+	podCfg := sb.config
+	rt, ok := s.opts.Runtimes[pod.RuntimeHandler]
+	if !ok {
+		return nil, fmt.Errorf("pod %s: runtime handler %q is no longer configured: %w", pod.ID, pod.RuntimeHandler, errdefs.ErrFailedPrecondition)
+	}
+	md, pmd := cfg.Metadata, podCfg.GetMetadata()
+	id := newID()
+	name := fmt.Sprintf("%s_%s_%s_%s_%d", md.Name, pmd.GetName(), pmd.GetNamespace(), pmd.GetUid(), md.Attempt)
+	log := s.log.With("pod_id", pod.ID, "container_id", id, "container", md.Name)
+
+	img, err := s.opts.Images.Get(cfg.Image.Image)
+	if err != nil {
+		return nil, fmt.Errorf("config.image.image %q: %w", cfg.Image.Image, err)
+	}
+
+	var undo rollback
+	defer func() {
+		if retErr != nil {
+			undo.run(ctx, log)
+		}
+	}()
+	if err := s.opts.Store.Reserve(store.KindContainer, name, id); err != nil {
+		return nil, fmt.Errorf("config.metadata: %w", err)
+	}
+	undo.add("release name", func(context.Context) error { return s.opts.Store.Release(store.KindContainer, name, id) })
+
+	rec := &store.Container{
+		ID:          id,
+		SandboxID:   pod.ID,
+		Name:        name,
+		State:       store.ContainerCreating,
+		ImageRef:    cfg.Image.Image,
+		ImageID:     img.ID,
+		ImageName:   imageName(img, cfg.Image.Image),
+		CgroupsPath: filepath.Join(pod.CgroupParent, id),
+		CreatedAt:   time.Now().UnixNano(),
+	}
+	if dir, p := podCfg.GetLogDirectory(), cfg.GetLogPath(); dir != "" && p != "" {
+		rec.LogPath = filepath.Join(dir, p)
+	}
+	if rec.Config, err = proto.Marshal(cfg); err != nil {
+		return nil, fmt.Errorf("encode container config: %w", err)
+	}
+	if err := s.opts.Store.PutContainer(rec); err != nil {
+		return nil, err
+	}
+	undo.add("delete record", func(context.Context) error { return s.opts.Store.DeleteContainer(id) })
+
+	rootfs, err := s.opts.Images.PrepareRootfs(ctx, id, img.ID)
+	if err != nil {
+		return nil, fmt.Errorf("prepare rootfs: %w", err)
+	}
+	undo.add("release rootfs", func(ctx context.Context) error { return s.opts.Images.ReleaseRootfs(ctx, id) })
+	rec.Rootfs = rootfs
+
+	ipcShm := ""
+	if podCfg.GetLinux().GetSecurityContext().GetNamespaceOptions().GetIpc() != runtimeapi.NamespaceMode_NODE {
+		ipcShm = filepath.Join(pod.PodDir, "shm")
+	}
+	spec, err := oci.ContainerSpec(oci.ContainerOptions{
+		ID:      id,
+		Config:  cfg,
+		Sandbox: podCfg,
+		Image: oci.ImageConfig{
+			User: img.Config.User, Env: img.Config.Env, Entrypoint: img.Config.Entrypoint,
+			Cmd: img.Config.Cmd, WorkingDir: img.Config.WorkingDir, StopSignal: img.Config.StopSignal,
+		},
+		Rootfs:             rootfs,
+		CgroupsPath:        rec.CgroupsPath,
+		SandboxPid:         pod.Pid,
+		NetNSPath:          pod.NetNS,
+		HostnamePath:       filepath.Join(pod.PodDir, "hostname"),
+		HostsPath:          filepath.Join(pod.PodDir, "hosts"),
+		ResolvConfPath:     filepath.Join(pod.PodDir, "resolv.conf"),
+		ShmPath:            ipcShm,
+		OOMScoreAdjMin:     s.opts.OOMScoreAdjMin,
+		SeccompProfileRoot: s.opts.SeccompProfileRoot,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := oci.Fit(spec, s.features[pod.RuntimeHandler]); err != nil {
+		return nil, fmt.Errorf("runtime %s: %w", pod.RuntimeHandler, err)
+	}
+	rec.Annotations = spec.Annotations
+	if spec.Linux != nil && spec.Linux.Resources != nil {
+		rec.Resources, _ = json.Marshal(spec.Linux.Resources)
+	}
+	if rec.LogPath != "" {
+		if err := os.MkdirAll(filepath.Dir(rec.LogPath), 0o755); err != nil {
+			return nil, fmt.Errorf("create log dir: %w", err)
+		}
+	}
+	if err := rt.Create(ctx, runtime.CreateRequest{ID: id, Spec: spec, LogPath: rec.LogPath}); err != nil {
+		return nil, fmt.Errorf("create container: %w", err)
+	}
+	undo.add("delete container", func(ctx context.Context) error { return rt.Delete(ctx, id) })
+	rec.State = store.ContainerCreated
+	if err := s.opts.Store.PutContainer(rec); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("create container: %w", err)
+	}
+	s.mu.Lock()
+	s.containers[id] = &container{rec: rec, config: cfg, done: make(chan struct{})}
+	s.mu.Unlock()
+	log.InfoContext(ctx, "container created", "image", rec.ImageName)
+	return &runtimeapi.CreateContainerResponse{ContainerId: id}, nil
+}
+
+func validateContainerConfig(cfg *runtimeapi.ContainerConfig) error {
+	switch {
+	case cfg == nil:
+		return fmt.Errorf("config: must be set: %w", errdefs.ErrInvalidArgument)
+	case cfg.GetMetadata() == nil:
+		return fmt.Errorf("config.metadata: must be set: %w", errdefs.ErrInvalidArgument)
+	case cfg.Metadata.Name == "":
+		return fmt.Errorf("config.metadata.name: must not be empty: %w", errdefs.ErrInvalidArgument)
+	case containsAny(cfg.Metadata.Name, "/_\x00\n") || len(cfg.Metadata.Name) > 253:
+		return fmt.Errorf("config.metadata.name %q: must be at most 253 bytes without '/', '_', NUL or newline: %w", cfg.Metadata.Name, errdefs.ErrInvalidArgument)
+	case cfg.GetImage().GetImage() == "":
+		return fmt.Errorf("config.image.image: must not be empty: %w", errdefs.ErrInvalidArgument)
+	}
+	if p := cfg.GetLogPath(); p != "" && (filepath.IsAbs(p) || !filepath.IsLocal(p)) {
+		return fmt.Errorf("config.log_path %q: must be relative to the pod's log_directory and stay inside it: %w", p, errdefs.ErrInvalidArgument)
+	}
+	return nil
+}

@@ -1,0 +1,93 @@
+package cri
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/containerd/errdefs"
+
+	"github.com/crin-dev/crin/internal/runtime"
+	"github.com/crin-dev/crin/internal/store"
+)
+
+// monitor starts the goroutine that records c's exit. The goroutine belongs
+// to the Service and ends on Close.
+func (s *Service) monitor(c *container) {
+	rt, err := s.containerRuntime(c.rec)
+	if err != nil {
+		return
+	}
+	id := c.rec.ID
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		for {
+			st, err := rt.Wait(s.ctx, id)
+			if s.ctx.Err() != nil {
+				return
+			}
+			if err != nil {
+				s.log.WarnContext(s.ctx, "wait for container exit", "container_id", id, "error", err)
+				select {
+				case <-s.ctx.Done():
+					return
+				case <-time.After(time.Second):
+				}
+				if errdefs.IsNotFound(err) {
+					st = runtime.Status{State: runtime.StateStopped, ExitCode: 255, FinishedAt: time.Now()}
+				} else {
+					continue
+				}
+			}
+			s.recordExit(c, st)
+			return
+		}
+	}()
+}
+
+// recordExit moves c to exited with the status the runtime reported.
+func (s *Service) recordExit(c *container, st runtime.Status) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	rec := c.rec
+	if rec.State == store.ContainerExited {
+		return
+	}
+	rec.State = store.ContainerExited
+	rec.ExitCode = st.ExitCode
+	rec.FinishedAt = st.FinishedAt.UnixNano()
+	if st.FinishedAt.IsZero() {
+		rec.FinishedAt = time.Now().UnixNano()
+	}
+	switch {
+	case rec.Reason != "":
+		// set by whoever stopped it (eviction, start error)
+	case st.OOMKilled:
+		rec.Reason = "OOMKilled"
+	case st.ExitCode == 0:
+		rec.Reason = "Completed"
+	default:
+		rec.Reason = "Error"
+	}
+	if err := s.opts.Store.PutContainer(rec); err != nil {
+		s.log.WarnContext(s.ctx, "persist container exit", "container_id", rec.ID, "error", err)
+	}
+	close(c.done)
+	s.log.InfoContext(s.ctx, "container exited", "container_id", rec.ID, "exit_code", rec.ExitCode, "reason", rec.Reason)
+}
+
+// containerRuntime is the runtime of c's pod.
+func (s *Service) containerRuntime(rec *store.Container) (runtime.Runtime, error) {
+	s.mu.RLock()
+	sb, ok := s.sandboxes[rec.SandboxID]
+	s.mu.RUnlock()
+	if !ok {
+		return nil, fmt.Errorf("container %s: pod %s: %w", rec.ID, rec.SandboxID, errdefs.ErrNotFound)
+	}
+	rt, ok := s.opts.Runtimes[sb.rec.RuntimeHandler]
+	if !ok {
+		return nil, fmt.Errorf("container %s: runtime handler %q is no longer configured: %w", rec.ID, sb.rec.RuntimeHandler, errdefs.ErrFailedPrecondition)
+	}
+	return rt, nil
+}

@@ -1,0 +1,144 @@
+package cri
+
+import (
+	"context"
+	"encoding/json"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/crin-dev/crin/internal/store"
+)
+
+// ContainerStatus reports a container. Unknown is NotFound.
+func (s *Service) ContainerStatus(ctx context.Context, r *runtimeapi.ContainerStatusRequest) (*runtimeapi.ContainerStatusResponse, error) {
+	c, err := s.getContainer(r.GetContainerId())
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	rec, cfg := c.rec, c.config
+	st := &runtimeapi.ContainerStatus{
+		Id:          rec.ID,
+		Metadata:    cfg.GetMetadata(),
+		State:       containerState(rec.State),
+		CreatedAt:   rec.CreatedAt,
+		StartedAt:   rec.StartedAt,
+		FinishedAt:  rec.FinishedAt,
+		ExitCode:    rec.ExitCode,
+		Image:       &runtimeapi.ImageSpec{Image: rec.ImageName, UserSpecifiedImage: rec.ImageRef},
+		ImageRef:    rec.ImageID,
+		ImageId:     rec.ImageID,
+		Reason:      rec.Reason,
+		Message:     rec.Message,
+		Labels:      cfg.GetLabels(),
+		Annotations: cfg.GetAnnotations(),
+		Mounts:      cfg.GetMounts(),
+		LogPath:     rec.LogPath,
+		Resources:   containerResources(rec),
+	}
+	if img, err := s.opts.Images.Get(rec.ImageID); err == nil && len(img.RepoDigests) > 0 {
+		st.ImageRef = img.RepoDigests[0]
+	}
+	var info map[string]string
+	if r.GetVerbose() {
+		b, err := json.Marshal(struct {
+			Pid         int                         `json:"pid"`
+			SandboxID   string                      `json:"sandboxID"`
+			Rootfs      string                      `json:"rootfs"`
+			CgroupsPath string                      `json:"cgroupsPath"`
+			Annotations map[string]string           `json:"runtimeAnnotations,omitempty"`
+			Config      *runtimeapi.ContainerConfig `json:"config"`
+		}{rec.Pid, rec.SandboxID, rec.Rootfs, rec.CgroupsPath, rec.Annotations, cfg})
+		if err == nil {
+			info = map[string]string{"info": string(b)}
+		}
+	}
+	return &runtimeapi.ContainerStatusResponse{Status: st, Info: info}, nil
+}
+
+func containerState(s store.ContainerState) runtimeapi.ContainerState {
+	switch s {
+	case store.ContainerCreated:
+		return runtimeapi.ContainerState_CONTAINER_CREATED
+	case store.ContainerRunning:
+		return runtimeapi.ContainerState_CONTAINER_RUNNING
+	case store.ContainerExited:
+		return runtimeapi.ContainerState_CONTAINER_EXITED
+	}
+	return runtimeapi.ContainerState_CONTAINER_UNKNOWN
+}
+
+// containerResources renders the container's current resources.
+func containerResources(rec *store.Container) *runtimeapi.ContainerResources {
+	if len(rec.Resources) == 0 {
+		return nil
+	}
+	var r specs.LinuxResources
+	if json.Unmarshal(rec.Resources, &r) != nil {
+		return nil
+	}
+	out := &runtimeapi.LinuxContainerResources{}
+	if c := r.CPU; c != nil {
+		if c.Period != nil {
+			out.CpuPeriod = int64(*c.Period)
+		}
+		if c.Quota != nil {
+			out.CpuQuota = *c.Quota
+		}
+		if c.Shares != nil {
+			out.CpuShares = int64(*c.Shares)
+		}
+		out.CpusetCpus, out.CpusetMems = c.Cpus, c.Mems
+	}
+	if m := r.Memory; m != nil {
+		if m.Limit != nil {
+			out.MemoryLimitInBytes = *m.Limit
+		}
+		if m.Swap != nil {
+			out.MemorySwapLimitInBytes = *m.Swap
+		}
+	}
+	for _, h := range r.HugepageLimits {
+		out.HugepageLimits = append(out.HugepageLimits, &runtimeapi.HugepageLimit{PageSize: h.Pagesize, Limit: h.Limit})
+	}
+	out.Unified = r.Unified
+	return &runtimeapi.ContainerResources{Linux: out}
+}
+
+// ListContainers lists the visible containers matching the filter.
+func (s *Service) ListContainers(ctx context.Context, r *runtimeapi.ListContainersRequest) (*runtimeapi.ListContainersResponse, error) {
+	f := r.GetFilter()
+	s.mu.RLock()
+	cs := make([]*container, 0, len(s.containers))
+	for _, c := range s.containers {
+		cs = append(cs, c)
+	}
+	s.mu.RUnlock()
+	resp := &runtimeapi.ListContainersResponse{}
+	for _, c := range cs {
+		c.mu.Lock()
+		rec, cfg := c.rec, c.config
+		ok := (f.GetId() == "" || hasPrefix(rec.ID, f.GetId())) &&
+			(f.GetPodSandboxId() == "" || hasPrefix(rec.SandboxID, f.GetPodSandboxId())) &&
+			(f.GetState() == nil || f.GetState().GetState() == containerState(rec.State)) &&
+			labelsMatch(cfg.GetLabels(), f.GetLabelSelector())
+		if ok {
+			resp.Containers = append(resp.Containers, &runtimeapi.Container{
+				Id:           rec.ID,
+				PodSandboxId: rec.SandboxID,
+				Metadata:     cfg.GetMetadata(),
+				Image:        &runtimeapi.ImageSpec{Image: rec.ImageName, UserSpecifiedImage: rec.ImageRef},
+				ImageRef:     rec.ImageID,
+				ImageId:      rec.ImageID,
+				State:        containerState(rec.State),
+				CreatedAt:    rec.CreatedAt,
+				Labels:       cfg.GetLabels(),
+				Annotations:  cfg.GetAnnotations(),
+			})
+		}
+		c.mu.Unlock()
+	}
+	return resp, nil
+}

@@ -1,0 +1,121 @@
+package cri
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/containerd/errdefs"
+	"golang.org/x/sys/unix"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/crin-dev/crin/internal/runtime"
+	"github.com/crin-dev/crin/internal/store"
+)
+
+// StopContainer sends the container its stop signal, waits up to the
+// request's timeout, then kills it. Stopping an unknown or exited container
+// succeeds: the CRI contract says StopContainer "must not return an error if
+// the container has already been stopped".
+func (s *Service) StopContainer(ctx context.Context, r *runtimeapi.StopContainerRequest) (*runtimeapi.StopContainerResponse, error) {
+	c, err := s.getContainer(r.GetContainerId())
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return &runtimeapi.StopContainerResponse{}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if r.GetTimeout() < 0 {
+		return nil, fmt.Errorf("timeout %d: must not be negative: %w", r.GetTimeout(), errdefs.ErrInvalidArgument)
+	}
+	if err := s.stopContainer(ctx, c, time.Duration(r.GetTimeout())*time.Second); err != nil {
+		return nil, err
+	}
+	return &runtimeapi.StopContainerResponse{}, nil
+}
+
+// stopContainer stops c: the stop signal, then SIGKILL after grace. It does
+// not hold c.mu while waiting, so the exit monitor can record the exit.
+func (s *Service) stopContainer(ctx context.Context, c *container, grace time.Duration) error {
+	c.mu.Lock()
+	state, id := c.rec.State, c.rec.ID
+	c.mu.Unlock()
+	rt, err := s.containerRuntime(c.rec)
+	if err != nil {
+		return err
+	}
+	log := s.log.With("container_id", id)
+	switch state {
+	case store.ContainerExited:
+		return nil
+	case store.ContainerCreated:
+		// Never started: its init waits in the runtime; kill it and record.
+		if err := rt.Signal(ctx, id, syscall.SIGKILL, runtime.SignalOptions{All: true}); err != nil {
+			return fmt.Errorf("kill created container: %w", err)
+		}
+		st, err := rt.Status(ctx, id)
+		if err != nil && !errdefs.IsNotFound(err) {
+			return err
+		}
+		if st.State != runtime.StateStopped {
+			st = runtime.Status{State: runtime.StateStopped, ExitCode: 137, FinishedAt: time.Now()}
+		}
+		s.recordExit(c, st)
+		return nil
+	}
+	if grace > 0 {
+		sig := s.stopSignal(c)
+		if err := rt.Signal(ctx, id, sig, runtime.SignalOptions{}); err != nil {
+			return fmt.Errorf("signal %v: %w", sig, err)
+		}
+		t := time.NewTimer(grace)
+		defer t.Stop()
+		select {
+		case <-c.done:
+			log.InfoContext(ctx, "container stopped", "signal", sig.String())
+			return nil
+		case <-t.C:
+			log.InfoContext(ctx, "container ignored stop signal, killing", "signal", sig.String(), "grace", grace)
+		case <-ctx.Done():
+			return fmt.Errorf("stop container %s: %w", id, ctx.Err())
+		}
+	}
+	if err := rt.Signal(ctx, id, syscall.SIGKILL, runtime.SignalOptions{All: true}); err != nil {
+		return fmt.Errorf("kill container: %w", err)
+	}
+	select {
+	case <-c.done:
+		log.InfoContext(ctx, "container killed")
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("wait for container %s to die: %w", id, ctx.Err())
+	}
+}
+
+// stopSignal is the image's stop signal, SIGTERM by default.
+func (s *Service) stopSignal(c *container) syscall.Signal {
+	img, err := s.opts.Images.Get(c.rec.ImageID)
+	if err != nil || img.Config.StopSignal == "" {
+		return syscall.SIGTERM
+	}
+	if sig, ok := parseSignal(img.Config.StopSignal); ok {
+		return sig
+	}
+	return syscall.SIGTERM
+}
+
+func parseSignal(v string) (syscall.Signal, bool) {
+	if n, err := strconv.Atoi(v); err == nil && n > 0 && n < 65 {
+		return syscall.Signal(n), true
+	}
+	name := strings.ToUpper(v)
+	if !strings.HasPrefix(name, "SIG") {
+		name = "SIG" + name
+	}
+	sig := unix.SignalNum(name)
+	return sig, sig != 0
+}

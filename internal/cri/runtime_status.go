@@ -1,0 +1,79 @@
+package cri
+
+import (
+	"context"
+	"encoding/json"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// Version reports crind's name and versions.
+func (s *Service) Version(ctx context.Context, r *runtimeapi.VersionRequest) (*runtimeapi.VersionResponse, error) {
+	return &runtimeapi.VersionResponse{
+		Version:           "0.1.0",
+		RuntimeName:       "crin",
+		RuntimeVersion:    s.opts.Version,
+		RuntimeApiVersion: "v1",
+	}, nil
+}
+
+// Status reports the runtime and network conditions. The network is not
+// ready while no CNI config is loaded.
+func (s *Service) Status(ctx context.Context, r *runtimeapi.StatusRequest) (*runtimeapi.StatusResponse, error) {
+	netCond := &runtimeapi.RuntimeCondition{Type: runtimeapi.NetworkReady, Status: true}
+	if err := s.opts.Network.Status(); err != nil {
+		netCond.Status = false
+		netCond.Reason = "NetworkPluginNotReady"
+		netCond.Message = err.Error()
+	}
+	resp := &runtimeapi.StatusResponse{
+		Status: &runtimeapi.RuntimeStatus{Conditions: []*runtimeapi.RuntimeCondition{
+			{Type: runtimeapi.RuntimeReady, Status: true},
+			netCond,
+		}},
+	}
+	for _, name := range s.runtimeNames() {
+		resp.RuntimeHandlers = append(resp.RuntimeHandlers, &runtimeapi.RuntimeHandler{
+			Name:     name,
+			Features: &runtimeapi.RuntimeHandlerFeatures{RecursiveReadOnlyMounts: false, UserNamespaces: false},
+		})
+	}
+	if r.GetVerbose() {
+		b, err := json.Marshal(map[string]any{
+			"defaultRuntime": s.opts.DefaultRuntime,
+			"runtimes":       s.runtimeNames(),
+			"features":       s.features,
+		})
+		if err == nil {
+			resp.Info = map[string]string{"config": string(b)}
+		}
+	}
+	return resp, nil
+}
+
+// RuntimeConfig reports the cgroup driver: crind drives cgroupfs.
+func (s *Service) RuntimeConfig(ctx context.Context, r *runtimeapi.RuntimeConfigRequest) (*runtimeapi.RuntimeConfigResponse, error) {
+	return &runtimeapi.RuntimeConfigResponse{
+		Linux: &runtimeapi.LinuxRuntimeConfiguration{CgroupDriver: runtimeapi.CgroupDriver_CGROUPFS},
+	}, nil
+}
+
+// UpdateRuntimeConfig takes the node's pod CIDR for the network plugins.
+func (s *Service) UpdateRuntimeConfig(ctx context.Context, r *runtimeapi.UpdateRuntimeConfigRequest) (*runtimeapi.UpdateRuntimeConfigResponse, error) {
+	if cidr := r.GetRuntimeConfig().GetNetworkConfig().GetPodCidr(); cidr != "" {
+		if err := s.opts.Network.SetPodCIDR(cidr); err != nil {
+			return nil, err
+		}
+		s.log.InfoContext(ctx, "pod CIDR updated", "pod_cidr", cidr)
+	}
+	return &runtimeapi.UpdateRuntimeConfigResponse{}, nil
+}
+
+func (s *Service) runtimeNames() []string {
+	names := make([]string, 0, len(s.opts.Runtimes))
+	for n := range s.opts.Runtimes {
+		names = append(names, n)
+	}
+	sortStrings(names)
+	return names
+}

@@ -1,0 +1,62 @@
+package cri
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/containerd/errdefs"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/crin-dev/crin/internal/store"
+)
+
+// RemovePodSandbox stops the pod if needed, removes all its containers and
+// everything crind made for it. Removing an unknown pod succeeds (the CRI
+// contract: "If there are any running containers in the sandbox, they must
+// be forcibly terminated and removed ... must not return an error if the
+// sandbox has already been removed").
+func (s *Service) RemovePodSandbox(ctx context.Context, r *runtimeapi.RemovePodSandboxRequest) (*runtimeapi.RemovePodSandboxResponse, error) {
+	sb, err := s.getSandbox(r.GetPodSandboxId())
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return &runtimeapi.RemovePodSandboxResponse{}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := s.stopSandbox(ctx, sb); err != nil {
+		return nil, err
+	}
+	for _, c := range s.podContainers(sb.rec.ID) {
+		if err := s.removeContainer(ctx, c); err != nil {
+			return nil, fmt.Errorf("remove container %s: %w", c.rec.ID, err)
+		}
+	}
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	if err := s.destroySandbox(ctx, sb.rec); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	delete(s.sandboxes, sb.rec.ID)
+	s.mu.Unlock()
+	s.log.InfoContext(ctx, "pod sandbox removed", "pod_id", sb.rec.ID)
+	return &runtimeapi.RemovePodSandboxResponse{}, nil
+}
+
+// destroySandbox deletes the infra container and the pod's files, record
+// and name. It is also how recovery disposes of half-made pods.
+func (s *Service) destroySandbox(ctx context.Context, rec *store.Sandbox) error {
+	if rt, ok := s.opts.Runtimes[rec.RuntimeHandler]; ok {
+		if err := rt.Delete(ctx, rec.ID); err != nil {
+			return fmt.Errorf("delete infra container: %w", err)
+		}
+	}
+	if err := s.removePodDir(rec); err != nil {
+		return err
+	}
+	if err := s.opts.Store.DeleteSandbox(rec.ID); err != nil {
+		return err
+	}
+	return s.opts.Store.Release(store.KindSandbox, rec.Name, rec.ID)
+}

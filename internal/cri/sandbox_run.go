@@ -1,0 +1,207 @@
+package cri
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/containerd/errdefs"
+	"google.golang.org/protobuf/proto"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/crin-dev/crin/internal/cni"
+	"github.com/crin-dev/crin/internal/oci"
+	"github.com/crin-dev/crin/internal/runtime"
+	"github.com/crin-dev/crin/internal/store"
+)
+
+// RunPodSandbox creates and starts a pod: reserve its name, write its files,
+// pin its network namespace, run CNI ADD, start its infra process, and only
+// then make it visible. Any failure undoes every step.
+func (s *Service) RunPodSandbox(ctx context.Context, r *runtimeapi.RunPodSandboxRequest) (_ *runtimeapi.RunPodSandboxResponse, retErr error) {
+	cfg := r.GetConfig()
+	if err := validatePodConfig(cfg); err != nil {
+		return nil, err
+	}
+	handler, rt, err := s.runtimeFor(r.GetRuntimeHandler())
+	if err != nil {
+		return nil, err
+	}
+	md := cfg.Metadata
+	id := newID()
+	name := fmt.Sprintf("%s_%s_%s_%d", md.Name, md.Namespace, md.Uid, md.Attempt)
+	log := s.log.With("pod_id", id, "pod", md.Namespace+"/"+md.Name)
+
+	var undo rollback
+	defer func() {
+		if retErr != nil {
+			undo.run(ctx, log)
+		}
+	}()
+	if err := s.opts.Store.Reserve(store.KindSandbox, name, id); err != nil {
+		return nil, fmt.Errorf("metadata: %w", err)
+	}
+	undo.add("release name", func(context.Context) error { return s.opts.Store.Release(store.KindSandbox, name, id) })
+
+	ns := cfg.GetLinux().GetSecurityContext().GetNamespaceOptions()
+	hostNet := ns.GetNetwork() == runtimeapi.NamespaceMode_NODE
+	parent := cfg.GetLinux().GetCgroupParent()
+	if parent == "" {
+		parent = filepath.Join(s.opts.CgroupParent, id)
+	}
+	rec := &store.Sandbox{
+		ID:             id,
+		Name:           name,
+		State:          store.SandboxCreating,
+		RuntimeHandler: handler,
+		CgroupParent:   parent,
+		PodDir:         filepath.Join(s.opts.RootDir, "pods", id),
+		CreatedAt:      time.Now().UnixNano(),
+	}
+	if rec.Config, err = proto.Marshal(cfg); err != nil {
+		return nil, fmt.Errorf("encode pod config: %w", err)
+	}
+	if !hostNet {
+		rec.NetNS = filepath.Join(s.opts.NetNSDir, id)
+	}
+	// The record goes in first, in state creating: a crind killed at any
+	// later point finds it on restart and undoes the rest.
+	if err := s.opts.Store.PutSandbox(rec); err != nil {
+		return nil, err
+	}
+	undo.add("delete record", func(context.Context) error { return s.opts.Store.DeleteSandbox(id) })
+
+	if err := os.MkdirAll(rec.PodDir, 0o711); err != nil {
+		return nil, fmt.Errorf("create pod dir: %w", err)
+	}
+	undo.add("remove pod dir", func(context.Context) error { return s.removePodDir(rec) })
+	if err := writePodFiles(rec.PodDir, cfg, hostNet); err != nil {
+		return nil, err
+	}
+	if ns.GetIpc() != runtimeapi.NamespaceMode_NODE {
+		if err := mountShm(filepath.Join(rec.PodDir, "shm")); err != nil {
+			return nil, err
+		}
+	}
+
+	if !hostNet {
+		if _, err := cni.NewNetNS(s.opts.NetNSDir, id); err != nil {
+			return nil, fmt.Errorf("create network namespace: %w", err)
+		}
+		undo.add("remove netns", func(context.Context) error { return cni.RemoveNetNS(rec.NetNS) })
+		pod := cniPod(rec, cfg)
+		res, err := s.opts.Network.Setup(ctx, pod)
+		if err != nil {
+			return nil, fmt.Errorf("set up pod network: %w", err)
+		}
+		undo.add("cni del", func(ctx context.Context) error { return s.opts.Network.Teardown(ctx, pod) })
+		rec.IPs = res.IPs
+	}
+
+	spec, err := oci.SandboxSpec(oci.SandboxOptions{
+		ID:             id,
+		Config:         cfg,
+		Rootfs:         s.opts.PauseRoot,
+		PauseBinary:    s.opts.PauseBinary,
+		NetNSPath:      rec.NetNS,
+		CgroupsPath:    filepath.Join(parent, id),
+		OOMScoreAdjMin: s.opts.OOMScoreAdjMin,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := oci.Fit(spec, s.features[handler]); err != nil {
+		return nil, fmt.Errorf("runtime %s: %w", handler, err)
+	}
+	if err := rt.Create(ctx, runtime.CreateRequest{ID: id, Spec: spec}); err != nil {
+		return nil, fmt.Errorf("create infra container: %w", err)
+	}
+	undo.add("delete infra", func(ctx context.Context) error { return rt.Delete(ctx, id) })
+	pid, err := rt.Start(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("start infra container: %w", err)
+	}
+	rec.Pid = pid
+	rec.State = store.SandboxReady
+	if err := s.opts.Store.PutSandbox(rec); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		// kubelet gave up: it will retry, so do not leave a pod it never saw.
+		return nil, fmt.Errorf("run pod sandbox: %w", err)
+	}
+	s.mu.Lock()
+	s.sandboxes[id] = &sandbox{rec: rec, config: cfg}
+	s.mu.Unlock()
+	log.InfoContext(ctx, "pod sandbox ready", "runtime", handler, "ips", rec.IPs, "pid", pid)
+	return &runtimeapi.RunPodSandboxResponse{PodSandboxId: id}, nil
+}
+
+func validatePodConfig(cfg *runtimeapi.PodSandboxConfig) error {
+	if cfg == nil {
+		return fmt.Errorf("config: must be set: %w", errdefs.ErrInvalidArgument)
+	}
+	md := cfg.GetMetadata()
+	switch {
+	case md == nil:
+		return fmt.Errorf("config.metadata: must be set: %w", errdefs.ErrInvalidArgument)
+	case md.Name == "":
+		return fmt.Errorf("config.metadata.name: must not be empty: %w", errdefs.ErrInvalidArgument)
+	case md.Namespace == "":
+		return fmt.Errorf("config.metadata.namespace: must not be empty: %w", errdefs.ErrInvalidArgument)
+	case md.Uid == "":
+		return fmt.Errorf("config.metadata.uid: must not be empty: %w", errdefs.ErrInvalidArgument)
+	}
+	for _, kv := range []struct{ field, v string }{{"name", md.Name}, {"namespace", md.Namespace}, {"uid", md.Uid}} {
+		if len(kv.v) > 253 || containsAny(kv.v, "/\x00\n_") && kv.field != "uid" {
+			return fmt.Errorf("config.metadata.%s %q: must be at most 253 bytes without '/', '_', NUL or newline: %w", kv.field, kv.v, errdefs.ErrInvalidArgument)
+		}
+	}
+	if cfg.GetLinux().GetSecurityContext().GetNamespaceOptions().GetNetwork() == runtimeapi.NamespaceMode_CONTAINER {
+		return fmt.Errorf("config.linux.security_context.namespace_options.network CONTAINER: not supported for a pod: %w", errdefs.ErrInvalidArgument)
+	}
+	if p := cfg.GetLinux().GetCgroupParent(); p != "" && p[0] != '/' {
+		return fmt.Errorf("config.linux.cgroup_parent %q: must be an absolute cgroup path: %w", p, errdefs.ErrInvalidArgument)
+	}
+	return nil
+}
+
+func containsAny(s, chars string) bool {
+	for i := 0; i < len(s); i++ {
+		for j := 0; j < len(chars); j++ {
+			if s[i] == chars[j] {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func cniPod(rec *store.Sandbox, cfg *runtimeapi.PodSandboxConfig) cni.Pod {
+	md := cfg.GetMetadata()
+	p := cni.Pod{ID: rec.ID, Name: md.GetName(), Namespace: md.GetNamespace(), UID: md.GetUid(), NetNS: rec.NetNS}
+	for _, pm := range cfg.GetPortMappings() {
+		proto := "tcp"
+		switch pm.Protocol {
+		case runtimeapi.Protocol_UDP:
+			proto = "udp"
+		case runtimeapi.Protocol_SCTP:
+			proto = "sctp"
+		}
+		if pm.HostPort == 0 {
+			continue
+		}
+		p.Ports = append(p.Ports, cni.PortMapping{Protocol: proto, ContainerPort: pm.ContainerPort, HostPort: pm.HostPort, HostIP: pm.HostIp})
+	}
+	return p
+}
+
+// removePodDir unmounts the pod's shm and removes its files.
+func (s *Service) removePodDir(rec *store.Sandbox) error {
+	if err := unmountAll(filepath.Join(rec.PodDir, "shm")); err != nil {
+		return err
+	}
+	return os.RemoveAll(rec.PodDir)
+}

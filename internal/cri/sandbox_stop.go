@@ -1,0 +1,89 @@
+package cri
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"syscall"
+
+	"github.com/containerd/errdefs"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/crin-dev/crin/internal/cni"
+	"github.com/crin-dev/crin/internal/runtime"
+	"github.com/crin-dev/crin/internal/store"
+)
+
+// StopPodSandbox stops every container of the pod, its infra process, and
+// tears its network down. Stopping an unknown or stopped pod succeeds: the
+// CRI contract says StopPodSandbox must be idempotent and must not return
+// an error if all relevant resources have already been reclaimed.
+func (s *Service) StopPodSandbox(ctx context.Context, r *runtimeapi.StopPodSandboxRequest) (*runtimeapi.StopPodSandboxResponse, error) {
+	sb, err := s.getSandbox(r.GetPodSandboxId())
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return &runtimeapi.StopPodSandboxResponse{}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if err := s.stopSandbox(ctx, sb); err != nil {
+		return nil, err
+	}
+	return &runtimeapi.StopPodSandboxResponse{}, nil
+}
+
+func (s *Service) stopSandbox(ctx context.Context, sb *sandbox) error {
+	for _, c := range s.podContainers(sb.rec.ID) {
+		if err := s.stopContainer(ctx, c, 0); err != nil {
+			return fmt.Errorf("stop container %s: %w", c.rec.ID, err)
+		}
+	}
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	rec := sb.rec
+	log := s.log.With("pod_id", rec.ID)
+	if rec.State == store.SandboxReady {
+		rt, ok := s.opts.Runtimes[rec.RuntimeHandler]
+		if !ok {
+			return fmt.Errorf("pod %s: runtime handler %q is no longer configured: %w", rec.ID, rec.RuntimeHandler, errdefs.ErrFailedPrecondition)
+		}
+		if err := stopInfra(ctx, rt, rec.ID); err != nil {
+			return err
+		}
+	}
+	if rec.NetNS != "" && !rec.NetworkTornDown {
+		if err := s.opts.Network.Teardown(ctx, cniPod(rec, sb.config)); err != nil {
+			return fmt.Errorf("tear down pod network: %w", err)
+		}
+		if err := cni.RemoveNetNS(rec.NetNS); err != nil {
+			return err
+		}
+		rec.NetworkTornDown = true
+	}
+	if rec.State != store.SandboxNotReady {
+		rec.State = store.SandboxNotReady
+		log.InfoContext(ctx, "pod sandbox stopped")
+	}
+	return s.opts.Store.PutSandbox(rec)
+}
+
+// stopInfra kills the infra process and waits for it.
+func stopInfra(ctx context.Context, rt runtime.Runtime, id string) error {
+	st, err := rt.Status(ctx, id)
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("infra status: %w", err)
+	}
+	if st.State == runtime.StateStopped {
+		return nil
+	}
+	if err := rt.Signal(ctx, id, syscall.SIGKILL, runtime.SignalOptions{All: true}); err != nil {
+		return fmt.Errorf("kill infra: %w", err)
+	}
+	if _, err := rt.Wait(ctx, id); err != nil {
+		return fmt.Errorf("wait infra: %w", err)
+	}
+	return nil
+}

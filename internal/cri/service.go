@@ -1,0 +1,266 @@
+// Package cri is crind's hub: it serves the CRI v1 RuntimeService and
+// ImageService and orchestrates the spokes (store, image, oci, runtime, cni)
+// for every call. One file per RPC; the state machines are described in
+// docs/state-machines.md.
+package cri
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/containerd/errdefs"
+	"github.com/opencontainers/runtime-spec/specs-go/features"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/crin-dev/crin/internal/cni"
+	"github.com/crin-dev/crin/internal/image"
+	"github.com/crin-dev/crin/internal/runtime"
+	"github.com/crin-dev/crin/internal/store"
+)
+
+// Images is what the hub needs of the image service.
+type Images interface {
+	Pull(ctx context.Context, ref string, auth *image.Auth) (*image.Image, error)
+	Get(ref string) (*image.Image, error)
+	List() []*image.Image
+	Remove(ctx context.Context, ref string) error
+	FsInfo() (image.FsUsage, error)
+	PrepareRootfs(ctx context.Context, containerID, imageID string) (string, error)
+	ReleaseRootfs(ctx context.Context, containerID string) error
+	Rootfs(ctx context.Context, containerID string) (string, error)
+}
+
+// Network is what the hub needs of pod networking.
+type Network interface {
+	Status() error
+	Setup(ctx context.Context, pod cni.Pod) (*cni.Result, error)
+	Teardown(ctx context.Context, pod cni.Pod) error
+	SetPodCIDR(cidr string) error
+}
+
+// Options wire a Service.
+type Options struct {
+	Store    *store.Store
+	Images   Images
+	Network  Network
+	Runtimes map[string]runtime.Runtime
+	// DefaultRuntime is used when a pod names no handler.
+	DefaultRuntime string
+	// RootDir holds per-pod files (hostname, hosts, resolv.conf, shm).
+	RootDir string
+	// NetNSDir is where pod network namespaces are pinned.
+	NetNSDir string
+	// PauseRoot is the shared read-only rootfs of infra containers.
+	PauseRoot   string
+	PauseBinary string
+	// CgroupParent is used for pods that name none.
+	CgroupParent       string
+	SeccompProfileRoot string
+	// OOMScoreAdjMin is crind's own oom_score_adj.
+	OOMScoreAdjMin int
+	Version        string
+	Logger         *slog.Logger
+}
+
+// Service implements the CRI RuntimeService and ImageService.
+type Service struct {
+	runtimeapi.UnimplementedRuntimeServiceServer
+	runtimeapi.UnimplementedImageServiceServer
+
+	opts     Options
+	log      *slog.Logger
+	features map[string]*features.Features
+
+	// ctx bounds the background exit monitors; cancel stops them.
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	// mu guards sandboxes and containers (the maps, not the objects).
+	mu         sync.RWMutex
+	sandboxes  map[string]*sandbox
+	containers map[string]*container
+}
+
+// sandbox is a pod crind knows. mu serializes lifecycle operations on the
+// pod and guards rec.
+type sandbox struct {
+	mu     sync.Mutex
+	rec    *store.Sandbox
+	config *runtimeapi.PodSandboxConfig
+}
+
+// container is a container crind knows. mu serializes lifecycle operations
+// on it and guards rec and done.
+type container struct {
+	mu     sync.Mutex
+	rec    *store.Container
+	config *runtimeapi.ContainerConfig
+	// done is closed when the exit monitor has recorded the exit.
+	done chan struct{}
+}
+
+// New builds the service and recovers state from the store and the shims.
+func New(ctx context.Context, o Options) (*Service, error) {
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	s := &Service{
+		opts:       o,
+		log:        o.Logger,
+		features:   map[string]*features.Features{},
+		sandboxes:  map[string]*sandbox{},
+		containers: map[string]*container{},
+	}
+	s.ctx, s.cancel = context.WithCancel(ctx)
+	for name, rt := range o.Runtimes {
+		fctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		f, err := rt.Features(fctx)
+		cancel()
+		if err != nil {
+			s.log.WarnContext(ctx, "runtime features unknown, assuming OCI 1.0", "runtime", name, "error", err)
+			f = nil
+		}
+		s.features[name] = f
+	}
+	if err := s.recover(ctx); err != nil {
+		s.cancel()
+		return nil, fmt.Errorf("recover state: %w", err)
+	}
+	return s, nil
+}
+
+// Close stops the background exit monitors. Containers keep running.
+func (s *Service) Close() error {
+	s.cancel()
+	s.wg.Wait()
+	return nil
+}
+
+func newID() string {
+	var b [32]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(err)
+	}
+	return hex.EncodeToString(b[:])
+}
+
+// runtimeFor returns the runtime for a handler, else the default one.
+func (s *Service) runtimeFor(handler string) (string, runtime.Runtime, error) {
+	name := handler
+	if name == "" {
+		name = s.opts.DefaultRuntime
+	}
+	if name == "" {
+		name = "runc"
+	}
+	rt, ok := s.opts.Runtimes[name]
+	if !ok {
+		names := make([]string, 0, len(s.opts.Runtimes))
+		for n := range s.opts.Runtimes {
+			names = append(names, n)
+		}
+		slices.Sort(names)
+		return "", nil, fmt.Errorf("runtime_handler %q: unknown runtime handler (configured: %s): %w",
+			handler, strings.Join(names, ", "), errdefs.ErrInvalidArgument)
+	}
+	return name, rt, nil
+}
+
+// getSandbox finds a visible pod by id or unique id prefix.
+func (s *Service) getSandbox(id string) (*sandbox, error) {
+	if id == "" {
+		return nil, fmt.Errorf("pod_sandbox_id: must not be empty: %w", errdefs.ErrInvalidArgument)
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if sb, ok := s.sandboxes[id]; ok {
+		return sb, nil
+	}
+	var found *sandbox
+	for k, sb := range s.sandboxes {
+		if strings.HasPrefix(k, id) {
+			if found != nil {
+				return nil, fmt.Errorf("pod_sandbox_id %q: ambiguous prefix: %w", id, errdefs.ErrInvalidArgument)
+			}
+			found = sb
+		}
+	}
+	if found == nil {
+		return nil, fmt.Errorf("pod sandbox %q: %w", id, errdefs.ErrNotFound)
+	}
+	return found, nil
+}
+
+// getContainer finds a visible container by id or unique id prefix.
+func (s *Service) getContainer(id string) (*container, error) {
+	if id == "" {
+		return nil, fmt.Errorf("container_id: must not be empty: %w", errdefs.ErrInvalidArgument)
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if c, ok := s.containers[id]; ok {
+		return c, nil
+	}
+	var found *container
+	for k, c := range s.containers {
+		if strings.HasPrefix(k, id) {
+			if found != nil {
+				return nil, fmt.Errorf("container_id %q: ambiguous prefix: %w", id, errdefs.ErrInvalidArgument)
+			}
+			found = c
+		}
+	}
+	if found == nil {
+		return nil, fmt.Errorf("container %q: %w", id, errdefs.ErrNotFound)
+	}
+	return found, nil
+}
+
+// podContainers returns the containers of a pod.
+func (s *Service) podContainers(podID string) []*container {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	var out []*container
+	for _, c := range s.containers {
+		if c.rec.SandboxID == podID {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// cleanupContext is the context a rollback or teardown runs in: it survives
+// the caller's cancellation but has its own deadline.
+func cleanupContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+}
+
+// rollback runs undo steps in reverse order and logs (does not return)
+// their errors, since the caller is already returning the original error.
+type rollback struct {
+	steps []func(context.Context) error
+	names []string
+}
+
+func (r *rollback) add(name string, f func(context.Context) error) {
+	r.steps = append(r.steps, f)
+	r.names = append(r.names, name)
+}
+
+func (r *rollback) run(ctx context.Context, log *slog.Logger) {
+	ctx, cancel := cleanupContext(ctx)
+	defer cancel()
+	for i := len(r.steps) - 1; i >= 0; i-- {
+		if err := r.steps[i](ctx); err != nil {
+			log.WarnContext(ctx, "rollback step failed", "step", r.names[i], "error", err)
+		}
+	}
+}

@@ -1,0 +1,177 @@
+package cri
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/containerd/errdefs"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/crin-dev/crin/internal/runtime"
+	"github.com/crin-dev/crin/internal/store"
+)
+
+// ContainerStats reports a container's resource usage. Unknown is NotFound.
+func (s *Service) ContainerStats(ctx context.Context, r *runtimeapi.ContainerStatsRequest) (*runtimeapi.ContainerStatsResponse, error) {
+	c, err := s.getContainer(r.GetContainerId())
+	if err != nil {
+		return nil, err
+	}
+	st, err := s.containerStats(c)
+	if err != nil {
+		return nil, err
+	}
+	return &runtimeapi.ContainerStatsResponse{Stats: st}, nil
+}
+
+// ListContainerStats reports the usage of the containers matching the
+// filter; containers whose cgroup is gone (exited) are skipped.
+func (s *Service) ListContainerStats(ctx context.Context, r *runtimeapi.ListContainerStatsRequest) (*runtimeapi.ListContainerStatsResponse, error) {
+	f := r.GetFilter()
+	s.mu.RLock()
+	cs := make([]*container, 0, len(s.containers))
+	for _, c := range s.containers {
+		cs = append(cs, c)
+	}
+	s.mu.RUnlock()
+	resp := &runtimeapi.ListContainerStatsResponse{}
+	for _, c := range cs {
+		c.mu.Lock()
+		ok := (f.GetId() == "" || hasPrefix(c.rec.ID, f.GetId())) &&
+			(f.GetPodSandboxId() == "" || hasPrefix(c.rec.SandboxID, f.GetPodSandboxId())) &&
+			labelsMatch(c.config.GetLabels(), f.GetLabelSelector())
+		c.mu.Unlock()
+		if !ok {
+			continue
+		}
+		st, err := s.containerStats(c)
+		if errors.Is(err, errdefs.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		resp.Stats = append(resp.Stats, st)
+	}
+	return resp, nil
+}
+
+func (s *Service) containerStats(c *container) (*runtimeapi.ContainerStats, error) {
+	c.mu.Lock()
+	rec, cfg := c.rec, c.config
+	running := rec.State == store.ContainerRunning || rec.State == store.ContainerCreated
+	c.mu.Unlock()
+	out := &runtimeapi.ContainerStats{
+		Attributes: &runtimeapi.ContainerAttributes{
+			Id: rec.ID, Metadata: cfg.GetMetadata(), Labels: cfg.GetLabels(), Annotations: cfg.GetAnnotations(),
+		},
+		WritableLayer: &runtimeapi.FilesystemUsage{
+			Timestamp: time.Now().UnixNano(),
+			FsId:      &runtimeapi.FilesystemIdentifier{Mountpoint: rec.Rootfs},
+		},
+	}
+	if !running {
+		return out, nil
+	}
+	st, err := runtime.CgroupStats(rec.CgroupsPath)
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return out, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	fillCPUMem(st, &out.Cpu, &out.Memory)
+	return out, nil
+}
+
+func fillCPUMem(st *runtime.Stats, cpu **runtimeapi.CpuUsage, mem **runtimeapi.MemoryUsage) {
+	ts := st.Timestamp.UnixNano()
+	*cpu = &runtimeapi.CpuUsage{
+		Timestamp:            ts,
+		UsageCoreNanoSeconds: &runtimeapi.UInt64Value{Value: st.CPUUsageNanos},
+	}
+	*mem = &runtimeapi.MemoryUsage{
+		Timestamp:       ts,
+		WorkingSetBytes: &runtimeapi.UInt64Value{Value: st.MemoryWorkingSet},
+		UsageBytes:      &runtimeapi.UInt64Value{Value: st.MemoryUsageBytes},
+		RssBytes:        &runtimeapi.UInt64Value{Value: st.MemoryRSSBytes},
+		PageFaults:      &runtimeapi.UInt64Value{Value: st.MemoryPageFaults},
+		MajorPageFaults: &runtimeapi.UInt64Value{Value: st.MemoryMajorFaults},
+	}
+}
+
+// PodSandboxStats reports a pod's usage (its cgroup parent) and its
+// containers'. Unknown is NotFound.
+func (s *Service) PodSandboxStats(ctx context.Context, r *runtimeapi.PodSandboxStatsRequest) (*runtimeapi.PodSandboxStatsResponse, error) {
+	sb, err := s.getSandbox(r.GetPodSandboxId())
+	if err != nil {
+		return nil, err
+	}
+	st, err := s.sandboxStats(sb)
+	if err != nil {
+		return nil, err
+	}
+	return &runtimeapi.PodSandboxStatsResponse{Stats: st}, nil
+}
+
+// ListPodSandboxStats reports the usage of the pods matching the filter.
+func (s *Service) ListPodSandboxStats(ctx context.Context, r *runtimeapi.ListPodSandboxStatsRequest) (*runtimeapi.ListPodSandboxStatsResponse, error) {
+	f := r.GetFilter()
+	s.mu.RLock()
+	sbs := make([]*sandbox, 0, len(s.sandboxes))
+	for _, sb := range s.sandboxes {
+		sbs = append(sbs, sb)
+	}
+	s.mu.RUnlock()
+	resp := &runtimeapi.ListPodSandboxStatsResponse{}
+	for _, sb := range sbs {
+		sb.mu.Lock()
+		ok := (f.GetId() == "" || hasPrefix(sb.rec.ID, f.GetId())) && labelsMatch(sb.config.GetLabels(), f.GetLabelSelector())
+		sb.mu.Unlock()
+		if !ok {
+			continue
+		}
+		st, err := s.sandboxStats(sb)
+		if err != nil {
+			return nil, err
+		}
+		resp.Stats = append(resp.Stats, st)
+	}
+	return resp, nil
+}
+
+func (s *Service) sandboxStats(sb *sandbox) (*runtimeapi.PodSandboxStats, error) {
+	sb.mu.Lock()
+	rec, cfg := sb.rec, sb.config
+	sb.mu.Unlock()
+	out := &runtimeapi.PodSandboxStats{
+		Attributes: &runtimeapi.PodSandboxAttributes{
+			Id: rec.ID, Metadata: cfg.GetMetadata(), Labels: cfg.GetLabels(), Annotations: cfg.GetAnnotations(),
+		},
+		Linux: &runtimeapi.LinuxPodSandboxStats{},
+	}
+	if rec.State == store.SandboxReady {
+		st, err := runtime.CgroupStats(rec.CgroupParent)
+		switch {
+		case err == nil:
+			fillCPUMem(st, &out.Linux.Cpu, &out.Linux.Memory)
+			out.Linux.Process = &runtimeapi.ProcessUsage{
+				Timestamp:    st.Timestamp.UnixNano(),
+				ProcessCount: &runtimeapi.UInt64Value{Value: st.PidsCurrent},
+			}
+		case !errors.Is(err, errdefs.ErrNotFound):
+			return nil, err
+		}
+	}
+	for _, c := range s.podContainers(rec.ID) {
+		cst, err := s.containerStats(c)
+		if err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+			return nil, err
+		}
+		if cst != nil {
+			out.Linux.Containers = append(out.Linux.Containers, cst)
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,67 @@
+package store
+
+// SandboxState is the persisted state of a pod.
+type SandboxState string
+
+// Pod states; see docs/state-machines.md.
+const (
+	SandboxCreating SandboxState = "creating" // being set up; not visible to CRI
+	SandboxReady    SandboxState = "ready"
+	SandboxNotReady SandboxState = "notready" // stopped: infra down, network torn down
+)
+
+// Sandbox is the persisted record of a pod.
+type Sandbox struct {
+	ID    string       `json:"id"`
+	Name  string       `json:"name"` // reservation key
+	State SandboxState `json:"state"`
+	// Config is the proto-encoded runtimeapi.PodSandboxConfig.
+	Config          []byte   `json:"config"`
+	RuntimeHandler  string   `json:"runtime_handler"`
+	NetNS           string   `json:"netns,omitempty"` // pinned netns path; empty for host network
+	IPs             []string `json:"ips,omitempty"`
+	CgroupParent    string   `json:"cgroup_parent"`
+	Pid             int      `json:"pid,omitempty"` // infra process
+	PodDir          string   `json:"pod_dir"`       // hostname, hosts, resolv.conf, shm
+	NetworkTornDown bool     `json:"network_torn_down,omitempty"`
+	CreatedAt       int64    `json:"created_at"` // unix nanos
+}
+
+// ContainerState is the persisted state of a container as the engine last
+// recorded it; the runtime's view (through the shim) is authoritative for
+// running/exited.
+type ContainerState string
+
+// Container states; see docs/state-machines.md.
+const (
+	ContainerCreating ContainerState = "creating"
+	ContainerCreated  ContainerState = "created"
+	ContainerRunning  ContainerState = "running"
+	ContainerExited   ContainerState = "exited"
+)
+
+// Container is the persisted record of a container.
+type Container struct {
+	ID        string         `json:"id"`
+	SandboxID string         `json:"sandbox_id"`
+	Name      string         `json:"name"` // reservation key
+	State     ContainerState `json:"state"`
+	// Config is the proto-encoded runtimeapi.ContainerConfig.
+	Config      []byte            `json:"config"`
+	ImageRef    string            `json:"image_ref"` // the image as requested
+	ImageID     string            `json:"image_id"`
+	ImageName   string            `json:"image_name"` // resolved repo tag or digest
+	LogPath     string            `json:"log_path,omitempty"`
+	Rootfs      string            `json:"rootfs"`
+	CgroupsPath string            `json:"cgroups_path"`
+	Annotations map[string]string `json:"annotations,omitempty"` // final, after adjustments
+	Pid         int               `json:"pid,omitempty"`
+	ExitCode    int32             `json:"exit_code"`
+	Reason      string            `json:"reason,omitempty"`
+	Message     string            `json:"message,omitempty"`
+	CreatedAt   int64             `json:"created_at"`
+	StartedAt   int64             `json:"started_at,omitempty"`
+	FinishedAt  int64             `json:"finished_at,omitempty"`
+	// Resources is the JSON of the container's current OCI LinuxResources.
+	Resources []byte `json:"resources,omitempty"`
+}

@@ -1,0 +1,168 @@
+// Package store persists crind's pods, containers and name reservations in a
+// bbolt database, so that a restarted crind can rebuild its state. Every
+// write is one transaction: a crash leaves either the old or the new record.
+package store
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/containerd/errdefs"
+	bolt "go.etcd.io/bbolt"
+)
+
+var (
+	bucketSandboxes  = []byte("sandboxes")
+	bucketContainers = []byte("containers")
+	bucketNames      = []byte("names")
+)
+
+// Kind says which name space a reservation lives in.
+type Kind string
+
+// The reservation kinds.
+const (
+	KindSandbox   Kind = "sandbox"
+	KindContainer Kind = "container"
+)
+
+// Store is the bbolt-backed record store. Its methods are safe for
+// concurrent use.
+type Store struct {
+	db *bolt.DB
+}
+
+// Open opens (creating) the database at path.
+func Open(path string) (*Store, error) {
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 5 * time.Second})
+	if err != nil {
+		return nil, fmt.Errorf("open store %s: %w", path, err)
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		for _, b := range [][]byte{bucketSandboxes, bucketContainers, bucketNames} {
+			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("init store %s: %w", path, err)
+	}
+	return &Store{db: db}, nil
+}
+
+// Close closes the database.
+func (s *Store) Close() error { return s.db.Close() }
+
+// NameConflictError says a name is held by another object.
+type NameConflictError struct {
+	Kind   Kind
+	Name   string
+	Holder string
+}
+
+func (e *NameConflictError) Error() string {
+	return fmt.Sprintf("%s name %q is reserved for %s %s", e.Kind, e.Name, e.Kind, e.Holder)
+}
+
+// Unwrap classifies the conflict as errdefs.ErrAlreadyExists.
+func (e *NameConflictError) Unwrap() error { return errdefs.ErrAlreadyExists }
+
+func nameKey(k Kind, name string) []byte { return []byte(string(k) + "/" + name) }
+
+// Reserve records that name belongs to id. Reserving a name for the id that
+// holds it is a no-op; another holder is a *NameConflictError.
+func (s *Store) Reserve(k Kind, name, id string) error {
+	return s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketNames)
+		if cur := b.Get(nameKey(k, name)); cur != nil {
+			if string(cur) == id {
+				return nil
+			}
+			return &NameConflictError{Kind: k, Name: name, Holder: string(cur)}
+		}
+		return b.Put(nameKey(k, name), []byte(id))
+	})
+}
+
+// Release frees name if id holds it.
+func (s *Store) Release(k Kind, name, id string) error {
+	return s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketNames)
+		if cur := b.Get(nameKey(k, name)); cur != nil && string(cur) == id {
+			return b.Delete(nameKey(k, name))
+		}
+		return nil
+	})
+}
+
+// Reservations returns every reservation of kind k as name → id.
+func (s *Store) Reservations(k Kind) (map[string]string, error) {
+	out := map[string]string{}
+	prefix := string(k) + "/"
+	err := s.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketNames).ForEach(func(key, v []byte) error {
+			if len(key) > len(prefix) && string(key[:len(prefix)]) == prefix {
+				out[string(key[len(prefix):])] = string(v)
+			}
+			return nil
+		})
+	})
+	return out, err
+}
+
+func put(db *bolt.DB, bucket []byte, id string, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("encode %s %s: %w", bucket, id, err)
+	}
+	return db.Update(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucket).Put([]byte(id), b)
+	})
+}
+
+func del(db *bolt.DB, bucket []byte, id string) error {
+	return db.Update(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucket).Delete([]byte(id))
+	})
+}
+
+func all[T any](db *bolt.DB, bucket []byte) ([]*T, error) {
+	var out []*T
+	err := db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucket).ForEach(func(k, v []byte) error {
+			r := new(T)
+			if err := json.Unmarshal(v, r); err != nil {
+				return fmt.Errorf("decode %s %s: %w", bucket, k, err)
+			}
+			out = append(out, r)
+			return nil
+		})
+	})
+	return out, err
+}
+
+// PutSandbox writes (creates or replaces) a sandbox record.
+func (s *Store) PutSandbox(r *Sandbox) error { return put(s.db, bucketSandboxes, r.ID, r) }
+
+// DeleteSandbox removes a sandbox record; a missing one is not an error.
+func (s *Store) DeleteSandbox(id string) error { return del(s.db, bucketSandboxes, id) }
+
+// Sandboxes returns every sandbox record.
+func (s *Store) Sandboxes() ([]*Sandbox, error) { return all[Sandbox](s.db, bucketSandboxes) }
+
+// PutContainer writes (creates or replaces) a container record.
+func (s *Store) PutContainer(r *Container) error { return put(s.db, bucketContainers, r.ID, r) }
+
+// DeleteContainer removes a container record; a missing one is not an error.
+func (s *Store) DeleteContainer(id string) error { return del(s.db, bucketContainers, id) }
+
+// Containers returns every container record.
+func (s *Store) Containers() ([]*Container, error) { return all[Container](s.db, bucketContainers) }
+
+// ErrCorrupt marks a record that cannot be decoded.
+var ErrCorrupt = errors.New("corrupt record")
