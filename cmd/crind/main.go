@@ -3,6 +3,7 @@
 //
 //	crind [--config FILE]        run the daemon
 //	crind config default         print the full default configuration
+//	crind cni install-default    install the default CNI network if none
 //	crind --version              print the version
 package main
 
@@ -59,7 +60,25 @@ func run(args []string) error {
 		fmt.Printf("crind %s\n", version)
 		return nil
 	}
+	missing := config.MissingError
+	if *cfgPath == config.DefaultPath {
+		missing = config.MissingOK
+	}
 	if rest := fs.Args(); len(rest) > 0 {
+		if len(rest) == 2 && rest[0] == "cni" && rest[1] == "install-default" {
+			cfg, err := config.Load(*cfgPath, missing)
+			if err != nil {
+				return err
+			}
+			wrote, err := cni.InstallDefault(cfg.CNI.ConfDir)
+			if err != nil {
+				return err
+			}
+			if wrote {
+				fmt.Printf("installed crin's default bridge network in %s\n", cfg.CNI.ConfDir)
+			}
+			return nil
+		}
 		if len(rest) == 2 && rest[0] == "config" && rest[1] == "default" {
 			b, err := config.Default().Encode()
 			if err != nil {
@@ -68,11 +87,7 @@ func run(args []string) error {
 			_, err = os.Stdout.Write(b)
 			return err
 		}
-		return fmt.Errorf("unknown command %q (commands: config default)", strings.Join(rest, " "))
-	}
-	missing := config.MissingError
-	if *cfgPath == config.DefaultPath {
-		missing = config.MissingOK
+		return fmt.Errorf("unknown command %q (commands: config default, cni install-default)", strings.Join(rest, " "))
 	}
 	cfg, err := config.Load(*cfgPath, missing)
 	if err != nil {

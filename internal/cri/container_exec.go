@@ -46,7 +46,7 @@ func (s *Service) ExecSync(ctx context.Context, r *runtimeapi.ExecSyncRequest) (
 		MaxOutput: execOutputLimit,
 	})
 	if errors.Is(err, context.DeadlineExceeded) {
-		return nil, fmt.Errorf("exec in %s: command timed out after %ds: %w", rec.ID, r.GetTimeout(), errdefs.ErrDeadlineExceeded)
+		return nil, fmt.Errorf("exec in %s: command timed out after %ds: %w", rec.ID, r.GetTimeout(), context.DeadlineExceeded)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("exec in %s: %w", rec.ID, err)

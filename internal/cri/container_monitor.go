@@ -1,7 +1,6 @@
 package cri
 
 import (
-	"context"
 	"fmt"
 	"time"
 

@@ -90,7 +90,7 @@ func criImage(img *image.Image) *runtimeapi.Image {
 		Id:          img.ID,
 		RepoTags:    img.RepoTags,
 		RepoDigests: img.RepoDigests,
-		Size_:       img.Size,
+		Size:        img.Size,
 		Spec:        &runtimeapi.ImageSpec{Image: img.ID},
 	}
 	user := img.Config.User

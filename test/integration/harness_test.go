@@ -1,0 +1,316 @@
+//go:build integration
+
+// Package integration drives the real crind over its CRI socket, the way
+// kubelet does, with real runc, CNI plugins and a registry on 127.0.0.1.
+// It needs root. Run it with `make integration`.
+package integration
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// bins holds the binaries built once for the whole run.
+var (
+	binOnce sync.Once
+	binDir  string
+	binErr  error
+)
+
+func buildBinaries(t *testing.T) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("integration tests need root")
+	}
+	binOnce.Do(func() {
+		binDir, binErr = os.MkdirTemp("", "crinbin")
+		if binErr != nil {
+			return
+		}
+		root := repoRoot()
+		for _, b := range []struct{ name, pkg string }{
+			{"crind", "./cmd/crind"}, {"crin-shim", "./cmd/crin-shim"}, {"crin-pause", "./cmd/crin-pause"},
+		} {
+			cmd := exec.Command("go", "build", "-o", filepath.Join(binDir, b.name), b.pkg)
+			cmd.Dir = root
+			cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+			if out, err := cmd.CombinedOutput(); err != nil {
+				binErr = fmt.Errorf("build %s: %v\n%s", b.name, err, out)
+				return
+			}
+		}
+	})
+	if binErr != nil {
+		t.Fatal(binErr)
+	}
+	return binDir
+}
+
+func repoRoot() string {
+	wd, _ := os.Getwd()
+	return filepath.Clean(filepath.Join(wd, "..", ".."))
+}
+
+// daemon is one crind under test.
+type daemon struct {
+	t       *testing.T
+	bin     string
+	cfgPath string
+	root    string
+	state   string
+	socket  string
+	cgroup  string
+	logBuf  *lockedBuffer
+	cmd     *exec.Cmd
+	conn    *grpc.ClientConn
+	rs      runtimeapi.RuntimeServiceClient
+	is      runtimeapi.ImageServiceClient
+}
+
+type daemonOptions struct {
+	// extraConfig is appended to the generated TOML.
+	extraConfig string
+	// noCNI leaves the CNI conf dir empty.
+	noCNI bool
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// testSubnet is the pod network of the tests: private, bridged, no
+// masquerade and no default route off the machine.
+const testConflist = `{
+  "cniVersion": "1.0.0",
+  "name": "crintest",
+  "plugins": [
+    {"type": "bridge", "bridge": "crintest0", "isGateway": true, "ipMasq": false, "hairpinMode": true,
+     "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.99.0.0/24"}]], "dataDir": "%s"}}
+  ]
+}`
+
+func startDaemon(t *testing.T, o daemonOptions) *daemon {
+	t.Helper()
+	bin := buildBinaries(t)
+	base, err := os.MkdirTemp("", "crin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &daemon{
+		t:      t,
+		bin:    bin,
+		root:   filepath.Join(base, "root"),
+		state:  filepath.Join(base, "s"),
+		socket: filepath.Join(base, "s", "crin.sock"),
+		cgroup: "/crintest-" + randHex(4),
+		logBuf: &lockedBuffer{},
+	}
+	confDir := filepath.Join(base, "net.d")
+	if err := os.MkdirAll(confDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if !o.noCNI {
+		c := fmt.Sprintf(testConflist, filepath.Join(base, "ipam"))
+		if err := os.WriteFile(filepath.Join(confDir, "10-test.conflist"), []byte(c), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := fmt.Sprintf(`root = %q
+state = %q
+log_level = "debug"
+[cri]
+socket = %q
+metrics_address = ""
+cgroup_parent = %q
+shim_binary = %q
+pause_binary = %q
+[cni]
+conf_dir = %q
+bin_dirs = ["/usr/lib/cni"]
+%s`, d.root, d.state, d.socket, d.cgroup,
+		filepath.Join(bin, "crin-shim"), filepath.Join(bin, "crin-pause"), confDir, o.extraConfig)
+	d.cfgPath = filepath.Join(base, "crin.toml")
+	if err := os.WriteFile(d.cfgPath, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d.start()
+	t.Cleanup(func() {
+		d.cleanupAll()
+		if t.Failed() {
+			t.Logf("crind log:\n%s", tail(d.logBuf.String(), 8000))
+		}
+		_ = os.RemoveAll(base)
+	})
+	return d
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
+
+// start launches crind and connects to it.
+func (d *daemon) start() {
+	t := d.t
+	t.Helper()
+	cmd := exec.Command(filepath.Join(d.bin, "crind"), "--config", d.cfgPath)
+	cmd.Stdout, cmd.Stderr = d.logBuf, d.logBuf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	d.cmd = cmd
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if c, err := net.Dial("unix", d.socket); err == nil {
+			c.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("crind did not listen on %s:\n%s", d.socket, d.logBuf.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	conn, err := grpc.NewClient("unix://"+d.socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.conn = conn
+	d.rs = runtimeapi.NewRuntimeServiceClient(conn)
+	d.is = runtimeapi.NewImageServiceClient(conn)
+}
+
+// kill SIGKILLs crind (only crind: shims are in their own sessions).
+func (d *daemon) kill() {
+	if d.conn != nil {
+		d.conn.Close()
+		d.conn = nil
+	}
+	if d.cmd != nil {
+		_ = d.cmd.Process.Signal(syscall.SIGKILL)
+		_ = d.cmd.Wait()
+		d.cmd = nil
+	}
+}
+
+// stop asks crind to shut down with SIGTERM.
+func (d *daemon) stop() {
+	if d.conn != nil {
+		d.conn.Close()
+		d.conn = nil
+	}
+	if d.cmd != nil {
+		_ = d.cmd.Process.Signal(syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { _ = d.cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(20 * time.Second):
+			_ = d.cmd.Process.Kill()
+			<-done
+			d.t.Errorf("crind did not stop on SIGTERM within 20s")
+		}
+		d.cmd = nil
+	}
+}
+
+// cleanupAll removes every pod through CRI, stops crind, and checks that
+// nothing was leaked: no process, no mount, no runtime state.
+func (d *daemon) cleanupAll() {
+	t := d.t
+	if d.cmd == nil {
+		d.start()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if pods, err := d.rs.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{}); err == nil {
+		for _, p := range pods.Items {
+			if _, err := d.rs.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: p.Id}); err != nil {
+				t.Errorf("cleanup: stop pod %s: %v", p.Id, err)
+			}
+			if _, err := d.rs.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: p.Id}); err != nil {
+				t.Errorf("cleanup: remove pod %s: %v", p.Id, err)
+			}
+		}
+	}
+	d.stop()
+	d.checkNoLeaks()
+	_ = os.Remove(filepath.Join("/sys/fs/cgroup/memory", d.cgroup))
+}
+
+// checkNoLeaks fails the test when crind left mounts, processes or runtime
+// state behind after every pod was removed.
+func (d *daemon) checkNoLeaks() {
+	t := d.t
+	t.Helper()
+	mi, _ := os.ReadFile("/proc/self/mountinfo")
+	for _, line := range strings.Split(string(mi), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 4 && (strings.HasPrefix(f[4], d.root+"/") || strings.HasPrefix(f[4], d.state+"/")) {
+			if strings.HasSuffix(f[4], "/netns") || strings.HasSuffix(f[4], d.state) {
+				continue
+			}
+			t.Errorf("leaked mount: %s", f[4])
+		}
+	}
+	if ents, _ := os.ReadDir(filepath.Join(d.state, "c")); len(ents) > 0 {
+		for _, e := range ents {
+			t.Errorf("leaked container state dir: %s", e.Name())
+		}
+	}
+	if ents, _ := os.ReadDir(filepath.Join(d.state, "netns")); len(ents) > 0 {
+		for _, e := range ents {
+			t.Errorf("leaked netns: %s", e.Name())
+		}
+	}
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		b, _ := os.ReadFile(p)
+		if bytes.Contains(b, []byte(d.state)) {
+			t.Errorf("leaked process %s: %q", filepath.Dir(p), strings.ReplaceAll(string(b), "\x00", " "))
+		}
+	}
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
