@@ -1,0 +1,430 @@
+package nri
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/containerd/errdefs"
+	"github.com/containerd/nri/pkg/api"
+	"google.golang.org/protobuf/proto"
+)
+
+// merger accumulates the responses of the plugins called for one
+// CreateContainer (or UpdateContainer / StopContainer) event, in plugin index
+// order, enforcing one owner per field.
+//
+// Contract between the event dispatcher (plugin.go, adaptation.go) and the
+// merger (merge.go, validate.go):
+//
+//	m := newMerger(pod, ctr)          // pristine pod and container
+//	for each subscribed plugin in index order {
+//	    req.Container = m.container()  // the container as adjusted so far
+//	    rsp := call plugin
+//	    if err := m.applyCreate(p.id(), rsp.Adjust, rsp.Update); err != nil { fail request }
+//	}
+//	adj, upds, owners := m.adjustment(), m.updates(), m.owners()
+//
+// For UpdateContainer/StopContainer responses only updates are merged with
+// m.applyUpdates(pluginID, updates).
+//
+// Ownership follows the api package's conventions so that validators can use
+// the api helpers (api.OwningPlugins.EnvOwner and friends): a field, or one
+// key of a map or keyed list, is owned by the first plugin that sets or
+// removes it; a removal is recorded as the plugin's name with a removal mark
+// ("-10-a"); OCI hooks are not owned but accumulate, their owner entry lists
+// every contributing plugin ("10-a,20-b"). A plugin may remove a key and set
+// it again, but never touch one another plugin has touched.
+//
+// A merger is not safe for concurrent use: one event owns it.
+type merger struct {
+	// orig is the pristine container; it is never modified.
+	orig *api.Container
+	// st is everything the applied plugin responses have changed.
+	st mergeState
+}
+
+// mergeState is the part of a merger that plugin responses change. It is
+// snapshotted before each response, so a rejected response leaves no trace.
+type mergeState struct {
+	ctr   *api.Container           // the container as adjusted so far
+	adj   *api.ContainerAdjustment // merged adjustment, removal marks kept
+	own   *api.OwningPlugins       // field owners per container ID
+	upds  map[string]*api.ContainerUpdate
+	order []string // container IDs of upds, in the order first updated
+}
+
+// newMerger starts a merge for ctr of pod. The inputs are not modified.
+// The pod is not needed for merging; it is accepted so that the dispatcher
+// can hand over the whole event.
+func newMerger(pod *api.PodSandbox, ctr *api.Container) *merger {
+	_ = pod
+	orig := &api.Container{}
+	if ctr != nil {
+		orig = proto.Clone(ctr).(*api.Container)
+	}
+	return &merger{
+		orig: orig,
+		st: mergeState{
+			ctr:  proto.Clone(orig).(*api.Container),
+			adj:  &api.ContainerAdjustment{},
+			own:  api.NewOwningPlugins(),
+			upds: map[string]*api.ContainerUpdate{},
+		},
+	}
+}
+
+func (s *mergeState) clone() mergeState {
+	c := mergeState{
+		ctr:   proto.Clone(s.ctr).(*api.Container),
+		adj:   proto.Clone(s.adj).(*api.ContainerAdjustment),
+		own:   proto.Clone(s.own).(*api.OwningPlugins),
+		upds:  make(map[string]*api.ContainerUpdate, len(s.upds)),
+		order: slices.Clone(s.order),
+	}
+	for id, u := range s.upds {
+		c.upds[id] = proto.Clone(u).(*api.ContainerUpdate)
+	}
+	return c
+}
+
+// container returns the container as adjusted by the plugins applied so far
+// (a copy the caller may hand to the next plugin).
+func (m *merger) container() *api.Container {
+	return proto.Clone(m.st.ctr).(*api.Container)
+}
+
+// applyCreate merges one plugin's CreateContainer response. A field (or map
+// key / keyed list item) already owned by another plugin is an error naming
+// both plugins and the field; an update targeting the container being
+// created is an error. On error nothing of the response is merged.
+//
+// Errors: a *mergeConflictError (errdefs.ErrConflict) for a field owned by
+// another plugin, errdefs.ErrInvalidArgument for a malformed response or an
+// update of the container being created.
+func (m *merger) applyCreate(plugin string, adj *api.ContainerAdjustment, upds []*api.ContainerUpdate) error {
+	if adj == nil && len(upds) == 0 {
+		return nil
+	}
+	for _, u := range upds {
+		if u != nil && u.GetContainerId() == m.orig.GetId() {
+			return fmt.Errorf("merge response of plugin %q: update of container %q, which is being created (adjust it instead): %w",
+				plugin, u.GetContainerId(), errdefs.ErrInvalidArgument)
+		}
+	}
+	saved := m.st.clone()
+	if err := m.mergeAdjustment(plugin, adj); err != nil {
+		m.st = saved
+		return err
+	}
+	if err := m.mergeUpdates(plugin, upds); err != nil {
+		m.st = saved
+		return err
+	}
+	return nil
+}
+
+// applyUpdates merges one plugin's updates to (other) containers, with the
+// same ownership rules per container. An update of the merger's own
+// container is allowed here (UpdateContainer plugins amend the pending
+// update that way) and is also reflected in container(). On error nothing
+// of the updates is merged.
+func (m *merger) applyUpdates(plugin string, upds []*api.ContainerUpdate) error {
+	if len(upds) == 0 {
+		return nil
+	}
+	saved := m.st.clone()
+	if err := m.mergeUpdates(plugin, upds); err != nil {
+		m.st = saved
+		return err
+	}
+	return nil
+}
+
+// adjustment returns the merged adjustment (nil-safe, never nil). Items of
+// the original container that plugins removed keep their removal marks
+// ("-KEY" keys, Rdt.Remove) so the spec applier can drop them; a removal
+// followed by a set of the same key is given as the mark, then the item.
+func (m *merger) adjustment() *api.ContainerAdjustment {
+	if m == nil {
+		return &api.ContainerAdjustment{}
+	}
+	a := proto.Clone(m.st.adj).(*api.ContainerAdjustment).Strip()
+	if a == nil {
+		return &api.ContainerAdjustment{}
+	}
+	return a
+}
+
+// updates returns the merged updates, one per container, in the order the
+// containers were first updated.
+func (m *merger) updates() []*api.ContainerUpdate {
+	if m == nil || len(m.st.order) == 0 {
+		return nil
+	}
+	out := make([]*api.ContainerUpdate, 0, len(m.st.order))
+	for _, id := range m.st.order {
+		u := proto.Clone(m.st.upds[id]).(*api.ContainerUpdate).Strip()
+		if u != nil {
+			out = append(out, u)
+		}
+	}
+	return out
+}
+
+// owners returns which plugin owns which field, as sent to validators.
+func (m *merger) owners() *api.OwningPlugins {
+	if m == nil {
+		return api.NewOwningPlugins()
+	}
+	return proto.Clone(m.st.own).(*api.OwningPlugins)
+}
+
+// mergeConflictError reports two plugins adjusting the same field (or the
+// same key of a compound field) of one container.
+type mergeConflictError struct {
+	Field     api.Field
+	Key       string // the map key or list item; empty for a simple field
+	Owner     string // the plugin that touched the field first
+	Plugin    string // the plugin that tried to touch it again
+	Container string // set for updates of existing containers
+}
+
+func (e *mergeConflictError) Error() string {
+	what := mergeFieldName(e.Field)
+	if e.Key != "" {
+		what += fmt.Sprintf(" %q", e.Key)
+	}
+	if e.Container != "" {
+		return fmt.Sprintf("plugins %q and %q both update %s of container %q", e.Owner, e.Plugin, what, e.Container)
+	}
+	return fmt.Sprintf("plugins %q and %q both adjust %s", e.Owner, e.Plugin, what)
+}
+
+// Unwrap classifies the conflict for errdefs.IsConflict.
+func (e *mergeConflictError) Unwrap() error { return errdefs.ErrConflict }
+
+// mergeFieldName is the name of f used in errors.
+func mergeFieldName(f api.Field) string {
+	switch f {
+	case api.Field_Annotations:
+		return "annotation"
+	case api.Field_Mounts:
+		return "mount"
+	case api.Field_OciHooks:
+		return "OCI hooks"
+	case api.Field_Devices:
+		return "device"
+	case api.Field_CdiDevices:
+		return "CDI device"
+	case api.Field_Env:
+		return "env"
+	case api.Field_Args:
+		return "args"
+	case api.Field_MemLimit:
+		return "memory limit"
+	case api.Field_MemReservation:
+		return "memory reservation"
+	case api.Field_MemSwapLimit:
+		return "memory swap limit"
+	case api.Field_MemKernelLimit:
+		return "kernel memory limit"
+	case api.Field_MemTCPLimit:
+		return "kernel TCP memory limit"
+	case api.Field_MemSwappiness:
+		return "memory swappiness"
+	case api.Field_MemDisableOomKiller:
+		return "memory OOM killer disabling"
+	case api.Field_MemUseHierarchy:
+		return "memory hierarchy accounting"
+	case api.Field_CPUShares:
+		return "CPU shares"
+	case api.Field_CPUQuota:
+		return "CPU quota"
+	case api.Field_CPUPeriod:
+		return "CPU period"
+	case api.Field_CPURealtimeRuntime:
+		return "CPU realtime runtime"
+	case api.Field_CPURealtimePeriod:
+		return "CPU realtime period"
+	case api.Field_CPUSetCPUs:
+		return "cpuset CPUs"
+	case api.Field_CPUSetMems:
+		return "cpuset memory nodes"
+	case api.Field_PidsLimit:
+		return "pids limit"
+	case api.Field_HugepageLimits:
+		return "hugepage limit"
+	case api.Field_BlockioClass:
+		return "block I/O class"
+	case api.Field_RdtClass:
+		return "RDT class"
+	case api.Field_CgroupsUnified:
+		return "unified cgroup resource"
+	case api.Field_CgroupsPath:
+		return "cgroups path"
+	case api.Field_OomScoreAdj:
+		return "OOM score adjustment"
+	case api.Field_Rlimits:
+		return "rlimit"
+	case api.Field_IoPriority:
+		return "I/O priority"
+	case api.Field_SeccompPolicy:
+		return "seccomp policy"
+	case api.Field_Namespace:
+		return "namespace"
+	case api.Field_Sysctl:
+		return "sysctl"
+	case api.Field_LinuxNetDevices:
+		return "net device"
+	case api.Field_LinuxSched:
+		return "scheduler"
+	case api.Field_RdtClosID:
+		return "RDT CLOS id"
+	case api.Field_RdtSchemata:
+		return "RDT schemata"
+	case api.Field_RdtEnableMonitoring:
+		return "RDT monitoring"
+	case api.Field_MemoryPolicy:
+		return "memory policy"
+	}
+	return f.String()
+}
+
+// mergeCall is one plugin's response being merged for one container.
+type mergeCall struct {
+	m      *merger
+	fo     *api.FieldOwners
+	id     string // container ID
+	plugin string
+	// update is set when merging an update of an existing container: the
+	// merger does not know that container, so removal marks are kept.
+	update bool
+}
+
+// createCall starts merging a plugin's adjustment of the merger's container.
+func (m *merger) createCall(plugin string) *mergeCall {
+	return &mergeCall{m: m, fo: m.fieldOwners(m.orig.GetId()), id: m.orig.GetId(), plugin: plugin}
+}
+
+// updateCall starts merging a plugin's update of container id.
+func (m *merger) updateCall(id, plugin string) *mergeCall {
+	return &mergeCall{m: m, fo: m.fieldOwners(id), id: id, plugin: plugin, update: true}
+}
+
+// fieldOwners returns the (created if missing) owners of container id.
+func (m *merger) fieldOwners(id string) *api.FieldOwners {
+	fo, ok := m.st.own.Owners[id]
+	if !ok || fo == nil {
+		fo = api.NewFieldOwners()
+		m.st.own.Owners[id] = fo
+	}
+	if fo.Simple == nil {
+		fo.Simple = map[int32]string{}
+	}
+	if fo.Compound == nil {
+		fo.Compound = map[int32]*api.CompoundFieldOwners{}
+	}
+	return fo
+}
+
+// claim makes the plugin the owner of field f, or of its key when key is
+// not empty. Touching what another plugin touched (set or removed) is a
+// conflict.
+func (c *mergeCall) claim(f api.Field, key string) error {
+	return c.take(f, key, c.plugin)
+}
+
+// claimRemoval is claim for a removal: the ownership is recorded with a
+// removal mark, as the api's owner helpers expect.
+func (c *mergeCall) claimRemoval(f api.Field, key string) error {
+	return c.take(f, key, api.MarkForRemoval(c.plugin))
+}
+
+func (c *mergeCall) take(f api.Field, key, entry string) error {
+	var (
+		cur  string
+		held bool
+	)
+	if key == "" {
+		cur, held = c.fo.Simple[f.Key()]
+	} else if co := c.fo.Compound[f.Key()]; co != nil {
+		cur, held = co.Owners[key]
+	}
+	if held {
+		if owner, _ := api.IsMarkedForRemoval(cur); owner != c.plugin {
+			e := &mergeConflictError{Field: f, Key: key, Owner: owner, Plugin: c.plugin}
+			if c.update {
+				e.Container = c.id
+			}
+			return e
+		}
+	}
+	if key == "" {
+		c.fo.Simple[f.Key()] = entry
+		return nil
+	}
+	co := c.fo.Compound[f.Key()]
+	if co == nil || co.Owners == nil {
+		co = api.NewCompoundFieldOwners()
+		c.fo.Compound[f.Key()] = co
+	}
+	co.Owners[key] = entry
+	return nil
+}
+
+// accumulate adds the plugin to the contributors of f (OCI hooks).
+func (c *mergeCall) accumulate(f api.Field) {
+	cur, ok := c.fo.Simple[f.Key()]
+	switch {
+	case !ok || cur == "":
+		c.fo.Simple[f.Key()] = c.plugin
+	case !slices.Contains(strings.Split(cur, ","), c.plugin):
+		c.fo.Simple[f.Key()] = cur + "," + c.plugin
+	}
+}
+
+// origHas tells whether the pristine container has key in compound field f,
+// that is whether a removal of the key must reach the spec applier.
+func (c *mergeCall) origHas(f api.Field, key string) bool {
+	if c.update {
+		return true
+	}
+	o := c.m.orig
+	switch f {
+	case api.Field_Annotations:
+		_, ok := o.GetAnnotations()[key]
+		return ok
+	case api.Field_Mounts:
+		return slices.ContainsFunc(o.GetMounts(), func(x *api.Mount) bool { return x.GetDestination() == key })
+	case api.Field_Env:
+		return slices.ContainsFunc(o.GetEnv(), func(x string) bool { return mergeEnvName(x) == key })
+	case api.Field_Devices:
+		return slices.ContainsFunc(o.GetLinux().GetDevices(), func(x *api.LinuxDevice) bool { return x.GetPath() == key })
+	case api.Field_CdiDevices:
+		return slices.ContainsFunc(o.GetCDIDevices(), func(x *api.CDIDevice) bool { return x.GetName() == key })
+	case api.Field_Rlimits:
+		return slices.ContainsFunc(o.GetRlimits(), func(x *api.POSIXRlimit) bool { return x.GetType() == key })
+	case api.Field_HugepageLimits:
+		return slices.ContainsFunc(o.GetLinux().GetResources().GetHugepageLimits(),
+			func(x *api.HugepageLimit) bool { return x.GetPageSize() == key })
+	case api.Field_Namespace:
+		return slices.ContainsFunc(o.GetLinux().GetNamespaces(), func(x *api.LinuxNamespace) bool { return x.GetType() == key })
+	case api.Field_CgroupsUnified:
+		_, ok := o.GetLinux().GetResources().GetUnified()[key]
+		return ok
+	case api.Field_Sysctl:
+		_, ok := o.GetLinux().GetSysctl()[key]
+		return ok
+	case api.Field_LinuxNetDevices:
+		_, ok := o.GetLinux().GetNetDevices()[key]
+		return ok
+	}
+	return false
+}
+
+// mergeEnvName is the variable name of an OCI "NAME=value" entry.
+func mergeEnvName(kv string) string {
+	name, _, _ := strings.Cut(kv, "=")
+	return name
+}

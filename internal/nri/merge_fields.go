@@ -1,0 +1,586 @@
+package nri
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+
+	"github.com/containerd/errdefs"
+	"github.com/containerd/nri/pkg/api"
+	"google.golang.org/protobuf/proto"
+)
+
+// mergeAdjustment merges one plugin's adjustment of the container being
+// created into the merged adjustment and the adjusted container.
+func (m *merger) mergeAdjustment(plugin string, in *api.ContainerAdjustment) error {
+	if in == nil {
+		return nil
+	}
+	// The response is the plugin's; the merged state keeps its own copy.
+	in = proto.Clone(in).(*api.ContainerAdjustment)
+	c := m.createCall(plugin)
+	ctr, out := m.st.ctr, m.st.adj
+
+	steps := []func() error{
+		func() error {
+			return mergeMap(c, api.Field_Annotations, in.GetAnnotations(), &out.Annotations, &ctr.Annotations)
+		},
+		func() error {
+			return mergeList(c, api.Field_Mounts, in.GetMounts(), (*api.Mount).GetDestination,
+				func(k string) *api.Mount { return &api.Mount{Destination: k} },
+				&out.Mounts, mergeLiveSlice(&ctr.Mounts, (*api.Mount).GetDestination))
+		},
+		func() error {
+			return mergeList(c, api.Field_Env, in.GetEnv(), (*api.KeyValue).GetKey,
+				func(k string) *api.KeyValue { return &api.KeyValue{Key: k} },
+				&out.Env, mergeLiveEnv(&ctr.Env))
+		},
+		func() error {
+			if h := in.GetHooks().Hooks(); h != nil {
+				c.accumulate(api.Field_OciHooks)
+				if out.Hooks == nil {
+					out.Hooks = &api.Hooks{}
+				}
+				out.Hooks.Append(h)
+				if ctr.Hooks == nil {
+					ctr.Hooks = &api.Hooks{}
+				}
+				ctr.Hooks.Append(h)
+			}
+			return nil
+		},
+		func() error { return c.args(in.GetArgs()) },
+		func() error {
+			return mergeList(c, api.Field_Rlimits, in.GetRlimits(), (*api.POSIXRlimit).GetType,
+				func(k string) *api.POSIXRlimit { return &api.POSIXRlimit{Type: k} },
+				&out.Rlimits, mergeLiveSlice(&ctr.Rlimits, (*api.POSIXRlimit).GetType))
+		},
+		func() error {
+			return mergeList(c, api.Field_CdiDevices, in.GetCDIDevices(), (*api.CDIDevice).GetName,
+				func(k string) *api.CDIDevice { return &api.CDIDevice{Name: k} },
+				&out.CDIDevices, mergeLiveSlice(&ctr.CDIDevices, (*api.CDIDevice).GetName))
+		},
+		func() error { return c.linux(in.GetLinux()) },
+	}
+	for _, step := range steps {
+		if err := step(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// args merges a command line. A leading empty argument (api's UpdateArgs)
+// asks to override the command line even if another plugin set it: the
+// plugin takes the ownership over.
+func (c *mergeCall) args(args []string) error {
+	if len(args) == 0 {
+		return nil
+	}
+	if args[0] == "" {
+		args = args[1:]
+		if len(args) == 0 {
+			return nil
+		}
+		c.fo.Simple[api.Field_Args.Key()] = c.plugin
+	} else if err := c.claim(api.Field_Args, ""); err != nil {
+		return err
+	}
+	c.m.st.adj.Args = slices.Clone(args)
+	c.m.st.ctr.Args = slices.Clone(args)
+	return nil
+}
+
+// linux merges the Linux part of an adjustment.
+func (c *mergeCall) linux(in *api.LinuxContainerAdjustment) error {
+	if in == nil {
+		return nil
+	}
+	ctr, adj := c.m.st.ctr, c.m.st.adj
+	if ctr.Linux == nil {
+		ctr.Linux = &api.LinuxContainer{}
+	}
+	if adj.Linux == nil {
+		adj.Linux = &api.LinuxContainerAdjustment{}
+	}
+	cl, ol := ctr.Linux, adj.Linux
+
+	steps := []func() error{
+		func() error {
+			return mergeList(c, api.Field_Devices, in.GetDevices(), (*api.LinuxDevice).GetPath,
+				func(k string) *api.LinuxDevice { return &api.LinuxDevice{Path: k} },
+				&ol.Devices, mergeLiveSlice(&cl.Devices, (*api.LinuxDevice).GetPath))
+		},
+		func() error {
+			if in.Resources == nil {
+				return nil
+			}
+			if ol.Resources == nil {
+				ol.Resources = &api.LinuxResources{}
+			}
+			if cl.Resources == nil {
+				cl.Resources = &api.LinuxResources{}
+			}
+			return c.resources(in.Resources, ol.Resources, cl.Resources)
+		},
+		func() error {
+			return c.set(api.Field_CgroupsPath, in.CgroupsPath != "", func() {
+				ol.CgroupsPath, cl.CgroupsPath = in.CgroupsPath, in.CgroupsPath
+			})
+		},
+		func() error {
+			return c.set(api.Field_OomScoreAdj, in.OomScoreAdj != nil, func() {
+				ol.OomScoreAdj, cl.OomScoreAdj = in.OomScoreAdj, in.OomScoreAdj
+			})
+		},
+		func() error {
+			return c.set(api.Field_IoPriority, in.IoPriority != nil, func() {
+				ol.IoPriority, cl.IoPriority = in.IoPriority, in.IoPriority
+			})
+		},
+		func() error {
+			return c.set(api.Field_SeccompPolicy, in.SeccompPolicy != nil, func() {
+				ol.SeccompPolicy, cl.SeccompPolicy = in.SeccompPolicy, in.SeccompPolicy
+			})
+		},
+		func() error {
+			return mergeList(c, api.Field_Namespace, in.GetNamespaces(), (*api.LinuxNamespace).GetType,
+				func(k string) *api.LinuxNamespace { return &api.LinuxNamespace{Type: k} },
+				&ol.Namespaces, mergeLiveSlice(&cl.Namespaces, (*api.LinuxNamespace).GetType))
+		},
+		func() error { return mergeMap(c, api.Field_Sysctl, in.GetSysctl(), &ol.Sysctl, &cl.Sysctl) },
+		func() error {
+			return mergeMap(c, api.Field_LinuxNetDevices, in.GetNetDevices(), &ol.NetDevices, &cl.NetDevices)
+		},
+		func() error {
+			return c.set(api.Field_LinuxSched, in.Scheduler != nil, func() {
+				ol.Scheduler, cl.Scheduler = in.Scheduler, in.Scheduler
+			})
+		},
+		func() error { return c.rdt(in.Rdt, ol, cl) },
+		func() error {
+			// The api's Container carries no memory policy: only the
+			// merged adjustment records it.
+			return c.set(api.Field_MemoryPolicy, in.MemoryPolicy != nil, func() {
+				ol.MemoryPolicy = in.MemoryPolicy
+			})
+		},
+	}
+	for _, step := range steps {
+		if err := step(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// rdt merges the RDT configuration: its removal first (it claims every RDT
+// field, as it drops them all), then each field that is set.
+func (c *mergeCall) rdt(in *api.LinuxRdt, ol *api.LinuxContainerAdjustment, cl *api.LinuxContainer) error {
+	if in == nil {
+		return nil
+	}
+	if in.Remove {
+		for _, f := range []api.Field{api.Field_RdtClosID, api.Field_RdtSchemata, api.Field_RdtEnableMonitoring} {
+			if err := c.claimRemoval(f, ""); err != nil {
+				return err
+			}
+		}
+		cl.Rdt = nil
+		// Only a configuration the container had needs removing.
+		ol.Rdt = &api.LinuxRdt{Remove: c.m.orig.GetLinux().GetRdt() != nil}
+	}
+	ensure := func() {
+		if ol.Rdt == nil {
+			ol.Rdt = &api.LinuxRdt{}
+		}
+		if cl.Rdt == nil {
+			cl.Rdt = &api.LinuxRdt{}
+		}
+	}
+	if err := c.set(api.Field_RdtClosID, in.ClosId != nil, func() {
+		ensure()
+		ol.Rdt.ClosId, cl.Rdt.ClosId = in.ClosId, in.ClosId
+	}); err != nil {
+		return err
+	}
+	if err := c.set(api.Field_RdtSchemata, in.Schemata != nil, func() {
+		ensure()
+		ol.Rdt.Schemata, cl.Rdt.Schemata = in.Schemata, in.Schemata
+	}); err != nil {
+		return err
+	}
+	return c.set(api.Field_RdtEnableMonitoring, in.EnableMonitoring != nil, func() {
+		ensure()
+		ol.Rdt.EnableMonitoring, cl.Rdt.EnableMonitoring = in.EnableMonitoring, in.EnableMonitoring
+	})
+}
+
+// set claims the simple field f if the response sets it, then applies it.
+func (c *mergeCall) set(f api.Field, present bool, apply func()) error {
+	if !present {
+		return nil
+	}
+	if err := c.claim(f, ""); err != nil {
+		return err
+	}
+	apply()
+	return nil
+}
+
+// resources merges Linux resources into out (the merged adjustment or
+// update) and live (the adjusted container's resources; nil when the
+// container is not the merger's own).
+func (c *mergeCall) resources(in, out, live *api.LinuxResources) error {
+	if in.Memory != nil {
+		if out.Memory == nil {
+			out.Memory = &api.LinuxMemory{}
+		}
+		if live != nil && live.Memory == nil {
+			live.Memory = &api.LinuxMemory{}
+		}
+		for _, mf := range mergeMemoryFields() {
+			if !mf.move(out.Memory, in.Memory) {
+				continue
+			}
+			if err := c.claim(mf.f, ""); err != nil {
+				return err
+			}
+			if live != nil {
+				mf.move(live.Memory, in.Memory)
+			}
+		}
+	}
+	if in.Cpu != nil {
+		if out.Cpu == nil {
+			out.Cpu = &api.LinuxCPU{}
+		}
+		if live != nil && live.Cpu == nil {
+			live.Cpu = &api.LinuxCPU{}
+		}
+		for _, cf := range mergeCPUFields() {
+			if !cf.move(out.Cpu, in.Cpu) {
+				continue
+			}
+			if err := c.claim(cf.f, ""); err != nil {
+				return err
+			}
+			if live != nil {
+				cf.move(live.Cpu, in.Cpu)
+			}
+		}
+	}
+
+	var (
+		liveHuge    mergeLive[*api.HugepageLimit]
+		liveUnified *map[string]string
+	)
+	if live != nil {
+		liveHuge = mergeLiveSlice(&live.HugepageLimits, (*api.HugepageLimit).GetPageSize)
+		liveUnified = &live.Unified
+	}
+	if err := mergeList(c, api.Field_HugepageLimits, in.HugepageLimits, (*api.HugepageLimit).GetPageSize,
+		func(k string) *api.HugepageLimit { return &api.HugepageLimit{PageSize: k} },
+		&out.HugepageLimits, liveHuge); err != nil {
+		return err
+	}
+	if err := mergeMap(c, api.Field_CgroupsUnified, in.Unified, &out.Unified, liveUnified); err != nil {
+		return err
+	}
+	if err := c.set(api.Field_BlockioClass, in.BlockioClass != nil, func() {
+		out.BlockioClass = in.BlockioClass
+		if live != nil {
+			live.BlockioClass = in.BlockioClass
+		}
+	}); err != nil {
+		return err
+	}
+	if err := c.set(api.Field_RdtClass, in.RdtClass != nil, func() {
+		out.RdtClass = in.RdtClass
+		if live != nil {
+			live.RdtClass = in.RdtClass
+		}
+	}); err != nil {
+		return err
+	}
+	if err := c.set(api.Field_PidsLimit, in.Pids != nil, func() {
+		out.Pids = in.Pids
+		if live != nil {
+			live.Pids = in.Pids
+		}
+	}); err != nil {
+		return err
+	}
+	// Device cgroup rules (NRI v1 emulation) have no field to own: like
+	// OCI hooks they accumulate, in plugin order.
+	out.Devices = append(out.Devices, in.Devices...)
+	if live != nil {
+		live.Devices = append(live.Devices, in.Devices...)
+	}
+	return nil
+}
+
+// mergeMemoryField is one scalar of LinuxMemory: move copies it from src to
+// dst if src sets it and tells whether it did.
+type mergeMemoryField struct {
+	f    api.Field
+	move func(dst, src *api.LinuxMemory) bool
+}
+
+func mergeMemoryFields() []mergeMemoryField {
+	return []mergeMemoryField{
+		{api.Field_MemLimit, func(d, s *api.LinuxMemory) bool { d.Limit = mergeOr(s.Limit, d.Limit); return s.Limit != nil }},
+		{api.Field_MemReservation, func(d, s *api.LinuxMemory) bool {
+			d.Reservation = mergeOr(s.Reservation, d.Reservation)
+			return s.Reservation != nil
+		}},
+		{api.Field_MemSwapLimit, func(d, s *api.LinuxMemory) bool { d.Swap = mergeOr(s.Swap, d.Swap); return s.Swap != nil }},
+		{api.Field_MemKernelLimit, func(d, s *api.LinuxMemory) bool { d.Kernel = mergeOr(s.Kernel, d.Kernel); return s.Kernel != nil }},
+		{api.Field_MemTCPLimit, func(d, s *api.LinuxMemory) bool {
+			d.KernelTcp = mergeOr(s.KernelTcp, d.KernelTcp)
+			return s.KernelTcp != nil
+		}},
+		{api.Field_MemSwappiness, func(d, s *api.LinuxMemory) bool {
+			d.Swappiness = mergeOr(s.Swappiness, d.Swappiness)
+			return s.Swappiness != nil
+		}},
+		{api.Field_MemDisableOomKiller, func(d, s *api.LinuxMemory) bool {
+			d.DisableOomKiller = mergeOr(s.DisableOomKiller, d.DisableOomKiller)
+			return s.DisableOomKiller != nil
+		}},
+		{api.Field_MemUseHierarchy, func(d, s *api.LinuxMemory) bool {
+			d.UseHierarchy = mergeOr(s.UseHierarchy, d.UseHierarchy)
+			return s.UseHierarchy != nil
+		}},
+	}
+}
+
+// mergeCPUField is one scalar of LinuxCPU, like mergeMemoryField.
+type mergeCPUField struct {
+	f    api.Field
+	move func(dst, src *api.LinuxCPU) bool
+}
+
+func mergeCPUFields() []mergeCPUField {
+	return []mergeCPUField{
+		{api.Field_CPUShares, func(d, s *api.LinuxCPU) bool { d.Shares = mergeOr(s.Shares, d.Shares); return s.Shares != nil }},
+		{api.Field_CPUQuota, func(d, s *api.LinuxCPU) bool { d.Quota = mergeOr(s.Quota, d.Quota); return s.Quota != nil }},
+		{api.Field_CPUPeriod, func(d, s *api.LinuxCPU) bool { d.Period = mergeOr(s.Period, d.Period); return s.Period != nil }},
+		{api.Field_CPURealtimeRuntime, func(d, s *api.LinuxCPU) bool {
+			d.RealtimeRuntime = mergeOr(s.RealtimeRuntime, d.RealtimeRuntime)
+			return s.RealtimeRuntime != nil
+		}},
+		{api.Field_CPURealtimePeriod, func(d, s *api.LinuxCPU) bool {
+			d.RealtimePeriod = mergeOr(s.RealtimePeriod, d.RealtimePeriod)
+			return s.RealtimePeriod != nil
+		}},
+		{api.Field_CPUSetCPUs, func(d, s *api.LinuxCPU) bool {
+			if s.Cpus == "" {
+				return false
+			}
+			d.Cpus = s.Cpus
+			return true
+		}},
+		{api.Field_CPUSetMems, func(d, s *api.LinuxCPU) bool {
+			if s.Mems == "" {
+				return false
+			}
+			d.Mems = s.Mems
+			return true
+		}},
+	}
+}
+
+// mergeOr is v if set, else old.
+func mergeOr[P any](v, old *P) *P {
+	if v != nil {
+		return v
+	}
+	return old
+}
+
+// mergeUpdates merges one plugin's updates of existing containers, one
+// merged update per container. A merged update ignores failure only if every
+// contributing plugin said so: one plugin's update must not become optional
+// because another's is.
+func (m *merger) mergeUpdates(plugin string, upds []*api.ContainerUpdate) error {
+	for _, u := range upds {
+		if u == nil {
+			continue
+		}
+		id := u.GetContainerId()
+		if id == "" {
+			return fmt.Errorf("merge updates of plugin %q: update without container ID: %w", plugin, errdefs.ErrInvalidArgument)
+		}
+		u = proto.Clone(u).(*api.ContainerUpdate)
+		out, ok := m.st.upds[id]
+		if !ok {
+			out = &api.ContainerUpdate{ContainerId: id, IgnoreFailure: u.IgnoreFailure}
+			m.st.upds[id] = out
+			m.st.order = append(m.st.order, id)
+		} else if !u.IgnoreFailure {
+			out.IgnoreFailure = false
+		}
+		in := u.GetLinux().GetResources()
+		if in == nil {
+			continue
+		}
+		if out.Linux == nil {
+			out.Linux = &api.LinuxContainerUpdate{}
+		}
+		if out.Linux.Resources == nil {
+			out.Linux.Resources = &api.LinuxResources{}
+		}
+		var live *api.LinuxResources
+		if id == m.orig.GetId() {
+			if m.st.ctr.Linux == nil {
+				m.st.ctr.Linux = &api.LinuxContainer{}
+			}
+			if m.st.ctr.Linux.Resources == nil {
+				m.st.ctr.Linux.Resources = &api.LinuxResources{}
+			}
+			live = m.st.ctr.Linux.Resources
+		}
+		if err := m.updateCall(id, plugin).resources(in, out.Linux.Resources, live); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// mergeLive applies a keyed-list change to the adjusted container; its
+// funcs are nil when there is no container to change.
+type mergeLive[T any] struct {
+	set func(key string, v T)
+	del func(key string)
+}
+
+// mergeLiveSlice changes the list *p whose items are keyed by keyOf.
+func mergeLiveSlice[T any](p *[]T, keyOf func(T) string) mergeLive[T] {
+	return mergeLive[T]{
+		set: func(key string, v T) {
+			if i := slices.IndexFunc(*p, func(x T) bool { return keyOf(x) == key }); i >= 0 {
+				(*p)[i] = v
+				return
+			}
+			*p = append(*p, v)
+		},
+		del: func(key string) {
+			*p = slices.DeleteFunc(*p, func(x T) bool { return keyOf(x) == key })
+		},
+	}
+}
+
+// mergeLiveEnv changes an OCI "NAME=value" environment.
+func mergeLiveEnv(p *[]string) mergeLive[*api.KeyValue] {
+	return mergeLive[*api.KeyValue]{
+		set: func(key string, v *api.KeyValue) {
+			kv := key + "=" + v.GetValue()
+			if i := slices.IndexFunc(*p, func(x string) bool { return mergeEnvName(x) == key }); i >= 0 {
+				(*p)[i] = kv
+				return
+			}
+			*p = append(*p, kv)
+		},
+		del: func(key string) {
+			*p = slices.DeleteFunc(*p, func(x string) bool { return mergeEnvName(x) == key })
+		},
+	}
+}
+
+// mergeList merges a keyed list (mounts by destination, env by name, ...)
+// in the order the plugin gave it. out gets the set items and, for items
+// of the original container, the removal marks (built by mark from the
+// marked key) ahead of any later set of the same key.
+func mergeList[T any](c *mergeCall, f api.Field, in []T, keyOf func(T) string, mark func(string) T, out *[]T, live mergeLive[T]) error {
+	for _, x := range in {
+		key, remove := api.IsMarkedForRemoval(keyOf(x))
+		if key == "" {
+			return c.invalid(f)
+		}
+		claim := c.claim
+		if remove {
+			claim = c.claimRemoval
+		}
+		if err := claim(f, key); err != nil {
+			return err
+		}
+		same := func(y T) bool { return keyOf(y) == key }
+		if remove {
+			if live.del != nil {
+				live.del(key)
+			}
+			*out = slices.DeleteFunc(*out, same)
+			marked := api.MarkForRemoval(key)
+			if c.origHas(f, key) && !slices.ContainsFunc(*out, func(y T) bool { return keyOf(y) == marked }) {
+				*out = append(*out, mark(marked))
+			}
+			continue
+		}
+		if live.set != nil {
+			live.set(key, x)
+		}
+		if i := slices.IndexFunc(*out, same); i >= 0 {
+			(*out)[i] = x
+		} else {
+			*out = append(*out, x)
+		}
+	}
+	return nil
+}
+
+// mergeMap merges a map field (annotations, sysctls, ...). The plugin's
+// removals are applied before its sets, so removing and setting one key is
+// a set. live may be nil.
+func mergeMap[V any](c *mergeCall, f api.Field, in map[string]V, out, live *map[string]V) error {
+	if len(in) == 0 {
+		return nil
+	}
+	keys := slices.Sorted(maps.Keys(in))
+	for _, removals := range []bool{true, false} {
+		for _, raw := range keys {
+			key, remove := api.IsMarkedForRemoval(raw)
+			if remove != removals {
+				continue
+			}
+			if key == "" {
+				return c.invalid(f)
+			}
+			claim := c.claim
+			if remove {
+				claim = c.claimRemoval
+			}
+			if err := claim(f, key); err != nil {
+				return err
+			}
+			if *out == nil {
+				*out = map[string]V{}
+			}
+			if remove {
+				if live != nil {
+					delete(*live, key)
+				}
+				delete(*out, key)
+				if c.origHas(f, key) {
+					var zero V
+					(*out)[raw] = zero
+				}
+				continue
+			}
+			if live != nil {
+				if *live == nil {
+					*live = map[string]V{}
+				}
+				(*live)[key] = in[raw]
+			}
+			delete(*out, api.MarkForRemoval(key))
+			(*out)[key] = in[raw]
+		}
+	}
+	return nil
+}
+
+// invalid reports an item of field f without a key.
+func (c *mergeCall) invalid(f api.Field) error {
+	return fmt.Errorf("merge response of plugin %q: %s without a key: %w", c.plugin, mergeFieldName(f), errdefs.ErrInvalidArgument)
+}
