@@ -1,0 +1,277 @@
+package image
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"slices"
+	"strings"
+
+	"github.com/containerd/errdefs"
+	bolt "go.etcd.io/bbolt"
+	"golang.org/x/sys/unix"
+)
+
+// validContainerID bounds the container ids used as directory names.
+var validContainerID = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`)
+
+// maxMountData is the longest overlay option string mount(2) takes: the
+// kernel copies one page, including the terminating NUL.
+const maxMountData = 4095
+
+func checkContainerID(id string) error {
+	if !validContainerID.MatchString(id) {
+		return fmt.Errorf("container id %q: want 1-128 of [A-Za-z0-9_.-], not starting with a dot: %w", id, errdefs.ErrInvalidArgument)
+	}
+	return nil
+}
+
+func (s *Service) containerDir(id string) string { return filepath.Join(s.root, "containers", id) }
+
+// PrepareRootfs mounts an overlay of imageID's layers plus a fresh upper dir
+// for containerID and returns the mountpoint, Root/containers/<id>/rootfs.
+// imageID may be any form Get takes. Idempotent for one container; asking
+// for a container that already has a rootfs of another image is
+// errdefs.ErrAlreadyExists. An unknown image is errdefs.ErrNotFound.
+func (s *Service) PrepareRootfs(ctx context.Context, containerID, imageID string) (string, error) {
+	if err := checkContainerID(containerID); err != nil {
+		return "", err
+	}
+	s.mu.Lock()
+	img, err := s.resolveLocked(imageID)
+	if err != nil {
+		s.mu.Unlock()
+		return "", fmt.Errorf("prepare rootfs of %s: %w", containerID, err)
+	}
+	lease, ok := s.leases[containerID]
+	created := false
+	if ok && lease.ImageID != img.ID {
+		s.mu.Unlock()
+		return "", fmt.Errorf("prepare rootfs of %s: it has a rootfs of image %s: %w", containerID, lease.ImageID, errdefs.ErrAlreadyExists)
+	}
+	if !ok {
+		lease = &leaseRecord{ImageID: img.ID, Layers: slices.Clone(img.Layers)}
+		if err := s.db.Update(func(tx *bolt.Tx) error { return put(tx, bucketLeases, containerID, lease) }); err != nil {
+			s.mu.Unlock()
+			return "", fmt.Errorf("prepare rootfs of %s: %w", containerID, err)
+		}
+		s.leases[containerID] = lease
+		created = true
+	}
+	lowers, err := s.lowerDirsLocked(lease)
+	s.mu.Unlock()
+
+	if err == nil {
+		err = s.mountRootfs(containerID, lowers, created)
+	}
+	if err != nil {
+		if created {
+			// Undo on a context the caller cannot cancel: a half-made
+			// rootfs must not stay behind.
+			if rerr := s.ReleaseRootfs(context.WithoutCancel(ctx), containerID); rerr != nil {
+				s.log.WarnContext(ctx, "undo rootfs", "container_id", containerID, "error", rerr)
+			}
+		}
+		return "", fmt.Errorf("prepare rootfs of %s: %w", containerID, err)
+	}
+	s.log.DebugContext(ctx, "rootfs mounted", "container_id", containerID, "image_id", img.ID)
+	return filepath.Join(s.containerDir(containerID), "rootfs"), nil
+}
+
+// lowerDirsLocked lists the layer dirs of lease, names relative to Root,
+// bottom first.
+func (s *Service) lowerDirsLocked(lease *leaseRecord) ([]string, error) {
+	dirs := make([]string, 0, len(lease.Layers))
+	for _, d := range lease.Layers {
+		l, ok := s.layers[d]
+		if !ok {
+			return nil, fmt.Errorf("layer %s of image %s is missing", d, lease.ImageID)
+		}
+		dirs = append(dirs, filepath.Join("l", l.Dir))
+	}
+	return dirs, nil
+}
+
+// Rootfs reports the mountpoint of containerID's rootfs after a restart,
+// remounting it if it is not mounted. Unknown is errdefs.ErrNotFound.
+func (s *Service) Rootfs(ctx context.Context, containerID string) (string, error) {
+	if err := checkContainerID(containerID); err != nil {
+		return "", err
+	}
+	s.mu.Lock()
+	lease, ok := s.leases[containerID]
+	if !ok {
+		s.mu.Unlock()
+		return "", fmt.Errorf("rootfs of container %s: %w", containerID, errdefs.ErrNotFound)
+	}
+	lowers, err := s.lowerDirsLocked(lease)
+	s.mu.Unlock()
+	if err != nil {
+		return "", fmt.Errorf("rootfs of container %s: %w", containerID, err)
+	}
+	if err := s.mountRootfs(containerID, lowers, false); err != nil {
+		return "", fmt.Errorf("rootfs of container %s: %w", containerID, err)
+	}
+	return filepath.Join(s.containerDir(containerID), "rootfs"), nil
+}
+
+// ReleaseRootfs unmounts and removes containerID's rootfs, then the layers
+// only it kept. Releasing an unknown container is not an error.
+func (s *Service) ReleaseRootfs(ctx context.Context, containerID string) error {
+	if err := checkContainerID(containerID); err != nil {
+		return err
+	}
+	dir := s.containerDir(containerID)
+	target := filepath.Join(dir, "rootfs")
+	if err := unmountAll(target); err != nil {
+		return fmt.Errorf("release rootfs of %s: %w", containerID, err)
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("release rootfs of %s: %w", containerID, err)
+	}
+	s.mu.Lock()
+	if _, ok := s.leases[containerID]; !ok {
+		s.mu.Unlock()
+		return nil
+	}
+	if err := s.db.Update(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketLeases).Delete([]byte(containerID))
+	}); err != nil {
+		s.mu.Unlock()
+		return fmt.Errorf("release rootfs of %s: %w", containerID, err)
+	}
+	delete(s.leases, containerID)
+	trash, err := s.gcLocked()
+	s.mu.Unlock()
+	s.emptyTrash(ctx, trash)
+	if err != nil {
+		return fmt.Errorf("release rootfs of %s: %w", containerID, err)
+	}
+	s.log.DebugContext(ctx, "rootfs released", "container_id", containerID)
+	return nil
+}
+
+// mountRootfs mounts the overlay of containerID unless it is mounted.
+// lowers are relative to Root, bottom first. fresh says the container dir
+// is new: a leftover upper dir of an earlier container of that id is wiped.
+func (s *Service) mountRootfs(containerID string, lowers []string, fresh bool) error {
+	dir := s.containerDir(containerID)
+	target := filepath.Join(dir, "rootfs")
+	if fresh {
+		if err := unmountAll(target); err != nil {
+			return err
+		}
+		if err := os.RemoveAll(dir); err != nil {
+			return err
+		}
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	for _, d := range []struct {
+		name string
+		perm os.FileMode
+	}{{"upper", 0o755}, {"work", 0o700}, {"rootfs", 0o755}, {"empty", 0o755}} {
+		if err := os.Mkdir(filepath.Join(dir, d.name), d.perm); err != nil && !errors.Is(err, os.ErrExist) {
+			return err
+		}
+	}
+	if m, err := isMountpoint(target); err != nil {
+		return err
+	} else if m {
+		return nil
+	}
+	rel := filepath.Join("containers", containerID)
+	if len(lowers) == 0 {
+		// overlay needs a lower dir; an image without layers gets an empty one.
+		lowers = []string{filepath.Join(rel, "empty")}
+	}
+	top := slices.Clone(lowers)
+	slices.Reverse(top) // overlay lists the topmost lower dir first
+	abs := make([]string, len(top))
+	for i, l := range top {
+		abs[i] = filepath.Join(s.root, l)
+	}
+	data := overlayData(abs, filepath.Join(dir, "upper"), filepath.Join(dir, "work"))
+	if len(data) <= maxMountData {
+		if err := unix.Mount("overlay", target, "overlay", 0, data); err != nil {
+			return fmt.Errorf("mount overlay on %s: %w", target, err)
+		}
+		return nil
+	}
+	data = overlayData(top, filepath.Join(rel, "upper"), filepath.Join(rel, "work"))
+	if len(data) > maxMountData {
+		return fmt.Errorf("mount overlay on %s: %d layers do not fit in the mount options", target, len(lowers))
+	}
+	if err := mountFrom(s.root, target, data); err != nil {
+		return fmt.Errorf("mount overlay on %s (relative paths): %w", target, err)
+	}
+	return nil
+}
+
+func overlayData(lowers []string, upper, work string) string {
+	return "lowerdir=" + strings.Join(lowers, ":") + ",upperdir=" + upper + ",workdir=" + work
+}
+
+// mountFrom mounts an overlay whose option paths are relative to dir. The
+// working directory is per process, so the mount runs on a thread that
+// unshares it first and is thrown away afterwards (a locked goroutine that
+// returns without unlocking ends its thread).
+func mountFrom(dir, target, data string) error {
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		if err := unix.Unshare(unix.CLONE_FS); err != nil {
+			errc <- fmt.Errorf("unshare fs: %w", err)
+			return
+		}
+		if err := unix.Chdir(dir); err != nil {
+			errc <- err
+			return
+		}
+		errc <- unix.Mount("overlay", target, "overlay", 0, data)
+	}()
+	return <-errc
+}
+
+// isMountpoint reports whether p is mounted on: its device differs from its
+// parent's.
+func isMountpoint(p string) (bool, error) {
+	var st, pst unix.Stat_t
+	if err := unix.Lstat(p, &st); err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return false, nil
+		}
+		return false, fmt.Errorf("stat %s: %w", p, err)
+	}
+	if err := unix.Lstat(filepath.Dir(p), &pst); err != nil {
+		return false, fmt.Errorf("stat %s: %w", filepath.Dir(p), err)
+	}
+	return st.Dev != pst.Dev, nil
+}
+
+// unmountAll unmounts everything mounted on target, detaching lazily what
+// is busy.
+func unmountAll(target string) error {
+	for range 16 {
+		m, err := isMountpoint(target)
+		if err != nil || !m {
+			return err
+		}
+		err = unix.Unmount(target, 0)
+		switch {
+		case err == nil, errors.Is(err, unix.EINVAL), errors.Is(err, unix.ENOENT):
+		case errors.Is(err, unix.EBUSY):
+			if err := unix.Unmount(target, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
+				return fmt.Errorf("detach %s: %w", target, err)
+			}
+		default:
+			return fmt.Errorf("unmount %s: %w", target, err)
+		}
+	}
+	return fmt.Errorf("unmount %s: still mounted", target)
+}

@@ -1,0 +1,327 @@
+package image
+
+import (
+	"archive/tar"
+	"bufio"
+	"bytes"
+	"compress/gzip"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path"
+	"strings"
+	"time"
+
+	"github.com/klauspost/compress/zstd"
+	"golang.org/x/sys/unix"
+)
+
+// Whiteout names of the OCI layer format.
+const (
+	whiteoutPrefix = ".wh."
+	whiteoutOpaque = ".wh..wh..opq"
+	opaqueXattr    = "trusted.overlay.opaque"
+)
+
+// unpackBlob unpacks the stored layer blob (gzip, zstd or plain tar) into
+// dir, checking that the uncompressed stream has digest diffID, and syncs
+// the filesystem so that a rename of dir publishes a complete layer.
+func unpackBlob(ctx context.Context, blob, diffID, dir string, log *slog.Logger) error {
+	f, err := os.Open(blob)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	br := bufio.NewReaderSize(f, 1<<16)
+	magic, _ := br.Peek(4)
+	var r io.Reader = br
+	switch {
+	case bytes.HasPrefix(magic, []byte{0x1f, 0x8b}):
+		zr, err := gzip.NewReader(br)
+		if err != nil {
+			return fmt.Errorf("decompress: %w", err)
+		}
+		defer zr.Close()
+		r = zr
+	case bytes.Equal(magic, []byte{0x28, 0xb5, 0x2f, 0xfd}):
+		zr, err := zstd.NewReader(br)
+		if err != nil {
+			return fmt.Errorf("decompress: %w", err)
+		}
+		defer zr.Close()
+		r = zr
+	}
+	h := sha256.New()
+	tee := io.TeeReader(r, h)
+	if err := unpackTar(ctx, tee, dir, unpackOptions{chown: os.Geteuid() == 0, log: log}); err != nil {
+		return err
+	}
+	// Hash what follows the end-of-archive marker too.
+	if _, err := io.Copy(io.Discard, tee); err != nil {
+		return fmt.Errorf("read layer: %w", err)
+	}
+	if got := "sha256:" + hex.EncodeToString(h.Sum(nil)); got != diffID {
+		return fmt.Errorf("uncompressed layer has digest %s, image config says %s", got, diffID)
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	if err := unix.Syncfs(int(d.Fd())); err != nil {
+		return fmt.Errorf("sync layer: %w", err)
+	}
+	return nil
+}
+
+// unpackOptions tune unpackTar.
+type unpackOptions struct {
+	chown bool // apply the owners of entries (needs CAP_CHOWN)
+	log   *slog.Logger
+}
+
+// unpackTar extracts the tar stream r into dir, converting OCI whiteouts to
+// overlayfs ones. Every path is resolved inside dir with os.Root, so no
+// entry can write outside it; such an entry fails the unpack with an error
+// naming it and wrapping ErrUnsafeEntry.
+func unpackTar(ctx context.Context, r io.Reader, dir string, opts unpackOptions) error {
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	if opts.log == nil {
+		opts.log = slog.New(slog.DiscardHandler)
+	}
+	type dirTime struct {
+		name  string
+		mtime time.Time
+	}
+	var dirTimes []dirTime
+	tr := tar.NewReader(r)
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		hdr, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("read tar: %w", err)
+		}
+		switch hdr.Typeflag {
+		case tar.TypeXGlobalHeader:
+			continue
+		}
+		name, err := entryPath(hdr.Name)
+		if err != nil {
+			return fmt.Errorf("entry %q: %w", hdr.Name, err)
+		}
+		if name == "." {
+			continue // the layer root itself
+		}
+		if err := extractEntry(root, name, hdr, tr, opts); err != nil {
+			if isEscape(err) {
+				err = fmt.Errorf("%w: %w", ErrUnsafeEntry, err)
+			}
+			return fmt.Errorf("entry %q: %w", hdr.Name, err)
+		}
+		if hdr.Typeflag == tar.TypeDir {
+			dirTimes = append(dirTimes, dirTime{name, hdr.ModTime})
+		}
+	}
+	// Children changed their dirs' mtimes: restore them last.
+	for i := len(dirTimes) - 1; i >= 0; i-- {
+		d := dirTimes[i]
+		if fi, err := root.Lstat(d.name); err == nil && fi.IsDir() {
+			_ = root.Chtimes(d.name, d.mtime, d.mtime)
+		}
+	}
+	return nil
+}
+
+// isEscape reports whether err is os.Root refusing a path that leads out
+// of it (the os package does not export that error).
+func isEscape(err error) bool {
+	return strings.Contains(err.Error(), "path escapes from parent")
+}
+
+// entryPath cleans a tar entry name into a path relative to the layer root,
+// refusing absolute names and ".." components.
+func entryPath(name string) (string, error) {
+	if name == "" {
+		return "", errors.New("empty name")
+	}
+	if strings.HasPrefix(name, "/") {
+		return "", fmt.Errorf("%w: absolute path", ErrUnsafeEntry)
+	}
+	if strings.IndexByte(name, 0) >= 0 {
+		return "", errors.New("NUL in name")
+	}
+	for _, c := range strings.Split(name, "/") {
+		if c == ".." {
+			return "", fmt.Errorf("%w: \"..\" component", ErrUnsafeEntry)
+		}
+	}
+	return path.Clean(name), nil
+}
+
+// extractEntry writes one entry at name (already cleaned) inside root.
+func extractEntry(root *os.Root, name string, hdr *tar.Header, body io.Reader, opts unpackOptions) error {
+	parent, base := path.Split(name)
+	parent = path.Clean(parent)
+	if parent != "." {
+		if err := root.MkdirAll(parent, 0o755); err != nil {
+			return err
+		}
+	}
+	pdir, err := root.Open(parent)
+	if err != nil {
+		return err
+	}
+	defer pdir.Close()
+	pfd := int(pdir.Fd())
+	if fi, err := pdir.Stat(); err != nil {
+		return err
+	} else if !fi.IsDir() {
+		return fmt.Errorf("parent %q is not a directory", parent)
+	}
+
+	if base == whiteoutOpaque {
+		if err := unix.Fsetxattr(pfd, opaqueXattr, []byte("y"), 0); err != nil {
+			return fmt.Errorf("mark %q opaque: %w", parent, err)
+		}
+		return nil
+	}
+	if hidden, ok := strings.CutPrefix(base, whiteoutPrefix); ok {
+		if hidden == "" || hidden == "." || hidden == ".." {
+			return errors.New("bad whiteout name")
+		}
+		target := path.Join(parent, hidden)
+		if err := root.RemoveAll(target); err != nil {
+			return err
+		}
+		if err := unix.Mknodat(pfd, hidden, unix.S_IFCHR, 0); err != nil {
+			return fmt.Errorf("create whiteout %q: %w", target, err)
+		}
+		return nil
+	}
+
+	// An entry replaces what an earlier entry put at the same name, except
+	// that a directory is kept when it stays a directory.
+	if fi, err := root.Lstat(name); err == nil {
+		if !(fi.IsDir() && hdr.Typeflag == tar.TypeDir) {
+			if err := root.RemoveAll(name); err != nil {
+				return err
+			}
+		}
+	}
+
+	perm := uint32(hdr.Mode & 0o7777)
+	switch hdr.Typeflag {
+	case tar.TypeDir:
+		if err := root.Mkdir(name, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+			return err
+		}
+	case tar.TypeReg, tar.TypeRegA:
+		f, err := root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		if err != nil {
+			return err
+		}
+		_, err = io.Copy(f, body)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return err
+		}
+	case tar.TypeSymlink:
+		if hdr.Linkname == "" {
+			return errors.New("symlink without target")
+		}
+		if err := root.Symlink(hdr.Linkname, name); err != nil {
+			return err
+		}
+	case tar.TypeLink:
+		target, err := entryPath(hdr.Linkname)
+		if err != nil {
+			return fmt.Errorf("hard link target %q: %w", hdr.Linkname, err)
+		}
+		// A hard link shares the inode of its target: no metadata of its own.
+		return root.Link(target, name)
+	case tar.TypeChar, tar.TypeBlock, tar.TypeFifo:
+		mode := perm
+		switch hdr.Typeflag {
+		case tar.TypeChar:
+			mode |= unix.S_IFCHR
+		case tar.TypeBlock:
+			mode |= unix.S_IFBLK
+		default:
+			mode |= unix.S_IFIFO
+		}
+		dev := unix.Mkdev(uint32(hdr.Devmajor), uint32(hdr.Devminor))
+		if err := unix.Mknodat(pfd, base, mode, int(dev)); err != nil {
+			return fmt.Errorf("mknod: %w", err)
+		}
+	default:
+		return fmt.Errorf("unsupported tar entry type %q", hdr.Typeflag)
+	}
+
+	// Owner first: chown clears setuid/setgid bits and file capabilities.
+	if opts.chown {
+		if err := unix.Fchownat(pfd, base, hdr.Uid, hdr.Gid, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			return fmt.Errorf("chown: %w", err)
+		}
+	}
+	if hdr.Typeflag != tar.TypeSymlink {
+		if err := unix.Fchmodat(pfd, base, perm, 0); err != nil {
+			return fmt.Errorf("chmod: %w", err)
+		}
+	}
+	if err := setXattrs(pfd, base, hdr, opts.log); err != nil {
+		return err
+	}
+	if hdr.Typeflag != tar.TypeDir {
+		ts := []unix.Timespec{unix.NsecToTimespec(hdr.AccessTime.UnixNano()), unix.NsecToTimespec(hdr.ModTime.UnixNano())}
+		if hdr.AccessTime.IsZero() {
+			ts[0] = ts[1]
+		}
+		if err := unix.UtimesNanoAt(pfd, base, ts, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			return fmt.Errorf("set times: %w", err)
+		}
+	}
+	return nil
+}
+
+// setXattrs applies the SCHILY.xattr.* records of hdr to base in the dir
+// pfd. Overlay's own trusted.overlay.* attributes are never taken from a
+// layer: they would let an image redirect lookups of the merged rootfs.
+// Attributes the filesystem or our privileges do not allow are skipped.
+func setXattrs(pfd int, base string, hdr *tar.Header, log *slog.Logger) error {
+	target := fmt.Sprintf("/proc/self/fd/%d/%s", pfd, base)
+	for k, v := range hdr.PAXRecords {
+		key, ok := strings.CutPrefix(k, "SCHILY.xattr.")
+		if !ok {
+			continue
+		}
+		if strings.HasPrefix(key, "trusted.overlay.") {
+			log.Debug("layer xattr ignored", "entry", hdr.Name, "xattr", key)
+			continue
+		}
+		err := unix.Lsetxattr(target, key, []byte(v), 0)
+		switch {
+		case err == nil:
+		case errors.Is(err, unix.ENOTSUP), errors.Is(err, unix.EPERM), errors.Is(err, unix.EOPNOTSUPP):
+			log.Debug("layer xattr not applied", "entry", hdr.Name, "xattr", key, "error", err)
+		default:
+			return fmt.Errorf("set xattr %s: %w", key, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,536 @@
+package runtime
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/containerd/errdefs"
+	"golang.org/x/sys/unix"
+
+	"github.com/crin-dev/crin/internal/runtime/shim"
+)
+
+// Default timeouts of the oci backend.
+const (
+	// DefaultCommandTimeout bounds one OCI runtime command.
+	DefaultCommandTimeout = 2 * time.Minute
+	// DefaultCreateTimeout bounds Create when ctx has no earlier deadline.
+	DefaultCreateTimeout = 4 * time.Minute
+	// deleteStopWait is how long Delete waits for a killed container.
+	deleteStopWait = 10 * time.Second
+	// shimExitWait is how long a shim gets to exit before it is killed.
+	shimExitWait = 3 * time.Second
+	// createGrace is how long a cancelled Create still waits for its shim.
+	createGrace = 30 * time.Second
+)
+
+// OCIConfig configures an oci backend.
+type OCIConfig struct {
+	Name       string // the runtime handler name, for logs and errors
+	Binary     string // OCI runtime CLI, e.g. /usr/bin/runc
+	Root       string // the CLI's --root (its state dir), e.g. /run/crin/runc/<name>
+	ShimBinary string // path to crin-shim
+	StateDir   string // bundles and shim sockets live in StateDir/<id>
+	// OOMScoreAdj is the oom_score_adj crind runs with; the shim sets its
+	// own to this value so it is not killed before its container. Nil
+	// leaves the shim with the value it inherits from crind.
+	OOMScoreAdj *int
+	// CommandTimeout bounds each OCI runtime command (DefaultCommandTimeout
+	// when 0).
+	CommandTimeout time.Duration
+	Logger         *slog.Logger
+}
+
+// OCI is the oci backend: any OCI runtime CLI under crin-shim. It keeps no
+// state in memory: everything lives in StateDir/<id> and in the shims, so
+// a fresh OCI on the same StateDir (after a crind restart) sees every
+// container.
+type OCI struct {
+	cfg OCIConfig
+	log *slog.Logger
+}
+
+var _ Runtime = (*OCI)(nil)
+
+// NewOCI returns an oci backend. It checks that the binary exists and runs,
+// and creates StateDir and Root (mode 0700) when missing.
+func NewOCI(cfg OCIConfig) (*OCI, error) {
+	if cfg.Name == "" {
+		cfg.Name = filepath.Base(cfg.Binary)
+	}
+	if cfg.StateDir == "" || cfg.Root == "" {
+		return nil, fmt.Errorf("runtime %s: state dir and root are required: %w", cfg.Name, errdefs.ErrInvalidArgument)
+	}
+	bin, err := exec.LookPath(cfg.Binary)
+	if err != nil {
+		return nil, fmt.Errorf("runtime %s: binary %q: %w", cfg.Name, cfg.Binary, errdefs.ErrInvalidArgument)
+	}
+	cfg.Binary = bin
+	shimBin, err := exec.LookPath(cfg.ShimBinary)
+	if err != nil {
+		return nil, fmt.Errorf("runtime %s: shim binary %q: %w", cfg.Name, cfg.ShimBinary, errdefs.ErrInvalidArgument)
+	}
+	cfg.ShimBinary = shimBin
+	for _, d := range []string{cfg.StateDir, cfg.Root} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return nil, fmt.Errorf("runtime %s: make dir: %w", cfg.Name, err)
+		}
+	}
+	if cfg.CommandTimeout <= 0 {
+		cfg.CommandTimeout = DefaultCommandTimeout
+	}
+	o := &OCI{cfg: cfg, log: cfg.Logger}
+	if o.log == nil {
+		o.log = slog.New(slog.DiscardHandler)
+	}
+	o.log = o.log.With("runtime", cfg.Name)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if out, err := exec.CommandContext(ctx, bin, "--version").CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("runtime %s: run %s --version: %w: %s", cfg.Name, bin, err, bytes.TrimSpace(out))
+	}
+	return o, nil
+}
+
+// validID accepts the ids CRI hands out and rejects anything that could
+// escape StateDir.
+func validID(id string) error {
+	if id == "" || len(id) > 128 || id[0] == '.' || id[0] == '-' {
+		return fmt.Errorf("container id %q: %w", id, errdefs.ErrInvalidArgument)
+	}
+	for _, r := range id {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '_', r == '-', r == '.':
+		default:
+			return fmt.Errorf("container id %q: %w", id, errdefs.ErrInvalidArgument)
+		}
+	}
+	return nil
+}
+
+func (o *OCI) dir(id string) string { return filepath.Join(o.cfg.StateDir, id) }
+
+// known validates id and checks that the container's state dir exists.
+func (o *OCI) known(id string) (string, error) {
+	if err := validID(id); err != nil {
+		return "", err
+	}
+	dir := o.dir(id)
+	if _, err := os.Stat(filepath.Join(dir, shim.ConfigFile)); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return "", fmt.Errorf("container %s: %w", id, errdefs.ErrNotFound)
+		}
+		return "", fmt.Errorf("container %s: %w", id, err)
+	}
+	return dir, nil
+}
+
+// Create writes the bundle, starts a shim and waits for it to create the
+// container. The error carries the runtime's own message. On error the
+// bundle, the runtime's state and the shim are gone. An id in use is
+// errdefs.ErrAlreadyExists; a bad id or spec is errdefs.ErrInvalidArgument.
+func (o *OCI) Create(ctx context.Context, req CreateRequest) (retErr error) {
+	if err := validID(req.ID); err != nil {
+		return err
+	}
+	if req.Spec == nil || req.Spec.Root == nil || !filepath.IsAbs(req.Spec.Root.Path) {
+		return fmt.Errorf("create container %s: spec.root.path must be absolute: %w", req.ID, errdefs.ErrInvalidArgument)
+	}
+	if req.LogPath != "" && !filepath.IsAbs(req.LogPath) {
+		return fmt.Errorf("create container %s: log path %q is not absolute: %w", req.ID, req.LogPath, errdefs.ErrInvalidArgument)
+	}
+	dir := o.dir(req.ID)
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			return fmt.Errorf("create container %s: %w", req.ID, errdefs.ErrAlreadyExists)
+		}
+		return fmt.Errorf("create container %s: %w", req.ID, err)
+	}
+	shimPid := 0
+	defer func() {
+		if retErr == nil {
+			return
+		}
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		o.rollbackCreate(rctx, req.ID, dir, shimPid)
+	}()
+
+	data, err := json.Marshal(req.Spec)
+	if err != nil {
+		return fmt.Errorf("create container %s: encode spec: %w", req.ID, err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, shim.ConfigFile), data, 0o600); err != nil {
+		return fmt.Errorf("create container %s: write bundle: %w", req.ID, err)
+	}
+	hs, err := o.launchShim(ctx, req, dir)
+	shimPid = hs.ShimPid
+	if err != nil {
+		return fmt.Errorf("create container %s: %w", req.ID, err)
+	}
+	o.log.InfoContext(ctx, "container created", "container_id", req.ID, "pid", hs.Pid)
+	return nil
+}
+
+// launchShim runs crin-shim and reads its handshake. When ctx ends first,
+// it still waits up to createGrace for the shim to finish, so the rollback
+// knows what to undo (a runtime create cannot be interrupted cleanly).
+func (o *OCI) launchShim(ctx context.Context, req CreateRequest, dir string) (shim.Handshake, error) {
+	var hs shim.Handshake
+	r, w, err := os.Pipe()
+	if err != nil {
+		return hs, err
+	}
+	defer r.Close()
+	cfg := shim.Config{
+		ID: req.ID, Dir: dir, Runtime: o.cfg.Binary, RuntimeRoot: o.cfg.Root,
+		LogPath: req.LogPath, OOMScoreAdj: o.cfg.OOMScoreAdj,
+	}
+	// The first shim process only starts the detached one and exits; it
+	// is not cut short by ctx, or the detached one might run unseen.
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(sctx, o.cfg.ShimBinary, cfg.Args()...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.ExtraFiles = []*os.File{w}
+	cmd.Dir = dir
+	err = cmd.Run()
+	w.Close()
+	if err != nil {
+		return hs, fmt.Errorf("run shim: %w: %s", err, bytes.TrimSpace(out.Bytes()))
+	}
+
+	_ = r.SetReadDeadline(time.Now().Add(DefaultCreateTimeout))
+	stop := context.AfterFunc(ctx, func() { _ = r.SetReadDeadline(time.Now().Add(createGrace)) })
+	defer stop()
+	data, err := io.ReadAll(io.LimitReader(r, 1<<20))
+	if err != nil {
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			err = context.DeadlineExceeded
+		}
+		if ctx.Err() != nil {
+			err = ctx.Err()
+		}
+		return hs, fmt.Errorf("wait for shim: %w", err)
+	}
+	if err := json.Unmarshal(bytes.TrimSpace(data), &hs); err != nil {
+		return hs, fmt.Errorf("shim handshake %q: %w", data, err)
+	}
+	if hs.Error != "" {
+		return hs, errors.New(hs.Error)
+	}
+	if ctx.Err() != nil {
+		return hs, fmt.Errorf("wait for shim: %w", ctx.Err())
+	}
+	return hs, nil
+}
+
+// rollbackCreate removes whatever a failed Create left: the container in
+// the runtime, the shim, the state dir.
+func (o *OCI) rollbackCreate(ctx context.Context, id, dir string, shimPid int) {
+	if shimPid == 0 {
+		shimPid = readPid(filepath.Join(dir, shim.ShimPidFile))
+	}
+	if _, err := o.run(ctx, runOpts{}, "delete", "--force", id); err != nil && !isRuntimeNotExist(err) {
+		o.log.WarnContext(ctx, "rollback create: runtime delete", "container_id", id, "error", err)
+	}
+	if shimPid > 0 && alive(shimPid) {
+		// A shim that reported failure exits by itself; one whose
+		// container was just deleted records the exit, then may go.
+		deadline := time.Now().Add(shimExitWait)
+		for alive(shimPid) && time.Now().Before(deadline) {
+			sctx, cancel := context.WithTimeout(ctx, time.Second)
+			_, err := shim.Call(sctx, shim.SocketPath(dir), shim.OpShutdown)
+			cancel()
+			if err == nil || errors.Is(err, shim.ErrShimGone) {
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		o.stopShim(ctx, shimPid)
+	}
+	o.removeDir(ctx, id, dir)
+}
+
+func (o *OCI) removeDir(ctx context.Context, id, dir string) {
+	if sock := shim.SocketPath(dir); !strings.HasPrefix(sock, dir+string(filepath.Separator)) {
+		_ = os.Remove(sock)
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		o.log.WarnContext(ctx, "remove container state", "container_id", id, "error", err)
+	}
+}
+
+// call sends op to the shim of id.
+func (o *OCI) call(ctx context.Context, id, op string) (shim.Response, error) {
+	dir, err := o.known(id)
+	if err != nil {
+		return shim.Response{}, err
+	}
+	return shim.Call(ctx, shim.SocketPath(dir), op)
+}
+
+// Start asks the shim to start the container. A container that is not in
+// the created state is errdefs.ErrFailedPrecondition.
+func (o *OCI) Start(ctx context.Context, id string) (int, error) {
+	resp, err := o.call(ctx, id, shim.OpStart)
+	if err != nil {
+		if errors.Is(err, shim.ErrShimGone) {
+			err = fmt.Errorf("%w: %w", err, errdefs.ErrFailedPrecondition)
+		}
+		return 0, fmt.Errorf("start container %s: %w", id, err)
+	}
+	o.log.InfoContext(ctx, "container started", "container_id", id, "pid", resp.Pid)
+	return resp.Pid, nil
+}
+
+// Signal runs "<runtime> kill". A container that has already stopped is
+// not an error.
+func (o *OCI) Signal(ctx context.Context, id string, sig syscall.Signal, opts SignalOptions) error {
+	if _, err := o.known(id); err != nil {
+		return err
+	}
+	args := []string{"kill"}
+	if opts.All {
+		args = append(args, "--all")
+	}
+	args = append(args, id, strconv.Itoa(int(sig)))
+	if _, err := o.run(ctx, runOpts{}, args...); err != nil {
+		// The runtime refuses to signal a stopped container; the caller
+		// only wanted it to stop.
+		if isRuntimeNotExist(err) {
+			return nil
+		}
+		if st, serr := o.runtimeState(ctx, id); serr == nil && st.Status == "stopped" {
+			return nil
+		}
+		return fmt.Errorf("signal container %s: %w", id, err)
+	}
+	return nil
+}
+
+// Status asks the shim; without a shim it reads the recorded exit, and
+// without that the runtime's own state (StateUnknown when it has none).
+func (o *OCI) Status(ctx context.Context, id string) (Status, error) {
+	resp, err := o.call(ctx, id, shim.OpState)
+	if err == nil {
+		return statusOf(resp), nil
+	}
+	if !errors.Is(err, shim.ErrShimGone) {
+		return Status{}, fmt.Errorf("status of container %s: %w", id, err)
+	}
+	return o.statusWithoutShim(ctx, id)
+}
+
+func (o *OCI) statusWithoutShim(ctx context.Context, id string) (Status, error) {
+	if e, err := shim.ReadExit(o.dir(id)); err == nil {
+		return statusOfExit(e), nil
+	}
+	st, err := o.runtimeState(ctx, id)
+	if err != nil {
+		if isRuntimeNotExist(err) {
+			return Status{State: StateUnknown}, nil
+		}
+		return Status{}, fmt.Errorf("status of container %s: %w", id, err)
+	}
+	switch st.Status {
+	case "created":
+		return Status{State: StateCreated, Pid: st.Pid}, nil
+	case "running", "paused":
+		return Status{State: StateRunning, Pid: st.Pid}, nil
+	}
+	// Stopped, but nobody saw how: the exit code is lost.
+	return Status{State: StateUnknown}, nil
+}
+
+func statusOf(r shim.Response) Status {
+	if r.Exit != nil {
+		return statusOfExit(*r.Exit)
+	}
+	st := Status{State: StateUnknown, Pid: r.Pid, StartedAt: r.StartedAt}
+	switch r.State {
+	case shim.StateCreated:
+		st.State = StateCreated
+	case shim.StateRunning:
+		st.State = StateRunning
+	}
+	return st
+}
+
+func statusOfExit(e shim.Exit) Status {
+	return Status{
+		State: StateStopped, Pid: e.Pid, ExitCode: e.ExitCode, OOMKilled: e.OOMKilled,
+		StartedAt: e.StartedAt, FinishedAt: e.FinishedAt,
+	}
+}
+
+// Wait blocks on the shim until the container exits. If the shim is gone
+// it polls the recorded exit and the runtime's state.
+func (o *OCI) Wait(ctx context.Context, id string) (Status, error) {
+	resp, err := o.call(ctx, id, shim.OpWait)
+	if err == nil {
+		return statusOf(resp), nil
+	}
+	if !errors.Is(err, shim.ErrShimGone) {
+		return Status{}, fmt.Errorf("wait for container %s: %w", id, err)
+	}
+	tick := time.NewTicker(500 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		st, err := o.statusWithoutShim(ctx, id)
+		if err != nil {
+			return Status{}, err
+		}
+		if st.State == StateStopped || st.State == StateUnknown {
+			return st, nil
+		}
+		select {
+		case <-ctx.Done():
+			return Status{}, fmt.Errorf("wait for container %s: %w", id, ctx.Err())
+		case <-tick.C:
+		}
+	}
+}
+
+// Delete kills the container if it lives, removes it from the runtime,
+// stops its shim and removes its state dir. An unknown id is not an error
+// (CRI RemoveContainer: "If the container has already been removed, it must
+// not return an error").
+func (o *OCI) Delete(ctx context.Context, id string) error {
+	if err := validID(id); err != nil {
+		return err
+	}
+	dir := o.dir(id)
+	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	st, err := o.Status(ctx, id)
+	if err != nil && !errdefs.IsNotFound(err) {
+		return fmt.Errorf("delete container %s: %w", id, err)
+	}
+	if err == nil && (st.State == StateCreated || st.State == StateRunning) {
+		if err := o.Signal(ctx, id, unix.SIGKILL, SignalOptions{All: true}); err != nil {
+			o.log.WarnContext(ctx, "delete: kill", "container_id", id, "error", err)
+		}
+		wctx, cancel := context.WithTimeout(ctx, deleteStopWait)
+		_, werr := o.Wait(wctx, id)
+		cancel()
+		if werr != nil {
+			return fmt.Errorf("delete container %s: wait for it to die: %w", id, werr)
+		}
+	}
+	if _, err := o.run(ctx, runOpts{}, "delete", "--force", id); err != nil && !isRuntimeNotExist(err) {
+		return fmt.Errorf("delete container %s: %w", id, err)
+	}
+	if pid := readPid(filepath.Join(dir, shim.ShimPidFile)); pid > 0 {
+		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		_, err := shim.Call(sctx, shim.SocketPath(dir), shim.OpShutdown)
+		cancel()
+		if err != nil && !errors.Is(err, shim.ErrShimGone) {
+			o.log.WarnContext(ctx, "delete: shim shutdown", "container_id", id, "error", err)
+		}
+		o.stopShim(ctx, pid)
+	}
+	o.removeDir(ctx, id, dir)
+	o.log.InfoContext(ctx, "container deleted", "container_id", id)
+	return nil
+}
+
+// ReopenLog asks the shim to reopen the container's log file. A container
+// without a live shim is errdefs.ErrFailedPrecondition.
+func (o *OCI) ReopenLog(ctx context.Context, id string) error {
+	if _, err := o.call(ctx, id, shim.OpReopenLog); err != nil {
+		if errors.Is(err, shim.ErrShimGone) {
+			err = fmt.Errorf("%w: %w", err, errdefs.ErrFailedPrecondition)
+		}
+		return fmt.Errorf("reopen log of container %s: %w", id, err)
+	}
+	return nil
+}
+
+// List returns the ids that have a bundle in StateDir.
+func (o *OCI) List(ctx context.Context) ([]string, error) {
+	ents, err := os.ReadDir(o.cfg.StateDir)
+	if err != nil {
+		return nil, fmt.Errorf("list containers: %w", err)
+	}
+	var ids []string
+	for _, e := range ents {
+		if !e.IsDir() || validID(e.Name()) != nil {
+			continue
+		}
+		if _, err := os.Stat(filepath.Join(o.cfg.StateDir, e.Name(), shim.ConfigFile)); err == nil {
+			ids = append(ids, e.Name())
+		}
+	}
+	return ids, nil
+}
+
+// stopShim waits for the shim at pid to exit and kills it if it does not.
+// The pid is checked to still be a crin-shim before it is signalled.
+func (o *OCI) stopShim(ctx context.Context, pid int) {
+	if waitGone(ctx, pid, shimExitWait) {
+		return
+	}
+	exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
+	if err != nil || !strings.HasPrefix(exe, o.cfg.ShimBinary) {
+		return
+	}
+	o.log.WarnContext(ctx, "killing shim that did not exit", "shim_pid", pid)
+	_ = unix.Kill(pid, unix.SIGKILL)
+	waitGone(ctx, pid, shimExitWait)
+}
+
+// readPid reads a pid file; 0 when missing or bad.
+func readPid(path string) int {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return 0
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(data)))
+	if err != nil || pid <= 0 {
+		return 0
+	}
+	return pid
+}
+
+// alive reports whether pid runs (a zombie counts as gone: its reaper may
+// not be us).
+func alive(pid int) bool {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// The state follows the command name in parentheses.
+	i := bytes.LastIndexByte(data, ')')
+	if i < 0 || i+2 >= len(data) {
+		return false
+	}
+	return data[i+2] != 'Z' && data[i+2] != 'X'
+}
+
+// waitGone polls until pid is gone, for at most d; it reports success.
+func waitGone(ctx context.Context, pid int, d time.Duration) bool {
+	deadline := time.Now().Add(d)
+	for alive(pid) {
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return false
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return true
+}

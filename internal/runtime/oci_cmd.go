@@ -1,0 +1,350 @@
+package runtime
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/containerd/errdefs"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"github.com/opencontainers/runtime-spec/specs-go/features"
+	"golang.org/x/sys/unix"
+
+	"github.com/crin-dev/crin/internal/runtime/shim"
+)
+
+// maxCommandOutput caps what is kept of a runtime command's stdout/stderr.
+const maxCommandOutput = 1 << 20
+
+// RuntimeError is a failed OCI runtime command. Msg is what the runtime
+// itself reported (its JSON log and stderr).
+type RuntimeError struct {
+	Runtime string   // handler name
+	Args    []string // the command after the global flags
+	Msg     string
+	Err     error // the exec error (exit status, timeout)
+}
+
+func (e *RuntimeError) Error() string {
+	cmd := ""
+	if len(e.Args) > 0 {
+		cmd = e.Args[0]
+	}
+	if e.Msg == "" {
+		return fmt.Sprintf("%s %s: %v", e.Runtime, cmd, e.Err)
+	}
+	return fmt.Sprintf("%s %s: %s (%v)", e.Runtime, cmd, e.Msg, e.Err)
+}
+
+func (e *RuntimeError) Unwrap() error { return e.Err }
+
+// isRuntimeNotExist reports an error of a runtime that does not know the
+// container (runc: "container does not exist", crun: "... No such file").
+func isRuntimeNotExist(err error) bool {
+	var re *RuntimeError
+	if !errors.As(err, &re) {
+		return false
+	}
+	m := strings.ToLower(re.Msg)
+	return strings.Contains(m, "does not exist") || strings.Contains(m, "not found") ||
+		strings.Contains(m, "no such file")
+}
+
+type runOpts struct {
+	stdin   []byte
+	timeout time.Duration // the backend's CommandTimeout when 0
+}
+
+// run runs the runtime with its global flags and args, with a timeout, and
+// returns its stdout. The error is a *RuntimeError with the runtime's
+// messages.
+func (o *OCI) run(ctx context.Context, opts runOpts, args ...string) ([]byte, error) {
+	logf, err := os.CreateTemp(o.cfg.StateDir, ".runtime-log-*")
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: make log: %w", o.cfg.Name, args[0], err)
+	}
+	logf.Close()
+	defer os.Remove(logf.Name())
+
+	timeout := opts.timeout
+	if timeout <= 0 {
+		timeout = o.cfg.CommandTimeout
+	}
+	cctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	argv := append([]string{"--root", o.cfg.Root, "--log", logf.Name(), "--log-format", "json"}, args...)
+	cmd := exec.CommandContext(cctx, o.cfg.Binary, argv...)
+	if opts.stdin != nil {
+		cmd.Stdin = bytes.NewReader(opts.stdin)
+	}
+	stdout := &cappedBuffer{max: maxCommandOutput}
+	stderr := &cappedBuffer{max: 64 << 10}
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	cmd.WaitDelay = time.Second
+	if err := cmd.Run(); err != nil {
+		if cctx.Err() != nil {
+			err = fmt.Errorf("%w: %w", err, cctx.Err())
+		}
+		return nil, &RuntimeError{Runtime: o.cfg.Name, Args: args, Msg: runtimeMessage(logf.Name(), stderr.Bytes()), Err: err}
+	}
+	return stdout.Bytes(), nil
+}
+
+func runtimeMessage(logPath string, stderr []byte) string {
+	var msgs []string
+	if data, err := os.ReadFile(logPath); err == nil {
+		if m := shim.ParseRuntimeLog(data); m != "" {
+			msgs = append(msgs, m)
+		}
+	}
+	if s := strings.TrimSpace(string(stderr)); s != "" {
+		msgs = append(msgs, s)
+	}
+	return strings.Join(msgs, "; ")
+}
+
+// runtimeStatus is the part of "<runtime> state" output crin uses.
+type runtimeStatus struct {
+	Status string `json:"status"`
+	Pid    int    `json:"pid"`
+}
+
+func (o *OCI) runtimeState(ctx context.Context, id string) (runtimeStatus, error) {
+	var st runtimeStatus
+	out, err := o.run(ctx, runOpts{timeout: 30 * time.Second}, "state", id)
+	if err != nil {
+		return st, err
+	}
+	if err := json.Unmarshal(out, &st); err != nil {
+		return st, fmt.Errorf("decode %s state: %w", o.cfg.Name, err)
+	}
+	return st, nil
+}
+
+// Update runs "<runtime> update --resources -". A stopped container is
+// errdefs.ErrFailedPrecondition.
+func (o *OCI) Update(ctx context.Context, id string, res *specs.LinuxResources) error {
+	if res == nil {
+		return fmt.Errorf("update container %s: no resources: %w", id, errdefs.ErrInvalidArgument)
+	}
+	st, err := o.Status(ctx, id)
+	if err != nil {
+		return fmt.Errorf("update container %s: %w", id, err)
+	}
+	if st.State != StateCreated && st.State != StateRunning {
+		return fmt.Errorf("update container %s: container is %s: %w", id, st.State, errdefs.ErrFailedPrecondition)
+	}
+	data, err := json.Marshal(res)
+	if err != nil {
+		return fmt.Errorf("update container %s: encode resources: %w", id, err)
+	}
+	if _, err := o.run(ctx, runOpts{stdin: data}, "update", "--resources", "-", id); err != nil {
+		return fmt.Errorf("update container %s: %w", id, err)
+	}
+	return nil
+}
+
+// Exec runs "<runtime> exec" with the container's process spec and req.Args,
+// stdout and stderr captured apart. When req.Timeout (or ctx) expires the
+// exec'd process is killed and the error wraps ctx's error
+// (context.DeadlineExceeded for a timeout); the output so far is returned.
+// A process that ran and failed is not an error: see ExitCode. A container
+// that is not running is errdefs.ErrFailedPrecondition. ExitCode is -1 when
+// the process was killed for its timeout.
+func (o *OCI) Exec(ctx context.Context, id string, req ExecRequest) (ExecResult, error) {
+	if len(req.Args) == 0 {
+		return ExecResult{}, fmt.Errorf("exec in container %s: no args: %w", id, errdefs.ErrInvalidArgument)
+	}
+	dir, err := o.known(id)
+	if err != nil {
+		return ExecResult{}, err
+	}
+	st, err := o.Status(ctx, id)
+	if err != nil {
+		return ExecResult{}, fmt.Errorf("exec in container %s: %w", id, err)
+	}
+	if st.State != StateRunning {
+		return ExecResult{}, fmt.Errorf("exec in container %s: container is %s: %w", id, st.State, errdefs.ErrFailedPrecondition)
+	}
+	proc, err := execProcess(dir, req.Args)
+	if err != nil {
+		return ExecResult{}, fmt.Errorf("exec in container %s: %w", id, err)
+	}
+	f, err := os.CreateTemp(dir, ".exec-*")
+	if err != nil {
+		return ExecResult{}, fmt.Errorf("exec in container %s: %w", id, err)
+	}
+	procFile, pidFile, logFile := f.Name()+".json", f.Name()+".pid", f.Name()+".log"
+	f.Close()
+	defer func() {
+		for _, p := range []string{f.Name(), procFile, pidFile, logFile} {
+			_ = os.Remove(p)
+		}
+	}()
+	if err := os.WriteFile(procFile, proc, 0o600); err != nil {
+		return ExecResult{}, fmt.Errorf("exec in container %s: %w", id, err)
+	}
+
+	max := req.MaxOutput
+	if max <= 0 {
+		max = maxCommandOutput
+	}
+	stdout, stderr := &cappedBuffer{max: max}, &cappedBuffer{max: max}
+	cmd := exec.Command(o.cfg.Binary, "--root", o.cfg.Root, "--log", logFile, "--log-format", "json",
+		"exec", "--process", procFile, "--pid-file", pidFile, id)
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	cmd.WaitDelay = time.Second
+	if err := cmd.Start(); err != nil {
+		return ExecResult{}, fmt.Errorf("exec in container %s: %w", id, err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+
+	tctx := ctx
+	if req.Timeout > 0 {
+		var cancel context.CancelFunc
+		tctx, cancel = context.WithTimeout(ctx, req.Timeout)
+		defer cancel()
+	}
+	var waitErr error
+	select {
+	case waitErr = <-done:
+	case <-tctx.Done():
+		killExec(pidFile, cmd, done)
+		res := ExecResult{Stdout: stdout.Bytes(), Stderr: stderr.Bytes(), ExitCode: -1}
+		return res, fmt.Errorf("exec in container %s: %w", id, tctx.Err())
+	}
+	res := ExecResult{Stdout: stdout.Bytes(), Stderr: stderr.Bytes()}
+	if waitErr != nil {
+		var ee *exec.ExitError
+		if !errors.As(waitErr, &ee) {
+			return res, fmt.Errorf("exec in container %s: %w", id, waitErr)
+		}
+		// The runtime exits with the process's status; it logs an
+		// error only when it failed itself (no such binary, ...).
+		if msg := runtimeMessage(logFile, nil); msg != "" {
+			return res, fmt.Errorf("exec in container %s: %w", id,
+				&RuntimeError{Runtime: o.cfg.Name, Args: []string{"exec"}, Msg: msg, Err: waitErr})
+		}
+		res.ExitCode = int32(ee.ExitCode())
+	}
+	return res, nil
+}
+
+// killExec stops a timed-out exec and receives its result from done.
+// Killing the runtime would leave the process running, so the process is
+// killed by the pid the runtime writes (which may take a moment to appear);
+// the runtime returns once it is gone. The runtime is killed only as a last
+// resort.
+func killExec(pidFile string, cmd *exec.Cmd, done <-chan error) {
+	for range 40 {
+		if pid := readPid(pidFile); pid > 0 {
+			_ = unix.Kill(pid, unix.SIGKILL)
+			break
+		}
+		select {
+		case <-done:
+			return
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		_ = cmd.Process.Kill()
+		<-done
+	}
+}
+
+// execProcess is the container's process spec with args replaced, as JSON.
+func execProcess(dir string, args []string) ([]byte, error) {
+	data, err := os.ReadFile(filepath.Join(dir, shim.ConfigFile))
+	if err != nil {
+		return nil, fmt.Errorf("read bundle: %w", err)
+	}
+	var spec specs.Spec
+	if err := json.Unmarshal(data, &spec); err != nil {
+		return nil, fmt.Errorf("decode bundle: %w", err)
+	}
+	if spec.Process == nil {
+		return nil, fmt.Errorf("bundle has no process: %w", errdefs.ErrFailedPrecondition)
+	}
+	p := *spec.Process
+	p.Args = args
+	p.Terminal = false
+	p.ConsoleSize = nil
+	return json.Marshal(&p)
+}
+
+// Features runs "<runtime> features". Runtimes without that command (crun
+// before 1.9, runc before 1.1) get a Features that claims only the OCI
+// versions read from "<runtime> --version" ("spec: 1.0.0").
+func (o *OCI) Features(ctx context.Context) (*features.Features, error) {
+	out, ferr := o.run(ctx, runOpts{timeout: 30 * time.Second}, "features")
+	if ferr == nil {
+		var f features.Features
+		if err := json.Unmarshal(out, &f); err != nil {
+			return nil, fmt.Errorf("%s features: decode: %w", o.cfg.Name, err)
+		}
+		return &f, nil
+	}
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	ver, err := exec.CommandContext(cctx, o.cfg.Binary, "--version").Output()
+	if err != nil {
+		return nil, fmt.Errorf("%s features: %w; --version: %w", o.cfg.Name, ferr, err)
+	}
+	f, ok := featuresFromVersion(ver)
+	if !ok {
+		return nil, fmt.Errorf("%s features: %w; no spec version in --version output", o.cfg.Name, ferr)
+	}
+	return f, nil
+}
+
+// featuresFromVersion reads the "spec: X" line of a runtime's --version.
+func featuresFromVersion(out []byte) (*features.Features, bool) {
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		k, v, ok := strings.Cut(sc.Text(), ":")
+		if !ok || strings.TrimSpace(strings.ToLower(k)) != "spec" {
+			continue
+		}
+		if v = strings.TrimSpace(v); v != "" {
+			return &features.Features{OCIVersionMin: "1.0.0", OCIVersionMax: v}, true
+		}
+	}
+	return nil, false
+}
+
+// cappedBuffer keeps the first max bytes written and drops the rest, so a
+// chatty process cannot exhaust memory (nor block on a full pipe).
+type cappedBuffer struct {
+	max int
+	buf bytes.Buffer
+}
+
+func (b *cappedBuffer) Write(p []byte) (int, error) {
+	if room := b.max - b.buf.Len(); room > 0 {
+		b.buf.Write(p[:min(room, len(p))])
+	}
+	return len(p), nil
+}
+
+// Bytes returns what was kept (nil when nothing was written).
+func (b *cappedBuffer) Bytes() []byte {
+	if b.buf.Len() == 0 {
+		return nil
+	}
+	return bytes.Clone(b.buf.Bytes())
+}
+
+var _ io.Writer = (*cappedBuffer)(nil)

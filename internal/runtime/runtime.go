@@ -1,0 +1,139 @@
+// Package runtime runs OCI containers for crind through one Runtime interface.
+// The oci backend drives any OCI runtime CLI (runc, crun) with one crin-shim
+// process per container; the shim owns the container's stdio, writes its CRI
+// log, reaps it and records how it exited, and outlives crind restarts.
+//
+// # The oci backend
+//
+// OCI keeps nothing in memory. Each container has a state dir,
+// StateDir/<id>, which is also its bundle (config.json); the shim keeps its
+// pid, the init pid, the runtime's JSON log, its own log and, once the
+// container exited, the exit record there (see package shim for the files
+// and the control protocol). A fresh OCI on the same StateDir therefore
+// sees every container a previous crind made: List reads the dirs, Status
+// and Wait ask the shim, and fall back to the exit record when the shim is
+// gone, and to "<runtime> state" when neither exists (StateUnknown when the
+// runtime no longer knows it either; the exit code is then lost).
+//
+// Create writes the bundle and runs crin-shim, which detaches itself (new
+// session, reparented away from crind), runs "<runtime> create" and reports
+// the init pid or the runtime's own error message on a handshake pipe. A
+// failed or cancelled Create deletes the container from the runtime, stops
+// the shim and removes the state dir. Start goes through the shim (so it
+// knows the start time); Signal, Update, Exec and Delete run the runtime
+// CLI directly, each command with its own timeout and with --log-format
+// json so errors carry the runtime's messages (see RuntimeError). Exec
+// kills the exec'd process itself (by the pid the runtime writes) when its
+// timeout expires: killing "runc exec" would leave the process behind.
+//
+// Delete kills a live container (SIGKILL to all its processes), waits for
+// its exit to be recorded, runs "<runtime> delete --force", asks the shim to
+// shut down (killing it if it does not) and removes the state dir.
+//
+// Shim sockets are path-based: StateDir/<id>/shim.sock, or a derived name
+// in /run/crin-shim when that path would not fit a unix socket address.
+package runtime
+
+import (
+	"context"
+	"syscall"
+	"time"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"github.com/opencontainers/runtime-spec/specs-go/features"
+)
+
+// Runtime creates, starts, signals and removes OCI containers.
+//
+// Errors are classified with github.com/containerd/errdefs: an unknown id is
+// errdefs.ErrNotFound, an operation that the container's state forbids is
+// errdefs.ErrFailedPrecondition.
+type Runtime interface {
+	// Create writes the bundle for req.Spec and creates the container under
+	// a new shim; the process is not started. On error nothing is left
+	// behind (no shim, no runtime state, no bundle).
+	Create(ctx context.Context, req CreateRequest) error
+	// Start starts a created container and returns its pid.
+	Start(ctx context.Context, id string) (int, error)
+	// Signal sends sig to the container's init process (all processes when
+	// opts.All). Signalling a stopped container is not an error.
+	Signal(ctx context.Context, id string, sig syscall.Signal, opts SignalOptions) error
+	// Status reports the container's state as its shim last saw it. It works
+	// after a crind restart (it reattaches to the live shim, or reads the
+	// recorded exit when the shim is gone).
+	Status(ctx context.Context, id string) (Status, error)
+	// Wait blocks until the container has exited (or ctx ends) and returns
+	// its final status.
+	Wait(ctx context.Context, id string) (Status, error)
+	// Delete removes the container from the OCI runtime, stops its shim and
+	// removes its bundle. A running container is killed first. Deleting an
+	// unknown id is not an error.
+	Delete(ctx context.Context, id string) error
+	// Update changes the resources of a created or running container.
+	Update(ctx context.Context, id string, res *specs.LinuxResources) error
+	// Exec runs a process in the container and waits for it, honouring
+	// req.Timeout (the process is killed when it expires and the error wraps
+	// context.DeadlineExceeded).
+	Exec(ctx context.Context, id string, req ExecRequest) (ExecResult, error)
+	// ReopenLog makes the shim close and reopen the container's log file.
+	ReopenLog(ctx context.Context, id string) error
+	// List returns the ids of every container this backend knows of
+	// (used on start-up to find containers the store does not know).
+	List(ctx context.Context) ([]string, error)
+	// Features reports what the OCI runtime supports.
+	Features(ctx context.Context) (*features.Features, error)
+}
+
+// CreateRequest describes a container to create.
+type CreateRequest struct {
+	ID string
+	// Spec is written as config.json in the bundle. Spec.Root.Path must be
+	// an absolute path to a prepared rootfs.
+	Spec *specs.Spec
+	// LogPath is the CRI log file the shim writes stdout and stderr to, in
+	// the CRI format. Empty means the output is discarded.
+	LogPath string
+}
+
+// SignalOptions modify Signal.
+type SignalOptions struct {
+	All bool // signal every process in the container
+}
+
+// State is the lifecycle state of a container as the runtime sees it.
+type State string
+
+// The states a container goes through.
+const (
+	StateCreated State = "created"
+	StateRunning State = "running"
+	StateStopped State = "stopped"
+	StateUnknown State = "unknown"
+)
+
+// Status is a container's runtime state.
+type Status struct {
+	State      State
+	Pid        int
+	ExitCode   int32
+	OOMKilled  bool
+	StartedAt  time.Time
+	FinishedAt time.Time
+}
+
+// ExecRequest is a process to run inside a container. The process inherits
+// the container's process spec (env, user, cwd, capabilities) with Args
+// replaced.
+type ExecRequest struct {
+	Args    []string
+	Timeout time.Duration // 0 means no timeout beyond ctx
+	// MaxOutput caps the bytes kept of each of stdout and stderr.
+	MaxOutput int
+}
+
+// ExecResult is the outcome of an Exec.
+type ExecResult struct {
+	Stdout   []byte
+	Stderr   []byte
+	ExitCode int32
+}

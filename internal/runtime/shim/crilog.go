@@ -1,0 +1,187 @@
+package shim
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"time"
+)
+
+// Streams and tags of the CRI log format.
+const (
+	StreamStdout = "stdout"
+	StreamStderr = "stderr"
+	TagFull      = "F"
+	TagPartial   = "P"
+)
+
+// DefaultMaxLine is the longest line content written as one record; longer
+// lines are split into partial (P) records followed by a full (F) one.
+const DefaultMaxLine = 16 * 1024
+
+// timestampFormat is RFC 3339 with a fixed nine-digit fraction, so records
+// sort as text; kubelet parses it with time.RFC3339Nano.
+const timestampFormat = "2006-01-02T15:04:05.000000000Z07:00"
+
+// LogWriter writes container output to a file in the CRI log format:
+//
+//	<timestamp> <stream> <tag> <content>\n
+//
+// where tag is F for a record that ends a line and P for a piece of a line
+// longer than the maximum. A last line without a newline is written as F when
+// its stream closes. Records from concurrent streams never interleave.
+type LogWriter struct {
+	path    string
+	maxLine int
+	now     func() time.Time
+	onError func(error)
+
+	// mu guards f and failed; a record is written under it in one Write.
+	mu     sync.Mutex
+	f      *os.File
+	failed bool
+}
+
+// LogOptions tune a LogWriter; the zero value is the default.
+type LogOptions struct {
+	MaxLine int              // DefaultMaxLine when 0
+	Now     func() time.Time // time.Now when nil
+	// OnError is told about the first write error after each (re)open;
+	// output keeps being drained (and dropped) so the container never
+	// blocks on a full pipe.
+	OnError func(error)
+}
+
+// OpenLog opens (creating or appending to) the CRI log at path. An empty
+// path gives a writer that discards everything.
+func OpenLog(path string, opts LogOptions) (*LogWriter, error) {
+	w := &LogWriter{path: path, maxLine: opts.MaxLine, now: opts.Now, onError: opts.OnError}
+	if w.maxLine <= 0 {
+		w.maxLine = DefaultMaxLine
+	}
+	if w.now == nil {
+		w.now = time.Now
+	}
+	if path == "" {
+		return w, nil
+	}
+	f, err := openLogFile(path)
+	if err != nil {
+		return nil, err
+	}
+	w.f = f
+	return w, nil
+}
+
+func openLogFile(path string) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o640)
+	if err != nil {
+		return nil, fmt.Errorf("open container log %s: %w", path, err)
+	}
+	return f, nil
+}
+
+// Reopen closes the log file and opens path again, so a log rotated by
+// renaming continues in a fresh file.
+func (w *LogWriter) Reopen() error {
+	if w.path == "" {
+		return nil
+	}
+	f, err := openLogFile(w.path)
+	if err != nil {
+		return err
+	}
+	w.mu.Lock()
+	old := w.f
+	w.f = f
+	w.failed = false
+	w.mu.Unlock()
+	if old != nil {
+		_ = old.Close()
+	}
+	return nil
+}
+
+// Close closes the log file. Copy calls still running drop their output.
+func (w *LogWriter) Close() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.f == nil {
+		return nil
+	}
+	err := w.f.Close()
+	w.f = nil
+	return err
+}
+
+// Copy reads r until EOF and writes it as records of stream. It returns the
+// read error, if any, other than io.EOF. Write errors do not stop it.
+func (w *LogWriter) Copy(stream string, r io.Reader) error {
+	// One byte more than a record holds, so a line of exactly maxLine
+	// bytes and its newline make one full record.
+	br := bufio.NewReaderSize(r, w.maxLine+1)
+	// carry holds the tail of an overlong line, shorter than maxLine,
+	// that belongs at the start of the next record.
+	var carry []byte
+	for {
+		chunk, err := br.ReadSlice('\n')
+		switch {
+		case err == nil:
+			carry = w.records(stream, append(carry, chunk[:len(chunk)-1]...), TagFull)
+		case errors.Is(err, bufio.ErrBufferFull):
+			carry = w.records(stream, append(carry, chunk...), TagPartial)
+		default:
+			if data := append(carry, chunk...); len(data) > 0 {
+				w.records(stream, data, TagFull)
+			}
+			if errors.Is(err, io.EOF) || errors.Is(err, os.ErrClosed) {
+				return nil
+			}
+			return fmt.Errorf("read container %s: %w", stream, err)
+		}
+	}
+}
+
+// records writes data as partial records of maxLine bytes. With end
+// TagFull the rest ends the line as a full record; with TagPartial a rest
+// shorter than maxLine is returned to be continued. The returned slice
+// reuses data's storage.
+func (w *LogWriter) records(stream string, data []byte, end string) []byte {
+	for len(data) > w.maxLine || (end == TagPartial && len(data) == w.maxLine) {
+		w.record(stream, TagPartial, data[:w.maxLine])
+		data = data[w.maxLine:]
+	}
+	if end == TagFull {
+		w.record(stream, TagFull, data)
+		return data[:0]
+	}
+	return data
+}
+
+func (w *LogWriter) record(stream, tag string, content []byte) {
+	ts := w.now()
+	buf := make([]byte, 0, len(timestampFormat)+len(stream)+len(tag)+len(content)+4)
+	buf = ts.AppendFormat(buf, timestampFormat)
+	buf = append(buf, ' ')
+	buf = append(buf, stream...)
+	buf = append(buf, ' ')
+	buf = append(buf, tag...)
+	buf = append(buf, ' ')
+	buf = append(buf, content...)
+	buf = append(buf, '\n')
+
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.f == nil {
+		return
+	}
+	if _, err := w.f.Write(buf); err != nil && !w.failed {
+		w.failed = true
+		if w.onError != nil {
+			w.onError(fmt.Errorf("write container log %s: %w", w.path, err))
+		}
+	}
+}

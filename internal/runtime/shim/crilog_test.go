@@ -1,0 +1,259 @@
+package shim
+
+import (
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func fixedClock() func() time.Time {
+	t0 := time.Date(2024, 5, 6, 7, 8, 9, 120000000, time.UTC)
+	return func() time.Time { return t0 }
+}
+
+const ts = "2024-05-06T07:08:09.120000000Z"
+
+func readLines(t *testing.T, path string) []string {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(data) == 0 {
+		return nil
+	}
+	if data[len(data)-1] != '\n' {
+		t.Fatalf("log does not end with a newline: %q", data)
+	}
+	return strings.Split(strings.TrimSuffix(string(data), "\n"), "\n")
+}
+
+func TestLogWriterCopy(t *testing.T) {
+	tests := []struct {
+		name    string
+		stream  string
+		input   string
+		maxLine int
+		want    []string
+	}{
+		{
+			name:   "full lines",
+			stream: StreamStdout,
+			input:  "hello\nworld\n",
+			want:   []string{ts + " stdout F hello", ts + " stdout F world"},
+		},
+		{
+			name:   "empty line kept",
+			stream: StreamStderr,
+			input:  "a\n\nb\n",
+			want:   []string{ts + " stderr F a", ts + " stderr F ", ts + " stderr F b"},
+		},
+		{
+			name:   "last line without newline is full at close",
+			stream: StreamStdout,
+			input:  "done\nno newline",
+			want:   []string{ts + " stdout F done", ts + " stdout F no newline"},
+		},
+		{
+			name:    "long line split into partials",
+			stream:  StreamStdout,
+			input:   "abcdefghij\n",
+			maxLine: 4,
+			want: []string{
+				ts + " stdout P abcd", ts + " stdout P efgh", ts + " stdout F ij",
+			},
+		},
+		{
+			name:    "line of exactly max is one full record",
+			stream:  StreamStdout,
+			input:   "abcd\nxy\n",
+			maxLine: 4,
+			want:    []string{ts + " stdout F abcd", ts + " stdout F xy"},
+		},
+		{
+			name:    "partial then newline at the next read",
+			stream:  StreamStdout,
+			input:   strings.Repeat("z", 40) + "\n",
+			maxLine: 16,
+			want: []string{
+				ts + " stdout P " + strings.Repeat("z", 16), ts + " stdout P " + strings.Repeat("z", 16),
+				ts + " stdout F " + strings.Repeat("z", 8),
+			},
+		},
+		{
+			name:   "nothing written",
+			stream: StreamStdout,
+			input:  "",
+			want:   nil,
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "c.log")
+			w, err := OpenLog(path, LogOptions{MaxLine: tc.maxLine, Now: fixedClock()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := w.Copy(tc.stream, strings.NewReader(tc.input)); err != nil {
+				t.Fatal(err)
+			}
+			if err := w.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.want, readLines(t, path)); diff != "" {
+				t.Errorf("log (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestLogWriterParsesLikeKubelet reassembles the log the way kubelet does
+// (timestamp, stream, tag, content; P records are joined to the next F).
+func TestLogWriterParsesLikeKubelet(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "c.log")
+	w, err := OpenLog(path, LogOptions{MaxLine: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	long := strings.Repeat("x", 30)
+	if err := w.Copy(StreamStdout, strings.NewReader("short\n"+long+"\ntail")); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	var got []string
+	var cur strings.Builder
+	for _, l := range readLines(t, path) {
+		f := strings.SplitN(l, " ", 4)
+		if len(f) != 4 {
+			t.Fatalf("bad record %q", l)
+		}
+		if _, err := time.Parse(time.RFC3339Nano, f[0]); err != nil {
+			t.Fatalf("timestamp %q: %v", f[0], err)
+		}
+		if f[1] != "stdout" {
+			t.Fatalf("stream %q", f[1])
+		}
+		cur.WriteString(f[3])
+		switch f[2] {
+		case "F":
+			got = append(got, cur.String())
+			cur.Reset()
+		case "P":
+		default:
+			t.Fatalf("tag %q", f[2])
+		}
+	}
+	if diff := cmp.Diff([]string{"short", long, "tail"}, got); diff != "" {
+		t.Errorf("lines (-want +got):\n%s", diff)
+	}
+}
+
+func TestLogWriterConcurrentStreamsDoNotInterleave(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "c.log")
+	w, err := OpenLog(path, LogOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	line := strings.Repeat("o", 3000) + "\n"
+	var wg sync.WaitGroup
+	for _, s := range []string{StreamStdout, StreamStderr} {
+		wg.Go(func() {
+			if err := w.Copy(s, strings.NewReader(strings.Repeat(line, 200))); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	w.Close()
+	lines := readLines(t, path)
+	if len(lines) != 400 {
+		t.Fatalf("got %d records, want 400", len(lines))
+	}
+	for _, l := range lines {
+		f := strings.SplitN(l, " ", 4)
+		if len(f) != 4 || f[2] != "F" || f[3] != line[:len(line)-1] {
+			t.Fatalf("mangled record %.80q", l)
+		}
+	}
+}
+
+func TestLogWriterReopen(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "c.log")
+	w, err := OpenLog(path, LogOptions{Now: fixedClock()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	go func() { done <- w.Copy(StreamStdout, pr) }()
+
+	io.WriteString(pw, "before\n")
+	waitFor(t, func() bool { fi, err := os.Stat(path); return err == nil && fi.Size() > 0 })
+	rotated := filepath.Join(dir, "c.log.1")
+	if err := os.Rename(path, rotated); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Reopen(); err != nil {
+		t.Fatal(err)
+	}
+	io.WriteString(pw, "after\n")
+	pw.Close()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{ts + " stdout F before"}, readLines(t, rotated)); diff != "" {
+		t.Errorf("rotated log (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{ts + " stdout F after"}, readLines(t, path)); diff != "" {
+		t.Errorf("new log (-want +got):\n%s", diff)
+	}
+}
+
+func TestLogWriterWriteErrorKeepsDraining(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "c.log")
+	var reported []error
+	w, err := OpenLog(path, LogOptions{OnError: func(err error) { reported = append(reported, err) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Break the file under the writer: writes now fail.
+	w.f.Close()
+	if err := w.Copy(StreamStdout, strings.NewReader("a\nb\nc\n")); err != nil {
+		t.Fatalf("Copy stopped on a write error: %v", err)
+	}
+	if len(reported) != 1 {
+		t.Errorf("got %d reported errors, want 1 (the first): %v", len(reported), reported)
+	}
+}
+
+func TestLogWriterEmptyPathDiscards(t *testing.T) {
+	w, err := OpenLog("", LogOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Copy(StreamStdout, strings.NewReader("x\n")); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Reopen(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met in 5s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

@@ -1,0 +1,405 @@
+package shim
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// handshakeFD is the descriptor on which the shim reports the create result.
+const handshakeFD = 3
+
+// Timeouts for the runtime commands the shim runs itself.
+const (
+	createTimeout = 4 * time.Minute
+	startTimeout  = time.Minute
+	ioDrainWait   = 2 * time.Second
+)
+
+// Config is what one shim needs; the oci backend passes it as flags.
+type Config struct {
+	ID          string // container id
+	Dir         string // state dir and bundle: config.json, exit, shim.log
+	Runtime     string // OCI runtime binary
+	RuntimeRoot string // the runtime's --root
+	LogPath     string // CRI log; empty discards output
+	// OOMScoreAdj, when set, becomes the shim's own oom_score_adj.
+	OOMScoreAdj *int
+}
+
+// Args returns the command-line flags that make a shim use c.
+func (c Config) Args() []string {
+	args := []string{
+		"-id", c.ID, "-dir", c.Dir, "-runtime", c.Runtime,
+		"-root", c.RuntimeRoot, "-log", c.LogPath,
+	}
+	if c.OOMScoreAdj != nil {
+		args = append(args, "-oom-score-adj", strconv.Itoa(*c.OOMScoreAdj))
+	}
+	return args
+}
+
+func parseArgs(args []string) (Config, bool, error) {
+	fs := flag.NewFlagSet("crin-shim", flag.ContinueOnError)
+	fs.SetOutput(io.Discard) // Main prints the error
+	var c Config
+	var oom string
+	fs.StringVar(&c.ID, "id", "", "container id")
+	fs.StringVar(&c.Dir, "dir", "", "container state directory (the bundle)")
+	fs.StringVar(&c.Runtime, "runtime", "", "OCI runtime binary")
+	fs.StringVar(&c.RuntimeRoot, "root", "", "OCI runtime --root")
+	fs.StringVar(&c.LogPath, "log", "", "CRI log file")
+	fs.StringVar(&oom, "oom-score-adj", "", "oom_score_adj for the shim")
+	detached := fs.Bool("detached", false, "internal: run as the detached shim")
+	if err := fs.Parse(args); err != nil {
+		return c, false, err
+	}
+	if c.ID == "" || c.Dir == "" || c.Runtime == "" || c.RuntimeRoot == "" {
+		return c, false, errors.New("-id, -dir, -runtime and -root are required")
+	}
+	if oom != "" {
+		v, err := strconv.Atoi(oom)
+		if err != nil {
+			return c, false, fmt.Errorf("-oom-score-adj %q: %w", oom, err)
+		}
+		c.OOMScoreAdj = &v
+	}
+	return c, *detached, nil
+}
+
+// Main runs crin-shim with args (without the program name) and returns the
+// exit status. Run by the oci backend with a pipe as descriptor 3, it starts
+// a detached copy of itself in a new session and returns at once; the copy
+// creates the container, writes a Handshake on descriptor 3, closes it, and
+// serves the control socket until told to shut down.
+func Main(args []string) int {
+	cfg, detached, err := parseArgs(args)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "crin-shim:", err)
+		return 2
+	}
+	if !detached {
+		if err := detach(cfg, args); err != nil {
+			fmt.Fprintln(os.Stderr, "crin-shim:", err)
+			return 1
+		}
+		return 0
+	}
+	return runDetached(cfg)
+}
+
+// detach starts the real shim in its own session, detached from the caller,
+// so that the caller only has to reap this short-lived process.
+func detach(cfg Config, args []string) error {
+	hs := os.NewFile(handshakeFD, "handshake")
+	if hs == nil {
+		return errors.New("no handshake descriptor 3")
+	}
+	null, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	defer null.Close()
+	logf, err := os.OpenFile(filepath.Join(cfg.Dir, ShimLogFile), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		return fmt.Errorf("open shim log: %w", err)
+	}
+	defer logf.Close()
+	self, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("find own binary: %w", err)
+	}
+	cmd := exec.Command(self, append([]string{"-detached"}, args...)...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = null, logf, logf
+	cmd.ExtraFiles = []*os.File{hs}
+	cmd.Dir = cfg.Dir
+	cmd.SysProcAttr = &unix.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start detached shim: %w", err)
+	}
+	return cmd.Process.Release()
+}
+
+func runDetached(cfg Config) int {
+	unix.CloseOnExec(handshakeFD)
+	hs := os.NewFile(handshakeFD, "handshake")
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil)).With("container_id", cfg.ID)
+	signal.Ignore(unix.SIGHUP, unix.SIGPIPE)
+
+	report := func(h Handshake) {
+		if hs == nil {
+			return
+		}
+		h.ShimPid = os.Getpid()
+		data, _ := json.Marshal(h)
+		_, _ = hs.Write(append(data, '\n'))
+		_ = hs.Close()
+		hs = nil
+	}
+	if err := os.WriteFile(filepath.Join(cfg.Dir, ShimPidFile), []byte(strconv.Itoa(os.Getpid())), 0o600); err != nil {
+		report(Handshake{Error: fmt.Sprintf("write shim pid: %v", err)})
+		return 1
+	}
+	if cfg.OOMScoreAdj != nil {
+		// Raising is always allowed; lowering needs CAP_SYS_RESOURCE,
+		// which root may lack. Neither outcome stops the container.
+		if err := os.WriteFile("/proc/self/oom_score_adj", []byte(strconv.Itoa(*cfg.OOMScoreAdj)), 0); err != nil {
+			log.Warn("set oom_score_adj", "value", *cfg.OOMScoreAdj, "error", err)
+		}
+	}
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		report(Handshake{Error: fmt.Sprintf("become child subreaper: %v", err)})
+		return 1
+	}
+
+	sock := SocketPath(cfg.Dir)
+	l, err := listen(sock)
+	if err != nil {
+		report(Handshake{Error: err.Error()})
+		return 1
+	}
+	defer os.Remove(sock)
+
+	logw, err := OpenLog(cfg.LogPath, LogOptions{OnError: func(err error) { log.Warn("container log", "error", err) }})
+	if err != nil {
+		_ = l.Close()
+		report(Handshake{Error: err.Error()})
+		return 1
+	}
+	defer logw.Close()
+
+	rp := newReaper()
+	c, err := create(cfg)
+	if err != nil {
+		rp.stop()
+		_ = l.Close()
+		report(Handshake{Error: err.Error()})
+		return 1
+	}
+	log.Info("container created", "pid", c.pid)
+
+	// Both streams are copied until every process holding the pipes is
+	// gone; the exit is recorded after they drain (bounded by ioDrainWait).
+	ioDone := make(chan struct{})
+	go func() {
+		defer close(ioDone)
+		errc := make(chan error, 1)
+		go func() { errc <- logw.Copy(StreamStderr, c.stderr) }()
+		if err := logw.Copy(StreamStdout, c.stdout); err != nil {
+			log.Warn("copy stdout", "error", err)
+		}
+		if err := <-errc; err != nil {
+			log.Warn("copy stderr", "error", err)
+		}
+	}()
+
+	var srv *server
+	srv = newServer(log, c.pid, func() (int, error) { return startContainer(cfg, rp, c.pid) }, logw)
+	oomFile, err := oomCounterFile(c.pid)
+	var oomBase uint64
+	if err != nil {
+		log.Warn("no oom counter", "error", err)
+	} else if oomBase, err = readOOMKills(oomFile); err != nil {
+		log.Warn("read oom counter", "error", err)
+		oomFile = ""
+	}
+	initExited := make(chan unix.WaitStatus, 1)
+	rp.watch(c.pid, func(ws unix.WaitStatus) { initExited <- ws })
+	rp.run()
+
+	recorded := make(chan struct{})
+	go func() {
+		defer close(recorded)
+		ws := <-initExited
+		finished := time.Now()
+		code, sig := exitCode(ws)
+		e := Exit{Pid: c.pid, ExitCode: code, Signal: sig, StartedAt: srv.startedTime(), FinishedAt: finished}
+		if oomFile != "" {
+			if n, err := readOOMKills(oomFile); err == nil && n > oomBase {
+				e.OOMKilled = true
+			}
+		}
+		select {
+		case <-ioDone:
+		case <-time.After(ioDrainWait):
+			log.Warn("container output still open after exit")
+		}
+		if err := WriteExit(cfg.Dir, e); err != nil {
+			log.Error("record exit", "error", err)
+		}
+		log.Info("container exited", "exit_code", e.ExitCode, "oom_killed", e.OOMKilled)
+		srv.setExited(e)
+	}()
+
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		srv.serve(l)
+	}()
+	report(Handshake{Pid: c.pid})
+
+	<-srv.quit
+	_ = l.Close()
+	<-served
+	<-recorded
+	rp.stop()
+	log.Info("shim exiting")
+	return 0
+}
+
+func listen(sock string) (net.Listener, error) {
+	if err := os.MkdirAll(filepath.Dir(sock), 0o700); err != nil {
+		return nil, fmt.Errorf("make socket dir: %w", err)
+	}
+	_ = os.Remove(sock)
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		return nil, fmt.Errorf("listen %s: %w", sock, err)
+	}
+	if ul, ok := l.(*net.UnixListener); ok {
+		ul.SetUnlinkOnClose(true)
+	}
+	return l, nil
+}
+
+type created struct {
+	pid            int
+	stdout, stderr *os.File
+}
+
+// runtimeArgv is the runtime command line with the global flags.
+func runtimeArgv(cfg Config, args ...string) []string {
+	return append([]string{cfg.Runtime, "--root", cfg.RuntimeRoot,
+		"--log", filepath.Join(cfg.Dir, RuntimeLog), "--log-format", "json"}, args...)
+}
+
+// logSize is where the next runtime log messages will start.
+func logSize(cfg Config) int64 {
+	fi, err := os.Stat(filepath.Join(cfg.Dir, RuntimeLog))
+	if err != nil {
+		return 0
+	}
+	return fi.Size()
+}
+
+// runtimeError reads what the runtime logged since offset.
+func runtimeError(cfg Config, offset int64, extra string) string {
+	var msgs []string
+	if f, err := os.Open(filepath.Join(cfg.Dir, RuntimeLog)); err == nil {
+		data, _ := io.ReadAll(io.NewSectionReader(f, offset, 1<<20))
+		_ = f.Close()
+		if m := ParseRuntimeLog(data); m != "" {
+			msgs = append(msgs, m)
+		}
+	}
+	if extra = strings.TrimSpace(extra); extra != "" {
+		msgs = append(msgs, extra)
+	}
+	return strings.Join(msgs, "; ")
+}
+
+// create runs "runtime create" with the container's stdout and stderr on
+// pipes the shim keeps; the container's init stays behind as its child.
+func create(cfg Config) (*created, error) {
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		outR.Close()
+		outW.Close()
+		return nil, err
+	}
+	null, err := os.Open(os.DevNull)
+	if err != nil {
+		return nil, err
+	}
+	defer null.Close()
+
+	off := logSize(cfg)
+	pidFile := filepath.Join(cfg.Dir, InitPidFile)
+	ctx, cancel := context.WithTimeout(context.Background(), createTimeout)
+	defer cancel()
+	argv := runtimeArgv(cfg, "create", "--bundle", cfg.Dir, "--pid-file", pidFile, cfg.ID)
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = null, outW, errW
+	cmd.Dir = cfg.Dir
+	runErr := cmd.Run()
+	outW.Close()
+	errW.Close()
+	if runErr != nil {
+		// The runtime may have written its complaint to stderr, which
+		// is the container's stderr pipe.
+		_ = errR.SetReadDeadline(time.Now().Add(time.Second))
+		stderr, _ := io.ReadAll(io.LimitReader(errR, 64<<10))
+		outR.Close()
+		errR.Close()
+		msg := runtimeError(cfg, off, string(stderr))
+		forceDelete(cfg)
+		if msg == "" {
+			msg = runErr.Error()
+		}
+		return nil, fmt.Errorf("%s create: %s", filepath.Base(cfg.Runtime), msg)
+	}
+	data, err := os.ReadFile(pidFile)
+	pid := 0
+	if err == nil {
+		pid, err = strconv.Atoi(strings.TrimSpace(string(data)))
+	}
+	if err != nil || pid <= 0 {
+		outR.Close()
+		errR.Close()
+		forceDelete(cfg)
+		return nil, fmt.Errorf("read init pid: %v", err)
+	}
+	return &created{pid: pid, stdout: outR, stderr: errR}, nil
+}
+
+// forceDelete removes the container from the runtime after a failed create.
+// The reaper is not running yet, so exec.Cmd may wait for it.
+func forceDelete(cfg Config) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	argv := runtimeArgv(cfg, "delete", "--force", cfg.ID)
+	_ = exec.CommandContext(ctx, argv[0], argv[1:]...).Run()
+}
+
+// startContainer runs "runtime start"; the reaper collects it.
+func startContainer(cfg Config, rp *reaper, pid int) (int, error) {
+	off := logSize(cfg)
+	runPid, done, err := rp.spawn(runtimeArgv(cfg, "start", cfg.ID), cfg.Dir)
+	if err != nil {
+		return 0, fmt.Errorf("run %s start: %w", cfg.Runtime, err)
+	}
+	var ws unix.WaitStatus
+	select {
+	case ws = <-done:
+	case <-time.After(startTimeout):
+		_ = unix.Kill(runPid, unix.SIGKILL)
+		ws = <-done
+		return 0, fmt.Errorf("%s start: timed out after %s", filepath.Base(cfg.Runtime), startTimeout)
+	}
+	if !ws.Exited() || ws.ExitStatus() != 0 {
+		msg := runtimeError(cfg, off, "")
+		if msg == "" {
+			msg = fmt.Sprintf("exit status %d", ws.ExitStatus())
+		}
+		return 0, fmt.Errorf("%s start: %s", filepath.Base(cfg.Runtime), msg)
+	}
+	return pid, nil
+}
