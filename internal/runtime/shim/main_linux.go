@@ -192,31 +192,9 @@ func runDetached(cfg Config) int {
 	}
 	log.Info("container created", "pid", c.pid)
 
-	// Both streams are copied until every process holding the pipes is
-	// gone; the exit is recorded after they drain (bounded by ioDrainWait).
-	ioDone := make(chan struct{})
-	go func() {
-		defer close(ioDone)
-		errc := make(chan error, 1)
-		go func() { errc <- logw.Copy(StreamStderr, c.stderr) }()
-		if err := logw.Copy(StreamStdout, c.stdout); err != nil {
-			log.Warn("copy stdout", "error", err)
-		}
-		if err := <-errc; err != nil {
-			log.Warn("copy stderr", "error", err)
-		}
-	}()
-
-	var srv *server
-	srv = newServer(log, c.pid, func() (int, error) { return startContainer(cfg, rp, c.pid) }, logw)
-	oomFile, err := oomCounterFile(c.pid)
-	var oomBase uint64
-	if err != nil {
-		log.Warn("no oom counter", "error", err)
-	} else if oomBase, err = readOOMKills(oomFile); err != nil {
-		log.Warn("read oom counter", "error", err)
-		oomFile = ""
-	}
+	ioDone := copyOutput(log, logw, c)
+	srv := newServer(log, c.pid, func() (int, error) { return startContainer(cfg, rp, c.pid) }, logw)
+	oom := newOOMWatch(log, c.pid)
 	initExited := make(chan unix.WaitStatus, 1)
 	rp.watch(c.pid, func(ws unix.WaitStatus) { initExited <- ws })
 	rp.run()
@@ -224,25 +202,7 @@ func runDetached(cfg Config) int {
 	recorded := make(chan struct{})
 	go func() {
 		defer close(recorded)
-		ws := <-initExited
-		finished := time.Now()
-		code, sig := exitCode(ws)
-		e := Exit{Pid: c.pid, ExitCode: code, Signal: sig, StartedAt: srv.startedTime(), FinishedAt: finished}
-		if oomFile != "" {
-			if n, err := readOOMKills(oomFile); err == nil && n > oomBase {
-				e.OOMKilled = true
-			}
-		}
-		select {
-		case <-ioDone:
-		case <-time.After(ioDrainWait):
-			log.Warn("container output still open after exit")
-		}
-		if err := WriteExit(cfg.Dir, e); err != nil {
-			log.Error("record exit", "error", err)
-		}
-		log.Info("container exited", "exit_code", e.ExitCode, "oom_killed", e.OOMKilled)
-		srv.setExited(e)
+		recordExit(log, cfg, srv, oom, <-initExited, c.pid, ioDone)
 	}()
 
 	served := make(chan struct{})
@@ -259,6 +219,72 @@ func runDetached(cfg Config) int {
 	rp.stop()
 	log.Info("shim exiting")
 	return 0
+}
+
+// copyOutput copies both streams into the log until every process holding
+// the pipes is gone; the returned channel closes then.
+func copyOutput(log *slog.Logger, logw *LogWriter, c *created) <-chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		errc := make(chan error, 1)
+		go func() { errc <- logw.Copy(StreamStderr, c.stderr) }()
+		if err := logw.Copy(StreamStdout, c.stdout); err != nil {
+			log.Warn("copy stdout", "error", err)
+		}
+		if err := <-errc; err != nil {
+			log.Warn("copy stderr", "error", err)
+		}
+	}()
+	return done
+}
+
+// oomWatch remembers the container's OOM kill counter at create time.
+type oomWatch struct {
+	file string // empty when there is no counter to read
+	base uint64
+}
+
+func newOOMWatch(log *slog.Logger, pid int) oomWatch {
+	file, err := oomCounterFile(pid)
+	if err != nil {
+		log.Warn("no oom counter", "error", err)
+		return oomWatch{}
+	}
+	base, err := readOOMKills(file)
+	if err != nil {
+		log.Warn("read oom counter", "error", err)
+		return oomWatch{}
+	}
+	return oomWatch{file: file, base: base}
+}
+
+// killed reports whether the kernel OOM-killed a process of the container
+// since create. It must run before the runtime deletes the cgroup.
+func (w oomWatch) killed() bool {
+	if w.file == "" {
+		return false
+	}
+	n, err := readOOMKills(w.file)
+	return err == nil && n > w.base
+}
+
+// recordExit writes the exit file once the output drained (or ioDrainWait
+// passed) and then tells the server, so a waiter sees the whole log.
+func recordExit(log *slog.Logger, cfg Config, srv *server, oom oomWatch, ws unix.WaitStatus, pid int, ioDone <-chan struct{}) {
+	finished := time.Now()
+	code, sig := exitCode(ws)
+	e := Exit{Pid: pid, ExitCode: code, Signal: sig, StartedAt: srv.startedTime(), FinishedAt: finished, OOMKilled: oom.killed()}
+	select {
+	case <-ioDone:
+	case <-time.After(ioDrainWait):
+		log.Warn("container output still open after exit")
+	}
+	if err := WriteExit(cfg.Dir, e); err != nil {
+		log.Error("record exit", "error", err)
+	}
+	log.Info("container exited", "exit_code", e.ExitCode, "oom_killed", e.OOMKilled)
+	srv.setExited(e)
 }
 
 func listen(sock string) (net.Listener, error) {

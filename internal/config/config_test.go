@@ -1,0 +1,136 @@
+package config
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/containerd/errdefs"
+)
+
+func TestDefaultIsValidAndRoundTrips(t *testing.T) {
+	c := Default()
+	if err := c.Validate(); err != nil {
+		t.Fatalf("default config invalid: %v", err)
+	}
+	b, err := c.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{"root", "state", "log_level", "default_runtime", "[cri]", "socket", "metrics_address", "[runtimes.runc]", "[cni]", "conf_dir", "[image]", "pull_timeout"} {
+		if !strings.Contains(string(b), key) {
+			t.Errorf("config default lacks %q:\n%s", key, b)
+		}
+	}
+	c2 := Default()
+	if err := Parse(b, c2); err != nil {
+		t.Fatalf("the printed default does not parse back: %v", err)
+	}
+	if c2.Image.PullTimeout != Duration(30*time.Minute) || c2.CRI.Socket != c.CRI.Socket {
+		t.Errorf("round trip changed values: %+v", c2)
+	}
+}
+
+func TestLoadMissingFile(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "none.toml")
+	if _, err := Load(p, MissingOK); err != nil {
+		t.Errorf("missing default file: %v", err)
+	}
+	if _, err := Load(p, MissingError); err == nil {
+		t.Errorf("missing explicit file accepted")
+	}
+}
+
+func TestParse(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		toml    string
+		wantErr []string // substrings of the error; nil means valid
+		check   func(*testing.T, *Config)
+	}{
+		{name: "empty file", toml: ""},
+		{name: "mirror and runtime", toml: `
+default_runtime = "fast"
+[runtimes.fast]
+type = "oci"
+path = "/usr/bin/crun"
+[registry]
+plain_http = ["reg.local:5000"]
+[registry.mirrors."docker.io"]
+endpoints = ["http://127.0.0.1:5000/cache"]
+[image]
+pull_timeout = "90s"
+`, check: func(t *testing.T, c *Config) {
+			if c.Runtimes["fast"].Root != "/run/crin/runtimes/fast" {
+				t.Errorf("runtime root default = %q", c.Runtimes["fast"].Root)
+			}
+			if _, ok := c.Runtimes["runc"]; !ok {
+				t.Errorf("built-in runc runtime dropped")
+			}
+			if c.Registry.Mirrors["docker.io"].Endpoints[0] != "http://127.0.0.1:5000/cache" {
+				t.Errorf("mirror = %v", c.Registry.Mirrors)
+			}
+			if time.Duration(c.Image.PullTimeout) != 90*time.Second {
+				t.Errorf("pull_timeout = %v", c.Image.PullTimeout)
+			}
+		}},
+		{name: "unknown top-level key", toml: "rooot = \"/x\"\n", wantErr: []string{"rooot"}},
+		{name: "unknown nested key", toml: "[cri]\nsockett = \"/x\"\n", wantErr: []string{"cri.sockett"}},
+		{name: "relative root", toml: "root = \"var/lib\"\n", wantErr: []string{"root", "var/lib", "absolute"}},
+		{name: "bad log level", toml: "log_level = \"loud\"\n", wantErr: []string{"log_level", "loud"}},
+		{name: "bad duration", toml: "[image]\npull_timeout = \"soon\"\n", wantErr: []string{"pull_timeout"}},
+		{name: "wrong type", toml: "[image]\nmax_concurrent_downloads = \"three\"\n", wantErr: []string{"max_concurrent_downloads"}},
+		{name: "zero downloads", toml: "[image]\nmax_concurrent_downloads = 0\n", wantErr: []string{"max_concurrent_downloads", "at least 1"}},
+		{name: "unknown default runtime", toml: "default_runtime = \"kata\"\n", wantErr: []string{"default_runtime", "kata", "runc"}},
+		{name: "bad runtime type", toml: "[runtimes.x]\ntype = \"vm\"\npath = \"x\"\n", wantErr: []string{"runtimes.x.type", "vm"}},
+		{name: "mirror without scheme", toml: "[registry.mirrors.\"docker.io\"]\nendpoints = [\"127.0.0.1:5000\"]\n", wantErr: []string{"endpoints[0]", "127.0.0.1:5000"}},
+		{name: "metrics off host", toml: "[cri]\nmetrics_address = \"0.0.0.0:9000\"\n", wantErr: []string{"metrics_address", "loopback"}},
+		{name: "metrics disabled", toml: "[cri]\nmetrics_address = \"\"\n"},
+		{name: "socket too long", toml: "[cri]\nsocket = \"/" + strings.Repeat("s", 120) + "\"\n", wantErr: []string{"cri.socket", "108"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := Default()
+			err := Parse([]byte(tc.toml), c)
+			if tc.wantErr == nil {
+				if err != nil {
+					t.Fatalf("unexpected error: %v", err)
+				}
+				if tc.check != nil {
+					tc.check(t, c)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("accepted; want an error mentioning %v", tc.wantErr)
+			}
+			if !errors.Is(err, errdefs.ErrInvalidArgument) {
+				t.Errorf("error not InvalidArgument: %v", err)
+			}
+			for _, w := range tc.wantErr {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not mention %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestFindBinary(t *testing.T) {
+	if p, _ := FindBinary("/explicit/x", "x"); p != "/explicit/x" {
+		t.Errorf("explicit path ignored: %q", p)
+	}
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "crin-test-bin"), []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", dir)
+	if p, err := FindBinary("", "crin-test-bin"); err != nil || p != filepath.Join(dir, "crin-test-bin") {
+		t.Errorf("FindBinary via PATH = %q, %v", p, err)
+	}
+	if _, err := FindBinary("", "crin-no-such-binary"); err == nil {
+		t.Errorf("missing binary found")
+	}
+}
