@@ -228,8 +228,8 @@ func TestPullThroughMirror(t *testing.T) {
 	})
 	s := newService(t, Config{Mirrors: map[string][]Endpoint{
 		// A dead mirror first: the next one is tried.
-		"docker.io": {{URL: "http://127.0.0.1:1/dead"}, {URL: "http://" + mirror + "/cache"}},
-		origin:      {{URL: "http://" + mirror + "/cache"}},
+		"docker.io":    {{URL: "http://127.0.0.1:1/dead"}, {URL: "http://" + mirror + "/cache"}},
+		origin:         {{URL: "http://" + mirror + "/cache"}},
 		originObserved: {{URL: "http://" + mirror + "/cache"}},
 	}})
 	tests := []struct{ ref, want string }{

@@ -87,5 +87,3 @@ func TestTarBytesKeepsNamesAsGiven(t *testing.T) {
 		t.Errorf("names %v, want %v", names, want)
 	}
 }
-
-
