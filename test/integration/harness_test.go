@@ -88,6 +88,8 @@ type daemonOptions struct {
 	extraConfig string
 	// noCNI leaves the CNI conf dir empty.
 	noCNI bool
+	// metrics is the metrics address; empty disables the endpoint.
+	metrics string
 }
 
 type lockedBuffer struct {
@@ -155,14 +157,14 @@ state = %q
 log_level = "debug"
 [cri]
 socket = %q
-metrics_address = ""
+metrics_address = %q
 cgroup_parent = %q
 shim_binary = %q
 pause_binary = %q
 [cni]
 conf_dir = %q
 bin_dirs = ["/usr/lib/cni"]
-%s`, d.root, d.state, d.socket, d.cgroup,
+%s`, d.root, d.state, d.socket, o.metrics, d.cgroup,
 		filepath.Join(bin, "crin-shim"), filepath.Join(bin, "crin-pause"), confDir, o.extraConfig)
 	d.cfgPath = filepath.Join(base, "crin.toml")
 	if err := os.WriteFile(d.cfgPath, []byte(cfg), 0o600); err != nil {

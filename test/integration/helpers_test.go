@@ -157,3 +157,5 @@ func logPath(podCfg *runtimeapi.PodSandboxConfig, cfg *runtimeapi.ContainerConfi
 }
 
 var _ = context.Background
+
+func writeFile(path, content string) error { return os.WriteFile(path, []byte(content), 0o600) }
