@@ -1,0 +1,669 @@
+package nri
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/containerd/errdefs"
+	"github.com/containerd/nri/pkg/api"
+	"google.golang.org/protobuf/proto"
+)
+
+// nriVersion is the NRI protocol version crin speaks.
+const nriVersion = "v0.12.5"
+
+// Engine is what the adaptation needs from the container engine (the CRI
+// hub implements it). The adaptation calls it with no lock held and never
+// from inside a call the engine made into the adaptation on the same
+// goroutine, but it may call it while another event method is in progress,
+// including from a plugin's handler of that event: an implementation must
+// not wait for an NRI event method to return.
+type Engine interface {
+	// Snapshot returns every pod and container for Synchronize. It must
+	// include every pod whose RunPodSandbox and every container whose
+	// CreateContainer event returned successfully and that was not removed
+	// yet (it may include ones whose event is still in progress).
+	Snapshot(ctx context.Context) ([]*api.PodSandbox, []*api.Container, error)
+	// UpdateContainers applies unsolicited updates and returns the ones
+	// that failed; an error means none was applied.
+	UpdateContainers(ctx context.Context, updates []*api.ContainerUpdate) ([]*api.ContainerUpdate, error)
+	// EvictContainer stops a container on a plugin's request.
+	EvictContainer(ctx context.Context, containerID, reason string) error
+}
+
+// Option configures an Adaptation.
+type Option func(*Adaptation)
+
+// WithMetrics sets where plugin call metrics go (default: discarded).
+func WithMetrics(m Metrics) Option { return func(a *Adaptation) { a.metrics = m } }
+
+// WithLogger sets the logger (default: slog.Default()).
+func WithLogger(l *slog.Logger) Option { return func(a *Adaptation) { a.log = l } }
+
+// WithRestartBackoff bounds the delay before a crashed pre-installed plugin
+// is launched again; it doubles from lo up to hi.
+func WithRestartBackoff(lo, hi time.Duration) Option {
+	return func(a *Adaptation) { a.backoffMin, a.backoffMax = lo, hi }
+}
+
+// WithShutdownGrace sets how long a launched plugin has between SIGTERM
+// and SIGKILL.
+func WithShutdownGrace(d time.Duration) Option { return func(a *Adaptation) { a.grace = d } }
+
+// Adaptation connects crin to NRI plugins: it launches and accepts them,
+// relays lifecycle events in plugin index order, merges and validates their
+// adjustments and hands their unsolicited requests to the Engine. Events for
+// one pod are ordered; events for different pods run in parallel; no lock is
+// held across a plugin call.
+type Adaptation struct {
+	cfg        Config
+	eng        Engine
+	log        *slog.Logger
+	metrics    Metrics
+	backoffMin time.Duration
+	backoffMax time.Duration
+	grace      time.Duration
+	required   []string
+
+	// ctx is the daemon context given to Start; cancel stops background
+	// work. Both are set once by Start.
+	ctx    context.Context
+	cancel context.CancelFunc
+	// wg counts every goroutine the adaptation owns.
+	wg      sync.WaitGroup
+	initial sync.WaitGroup
+
+	// mu guards the fields below. It is never held across a plugin call.
+	mu sync.Mutex
+	// plugins is the sorted list of listed plugins; it is replaced, never
+	// modified, so an event can use the slice it got without the lock.
+	plugins []*plugin
+	// epoch counts events in progress that started with the current list.
+	epoch *epoch
+	// ids maps reserved identities ("NN-name") to their plugin.
+	ids map[string]*plugin
+	// live holds every plugin object not closed yet, listed or not.
+	live     map[*plugin]struct{}
+	listener net.Listener
+	started  bool
+	stopping bool
+
+	order   podOrder
+	flights flightTable
+	gates   gateTable
+}
+
+type epoch struct{ wg sync.WaitGroup }
+
+// New returns an adaptation; nothing runs until Start. The error wraps
+// errdefs.ErrInvalidArgument for a bad configuration.
+func New(cfg Config, eng Engine, opts ...Option) (*Adaptation, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if eng == nil {
+		return nil, fmt.Errorf("new nri adaptation: nil engine: %w", errdefs.ErrInvalidArgument)
+	}
+	a := &Adaptation{
+		cfg:        cfg,
+		eng:        eng,
+		log:        slog.Default(),
+		metrics:    NopMetrics{},
+		backoffMin: 500 * time.Millisecond,
+		backoffMax: 30 * time.Second,
+		grace:      DefaultShutdownGrace,
+		epoch:      &epoch{},
+		ids:        make(map[string]*plugin),
+		live:       make(map[*plugin]struct{}),
+	}
+	for _, o := range opts {
+		o(a)
+	}
+	for name, o := range cfg.PluginOverrides {
+		if o.Required {
+			a.required = append(a.required, name)
+		}
+	}
+	slices.Sort(a.required)
+	return a, nil
+}
+
+// Start launches the pre-installed plugins, waits until each registered and
+// synchronized (or failed to), and starts accepting external plugins. ctx
+// is the daemon's context: cancelling it stops background work, Stop is
+// still needed to shut plugins down.
+func (a *Adaptation) Start(ctx context.Context) error {
+	a.mu.Lock()
+	if a.started {
+		a.mu.Unlock()
+		return fmt.Errorf("start nri: already started: %w", errdefs.ErrFailedPrecondition)
+	}
+	a.started = true
+	a.ctx, a.cancel = context.WithCancel(ctx)
+	a.mu.Unlock()
+	if !a.cfg.Enable {
+		a.log.InfoContext(ctx, "nri disabled")
+		return nil
+	}
+	if a.cfg.DefaultValidator.Enable {
+		a.addBuiltin(newDefaultValidator(a, a.cfg.DefaultValidator))
+	}
+	plugins, err := a.discover()
+	if err != nil {
+		return err
+	}
+	for _, pi := range plugins {
+		a.initial.Add(1)
+		if !a.goRun(func() { a.supervise(pi) }) {
+			a.initial.Done()
+		}
+	}
+	a.initial.Wait()
+	if !a.cfg.DisableConnections {
+		if err := a.listen(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Stop sends Shutdown to every plugin, closes the connections, terminates
+// launched plugins (SIGTERM, then SIGKILL after the grace period) and waits
+// for every goroutine of the adaptation. It returns ctx's error if that
+// takes longer than ctx allows.
+func (a *Adaptation) Stop(ctx context.Context) error {
+	a.mu.Lock()
+	if !a.started || a.stopping {
+		a.mu.Unlock()
+		return nil
+	}
+	a.stopping = true
+	l := a.listener
+	live := make([]*plugin, 0, len(a.live))
+	for p := range a.live {
+		live = append(live, p)
+	}
+	a.mu.Unlock()
+	if l != nil {
+		_ = l.Close()
+	}
+	var wg sync.WaitGroup
+	for _, p := range live {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p.shutdown(ctx)
+		}()
+	}
+	wg.Wait()
+	a.cancel()
+	done := make(chan struct{})
+	go func() {
+		a.wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return fmt.Errorf("stop nri: %w", ctx.Err())
+	}
+	if l != nil {
+		_ = os.Remove(a.cfg.SocketPath)
+	}
+	a.log.InfoContext(ctx, "nri stopped")
+	return nil
+}
+
+// shutdown tells a ready plugin that crin is going away, then closes it.
+func (p *plugin) shutdown(ctx context.Context) {
+	p.mu.Lock()
+	ready := p.state == StateReady
+	p.mu.Unlock()
+	if ready && p.builtin == nil {
+		err := p.call(ctx, "Shutdown", func(ctx context.Context) error {
+			_, err := p.svc.Shutdown(ctx, &api.Empty{})
+			return err
+		})
+		if err != nil {
+			p.log.WarnContext(ctx, "nri plugin shutdown failed", "plugin", p.id(), "error", err)
+		}
+	}
+	p.close(errShutdown)
+}
+
+// Plugins lists the plugins known now, in invocation order.
+func (a *Adaptation) Plugins() []PluginInfo {
+	a.mu.Lock()
+	ps := make([]*plugin, 0, len(a.live))
+	for p := range a.live {
+		ps = append(ps, p)
+	}
+	a.mu.Unlock()
+	infos := make([]PluginInfo, 0, len(ps))
+	for _, p := range ps {
+		infos = append(infos, p.info())
+	}
+	slices.SortFunc(infos, func(x, y PluginInfo) int {
+		return strings.Compare(x.Index+"-"+x.Name, y.Index+"-"+y.Name)
+	})
+	return infos
+}
+
+// goRun runs fn on a goroutine the adaptation owns, unless it is stopping.
+func (a *Adaptation) goRun(fn func()) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.stopping {
+		return false
+	}
+	a.wg.Add(1)
+	go func() {
+		defer a.wg.Done()
+		fn()
+	}()
+	return true
+}
+
+// goClose closes p on an owned goroutine: the caller may be one of the
+// goroutines close waits for.
+func (a *Adaptation) goClose(p *plugin, reason error) {
+	a.mu.Lock()
+	_, live := a.live[p]
+	if live {
+		a.wg.Add(1)
+	}
+	a.mu.Unlock()
+	if !live {
+		return
+	}
+	go func() {
+		defer a.wg.Done()
+		p.close(reason)
+	}()
+}
+
+// track records a new plugin object and reserves n owned goroutines for it.
+func (a *Adaptation) track(p *plugin, n int) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.stopping {
+		return false
+	}
+	a.live[p] = struct{}{}
+	a.wg.Add(n)
+	return true
+}
+
+// untrack forgets p everywhere: identity, list, live set.
+func (a *Adaptation) untrack(p *plugin) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	delete(a.live, p)
+	for id, q := range a.ids {
+		if q == p {
+			delete(a.ids, id)
+		}
+	}
+	if i := slices.Index(a.plugins, p); i >= 0 {
+		a.plugins = slices.Delete(slices.Clone(a.plugins), i, i+1)
+	}
+}
+
+// register checks and reserves the identity a plugin registers with.
+func (a *Adaptation) register(p *plugin, req *api.RegisterPluginRequest) error {
+	idx, name := req.GetPluginIdx(), req.GetPluginName()
+	p.mu.Lock()
+	preset := p.kind == KindPreinstalled
+	if preset {
+		if idx != p.idx || name != p.name {
+			p.log.Debug("nri launched plugin registered under another name, keeping its file name",
+				"plugin", p.idx+"-"+p.name, "registered_as", idx+"-"+name)
+		}
+		idx, name = p.idx, p.name
+	}
+	p.mu.Unlock()
+	if err := api.CheckPluginIndex(idx); err != nil {
+		return fmt.Errorf("register nri plugin %q: %w: %w", name, err, errdefs.ErrInvalidArgument)
+	}
+	if err := api.CheckPluginName(name); err != nil {
+		return fmt.Errorf("register nri plugin %q: %w: %w", name, err, errdefs.ErrInvalidArgument)
+	}
+	id := idx + "-" + name
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if _, ok := a.live[p]; !ok {
+		return fmt.Errorf("register nri plugin %s: %w", id, ErrPluginGone)
+	}
+	if q, ok := a.ids[id]; ok {
+		if q == p {
+			return fmt.Errorf("register nri plugin %s: registered twice: %w", id, errdefs.ErrAlreadyExists)
+		}
+		return fmt.Errorf("register nri plugin %s: a plugin with this index and name is connected: %w", id, errdefs.ErrAlreadyExists)
+	}
+	a.ids[id] = p
+	p.mu.Lock()
+	p.idx, p.name = idx, name
+	p.mu.Unlock()
+	return nil
+}
+
+// begin enters an event: it returns the plugin list to use and a func to
+// call when the event is done.
+func (a *Adaptation) begin() ([]*plugin, func()) {
+	a.mu.Lock()
+	ep := a.epoch
+	ep.wg.Add(1)
+	ps := a.plugins
+	a.mu.Unlock()
+	return ps, ep.wg.Done
+}
+
+// handshake waits for registration and configures the plugin.
+func (a *Adaptation) handshake(p *plugin, config string) error {
+	t := time.NewTimer(a.cfg.RegistrationTimeout)
+	defer t.Stop()
+	select {
+	case <-p.regC:
+	case <-t.C:
+		return fmt.Errorf("nri plugin registration: no RegisterPlugin within %s: %w", a.cfg.RegistrationTimeout, ErrPluginTimeout)
+	case <-p.closed:
+		return fmt.Errorf("nri plugin registration: %w", ErrPluginGone)
+	case <-a.ctx.Done():
+		return fmt.Errorf("nri plugin registration: %w", a.ctx.Err())
+	}
+	pc, _ := a.cfg.override(p.idx, p.name)
+	if pc.RequestTimeout > 0 {
+		p.mu.Lock()
+		p.timeout = pc.RequestTimeout
+		p.mu.Unlock()
+	}
+	var rsp *api.ConfigureResponse
+	err := p.callTimeout(a.ctx, "Configure", a.cfg.RegistrationTimeout, func(ctx context.Context) error {
+		var err error
+		rsp, err = p.svc.Configure(ctx, &api.ConfigureRequest{
+			Config:              config,
+			RuntimeName:         a.cfg.RuntimeName,
+			RuntimeVersion:      a.cfg.RuntimeVersion,
+			RegistrationTimeout: a.cfg.RegistrationTimeout.Milliseconds(),
+			RequestTimeout:      p.timeout.Milliseconds(),
+			NRIVersion:          nriVersion,
+		})
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("configure nri plugin: %w", err)
+	}
+	mask := api.EventMask(rsp.GetEvents())
+	if mask == 0 {
+		mask = api.ValidEvents
+	}
+	if extra := mask &^ api.ValidEvents; extra != 0 {
+		p.log.Warn("nri plugin subscribed to unknown events, ignoring them", "mask", fmt.Sprintf("0x%x", int32(extra)))
+		mask &= api.ValidEvents
+	}
+	policy := a.cfg.DefaultFailurePolicy
+	if fp := rsp.GetFailurePolicy(); fp != nil {
+		policy = FailurePolicy{FailRequest: fp.GetFailRequest(), KeepConnected: fp.GetKeepConnected()}
+	}
+	if pc.FailurePolicy != nil {
+		policy = *pc.FailurePolicy
+	}
+	// Events read these without the lock once the plugin is listed (join
+	// lists it under a.mu, after this); Plugins reads them any time.
+	p.mu.Lock()
+	p.events, p.policy, p.required = mask, policy, pc.Required
+	p.mu.Unlock()
+	return nil
+}
+
+// join lists p, synchronizes it and makes it ready. Events that start
+// after p is listed see it: notifications are queued for it, requests wait
+// for it to be ready. Events that started before are waited for, so the
+// snapshot taken afterwards reflects them: every pod and container reaches
+// p exactly once, through Synchronize or through a later event.
+func (a *Adaptation) join(p *plugin) error {
+	ctx, cancel := context.WithTimeout(a.ctx, a.cfg.SyncTimeout)
+	defer cancel()
+	a.mu.Lock()
+	if a.stopping {
+		a.mu.Unlock()
+		return fmt.Errorf("synchronize nri plugin: %w", errShutdown)
+	}
+	p.mu.Lock()
+	if p.state == StateClosed {
+		p.mu.Unlock()
+		a.mu.Unlock()
+		return fmt.Errorf("synchronize nri plugin: %w", ErrPluginGone)
+	}
+	p.state = StateSynchronizing
+	p.mu.Unlock()
+	old := a.epoch
+	a.epoch = &epoch{}
+	ps := slices.Clone(a.plugins)
+	ps = append(ps, p)
+	slices.SortStableFunc(ps, func(x, y *plugin) int { return strings.Compare(x.idx+"-"+x.name, y.idx+"-"+y.name) })
+	a.plugins = ps
+	a.mu.Unlock()
+
+	if err := waitGroup(ctx, &old.wg); err != nil {
+		return fmt.Errorf("synchronize nri plugin: wait for events in progress: %w", err)
+	}
+	pods, ctrs, err := a.eng.Snapshot(ctx)
+	if err != nil {
+		return fmt.Errorf("synchronize nri plugin: snapshot: %w", err)
+	}
+	seen := make(map[string]struct{}, len(pods)+len(ctrs))
+	for _, x := range pods {
+		seen[x.GetId()] = struct{}{}
+	}
+	for _, x := range ctrs {
+		seen[x.GetId()] = struct{}{}
+	}
+	p.mu.Lock()
+	p.seen = seen
+	p.mu.Unlock()
+	upds, err := p.synchronize(ctx, pods, ctrs)
+	if err != nil {
+		return err
+	}
+	if len(upds) > 0 {
+		failed, err := a.eng.UpdateContainers(ctx, upds)
+		if err != nil || len(failed) > 0 {
+			p.log.WarnContext(ctx, "nri synchronize updates failed", "failed", len(failed), "error", err)
+		}
+	}
+	p.drain(a.ctx)
+	p.log.InfoContext(ctx, "nri plugin ready", "kind", string(p.kind), "events", p.events.PrettyString(),
+		"pods", len(pods), "containers", len(ctrs))
+	return nil
+}
+
+func waitGroup(ctx context.Context, wg *sync.WaitGroup) error {
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// syncMsgLimit keeps one Synchronize message well under the 4 MiB ttrpc
+// limit, leaving room for the request envelope.
+const syncMsgLimit = 4<<20 - 64<<10
+
+// splitSync cuts pods and containers into messages of at most limit bytes.
+func splitSync(pods []*api.PodSandbox, ctrs []*api.Container, limit int) ([]*api.SynchronizeRequest, error) {
+	var (
+		msgs []*api.SynchronizeRequest
+		cur  = &api.SynchronizeRequest{}
+		size int
+	)
+	add := func(n int) error {
+		n += 6 // field tag and length prefix
+		if n > limit {
+			return fmt.Errorf("synchronize: object of %d bytes exceeds the message limit: %w", n, errdefs.ErrResourceExhausted)
+		}
+		if size+n > limit {
+			msgs = append(msgs, cur)
+			cur, size = &api.SynchronizeRequest{}, 0
+		}
+		size += n
+		return nil
+	}
+	for _, x := range pods {
+		if err := add(proto.Size(x)); err != nil {
+			return nil, err
+		}
+		cur.Pods = append(cur.Pods, x)
+	}
+	for _, x := range ctrs {
+		if err := add(proto.Size(x)); err != nil {
+			return nil, err
+		}
+		cur.Containers = append(cur.Containers, x)
+	}
+	msgs = append(msgs, cur)
+	for _, m := range msgs[:len(msgs)-1] {
+		m.More = true
+	}
+	return msgs, nil
+}
+
+// synchronize sends the state, split when large, and returns the updates
+// the plugin asked for.
+func (p *plugin) synchronize(ctx context.Context, pods []*api.PodSandbox, ctrs []*api.Container) ([]*api.ContainerUpdate, error) {
+	msgs, err := splitSync(pods, ctrs, syncMsgLimit)
+	if err != nil {
+		return nil, err
+	}
+	for _, req := range msgs {
+		var rsp *api.SynchronizeResponse
+		err := p.callTimeout(ctx, "Synchronize", p.a.cfg.SyncTimeout, func(ctx context.Context) error {
+			var err error
+			rsp, err = p.svc.Synchronize(ctx, req)
+			return err
+		})
+		if err != nil {
+			return nil, fmt.Errorf("synchronize nri plugin: %w", err)
+		}
+		if !req.More {
+			return rsp.GetUpdate(), nil
+		}
+		if !rsp.GetMore() || len(rsp.GetUpdate()) > 0 {
+			return nil, fmt.Errorf("synchronize nri plugin %s: %d messages needed, plugin does not take split state: %w",
+				p.id(), len(msgs), errdefs.ErrNotImplemented)
+		}
+	}
+	return nil, nil
+}
+
+// connect runs the handshake and the join of a new connection and closes
+// the plugin on failure.
+func (a *Adaptation) connect(p *plugin, config string) error {
+	if err := a.handshake(p, config); err != nil {
+		p.close(err)
+		return err
+	}
+	if err := a.join(p); err != nil {
+		p.close(err)
+		return err
+	}
+	return nil
+}
+
+// listen accepts external plugins on the socket.
+func (a *Adaptation) listen() error {
+	path := a.cfg.SocketPath
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("create nri socket dir %s: %w", dir, err)
+	}
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return fmt.Errorf("chmod nri socket dir %s: %w", dir, err)
+	}
+	if fi, err := os.Lstat(path); err == nil {
+		if fi.Mode()&fs.ModeSocket == 0 {
+			return fmt.Errorf("nri socket %s: exists and is not a socket: %w", path, errdefs.ErrAlreadyExists)
+		}
+		if err := os.Remove(path); err != nil {
+			return fmt.Errorf("remove stale nri socket %s: %w", path, err)
+		}
+	}
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		return fmt.Errorf("listen nri socket %s: %w", path, err)
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		_ = l.Close()
+		return fmt.Errorf("chmod nri socket %s: %w", path, err)
+	}
+	a.mu.Lock()
+	stopping := a.stopping
+	if !stopping {
+		a.listener = l
+	}
+	a.mu.Unlock()
+	if stopping {
+		_ = l.Close()
+		return fmt.Errorf("listen nri socket: %w", errShutdown)
+	}
+	a.goRun(func() { a.accept(l) })
+	a.log.InfoContext(a.ctx, "nri accepting external plugins", "socket", path)
+	return nil
+}
+
+func (a *Adaptation) accept(l net.Listener) {
+	for {
+		conn, err := l.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			a.log.WarnContext(a.ctx, "nri accept failed", "error", err)
+			select {
+			case <-a.ctx.Done():
+				return
+			case <-time.After(100 * time.Millisecond):
+			}
+			continue
+		}
+		if !a.goRun(func() { a.serveExternal(conn) }) {
+			_ = conn.Close()
+		}
+	}
+}
+
+func (a *Adaptation) serveExternal(conn net.Conn) {
+	p, err := a.newConnPlugin(conn, KindExternal, "", "")
+	if err != nil {
+		a.log.WarnContext(a.ctx, "nri external plugin refused", "error", err)
+		return
+	}
+	if err := a.connect(p, ""); err != nil {
+		a.log.WarnContext(a.ctx, "nri external plugin failed to connect", "error", err)
+	}
+}
+
+// addBuiltin lists an in-process validator; it is ready at once.
+func (a *Adaptation) addBuiltin(p *plugin) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.live[p] = struct{}{}
+	a.plugins = append(slices.Clone(a.plugins), p)
+}

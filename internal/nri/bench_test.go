@@ -1,0 +1,200 @@
+package nri
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/containerd/nri/pkg/adaptation"
+	"github.com/containerd/nri/pkg/api"
+	"github.com/containerd/nri/pkg/stub"
+	"github.com/sirupsen/logrus"
+)
+
+// benchPlugin adds one env var per created container after an optional
+// pause that stands for a plugin doing real work (reading cgroup files,
+// asking a device manager).
+type benchPlugin struct {
+	key  string
+	work time.Duration
+}
+
+func (p *benchPlugin) CreateContainer(context.Context, *api.PodSandbox, *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
+	if p.work > 0 {
+		time.Sleep(p.work)
+	}
+	adj := &api.ContainerAdjustment{}
+	adj.AddEnv(p.key, "1")
+	return adj, nil, nil
+}
+
+// runBenchPlugins connects n bench plugins to socket and returns a stop
+// func.
+func runBenchPlugins(b *testing.B, socket string, n int, work time.Duration) func() {
+	b.Helper()
+	var stubs []stub.Stub
+	for i := range n {
+		s, err := stub.New(&benchPlugin{key: fmt.Sprintf("K%d", i), work: work},
+			stub.WithSocketPath(socket), stub.WithPluginIdx(fmt.Sprintf("%02d", 10+i)), stub.WithPluginName("bench"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := s.Start(context.Background()); err != nil {
+			b.Fatal(err)
+		}
+		stubs = append(stubs, s)
+	}
+	return func() {
+		for _, s := range stubs {
+			s.Stop()
+		}
+	}
+}
+
+type createFn func(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) error
+
+// measure runs b.N creations over callers goroutines, each caller with its
+// own pods, and reports latency percentiles.
+func measure(b *testing.B, callers int, create createFn) {
+	b.Helper()
+	lat := make([]time.Duration, b.N)
+	var next sync.Mutex
+	i := 0
+	b.ResetTimer()
+	var wg sync.WaitGroup
+	for c := range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				next.Lock()
+				n := i
+				i++
+				next.Unlock()
+				if n >= b.N {
+					return
+				}
+				pod := testPod(fmt.Sprintf("pod-%d-%d", c, n))
+				ctr := testCtr(pod.Id, fmt.Sprintf("ctr-%d", n))
+				start := time.Now()
+				if err := create(context.Background(), pod, ctr); err != nil {
+					b.Error(err)
+					return
+				}
+				lat[n] = time.Since(start)
+			}
+		}()
+	}
+	wg.Wait()
+	b.StopTimer()
+	slices.Sort(lat)
+	pct := func(q float64) float64 {
+		return float64(lat[min(len(lat)-1, int(q*float64(len(lat))))].Microseconds())
+	}
+	b.ReportMetric(pct(0.50), "p50-µs")
+	b.ReportMetric(pct(0.99), "p99-µs")
+}
+
+// waitPlugins waits until n plugins are connected (crin only; the baseline
+// registers plugins before stub.Start returns).
+func waitPlugins(b *testing.B, a *Adaptation, n int) {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ready := 0
+		for _, pi := range a.Plugins() {
+			if pi.State == StateReady {
+				ready++
+			}
+		}
+		if ready == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("%d of %d plugins ready", ready, n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func BenchmarkCreateContainer(b *testing.B) {
+	// The stub and the baseline log through logrus; keep results readable.
+	logrus.SetOutput(io.Discard)
+	for _, work := range []time.Duration{0, time.Millisecond} {
+		for _, plugins := range []int{0, 1, 4} {
+			for _, callers := range []int{1, 8} {
+				name := fmt.Sprintf("work=%s/plugins=%d/callers=%d", work, plugins, callers)
+				b.Run("crin/"+name, func(b *testing.B) { benchCrin(b, plugins, callers, work) })
+				b.Run("baseline/"+name, func(b *testing.B) { benchBaseline(b, plugins, callers, work) })
+			}
+		}
+	}
+}
+
+func benchDir(b *testing.B) string {
+	dir, err := os.MkdirTemp("", "crin")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = os.RemoveAll(dir) })
+	return dir
+}
+
+func benchCrin(b *testing.B, plugins, callers int, work time.Duration) {
+	dir := benchDir(b)
+	cfg := DefaultConfig()
+	cfg.PluginPath = ""
+	cfg.SocketPath = filepath.Join(dir, "nri.sock")
+	cfg.DefaultValidator.Enable = false
+	a, err := New(cfg, &fakeEngine{}, WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := a.Start(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	stop := runBenchPlugins(b, cfg.SocketPath, plugins, work)
+	waitPlugins(b, a, plugins)
+	measure(b, callers, func(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) error {
+		_, _, err := a.CreateContainer(ctx, pod, ctr)
+		return err
+	})
+	stop()
+	_ = a.Stop(context.Background())
+}
+
+func benchBaseline(b *testing.B, plugins, callers int, work time.Duration) {
+	dir := benchDir(b)
+	socket := filepath.Join(dir, "nri.sock")
+	syncFn := func(ctx context.Context, cb adaptation.SyncCB) error {
+		_, err := cb(ctx, nil, nil)
+		return err
+	}
+	updateFn := func(context.Context, []*adaptation.ContainerUpdate) ([]*adaptation.ContainerUpdate, error) {
+		return nil, nil
+	}
+	r, err := adaptation.New("baseline", "v0", syncFn, updateFn,
+		adaptation.WithPluginPath(filepath.Join(dir, "none")),
+		adaptation.WithPluginConfigPath(filepath.Join(dir, "none")),
+		adaptation.WithSocketPath(socket))
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := r.Start(); err != nil {
+		b.Fatal(err)
+	}
+	stop := runBenchPlugins(b, socket, plugins, work)
+	time.Sleep(50 * time.Millisecond) // let the last sync finish
+	measure(b, callers, func(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) error {
+		_, err := r.CreateContainer(ctx, &api.CreateContainerRequest{Pod: pod, Container: ctr})
+		return err
+	})
+	stop()
+	r.Stop()
+}

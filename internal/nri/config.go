@@ -1,0 +1,142 @@
+package nri
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/containerd/errdefs"
+)
+
+// Defaults for Config.
+const (
+	DefaultPluginPath          = "/opt/nri/plugins"
+	DefaultPluginConfigPath    = "/etc/nri/conf.d"
+	DefaultSocketPath          = "/var/run/nri/nri.sock"
+	DefaultRegistrationTimeout = 5 * time.Second
+	DefaultRequestTimeout      = 2 * time.Second
+	DefaultSyncTimeout         = 30 * time.Second
+	// DefaultShutdownGrace is how long a launched plugin has to exit after
+	// SIGTERM before it is killed.
+	DefaultShutdownGrace = 2 * time.Second
+)
+
+// Config configures the NRI adaptation. The zero value of a duration means
+// its default; DefaultConfig returns a Config with every default filled in.
+type Config struct {
+	// Enable turns NRI on; with it off New still works and every event
+	// method is a cheap no-op.
+	Enable bool `toml:"enable"`
+	// DisableConnections refuses externally started plugins: no socket is
+	// created.
+	DisableConnections bool `toml:"disable_connections"`
+	// PluginPath holds pre-installed plugins, executables named NN-name.
+	PluginPath string `toml:"plugin_path"`
+	// PluginConfigPath holds NN-name.conf or name.conf per plugin.
+	PluginConfigPath string `toml:"plugin_config_path"`
+	// SocketPath is where external plugins connect.
+	SocketPath string `toml:"socket_path"`
+	// RegistrationTimeout bounds connect-to-registered and Configure.
+	RegistrationTimeout time.Duration `toml:"plugin_registration_timeout"`
+	// RequestTimeout bounds one plugin's handling of one event.
+	RequestTimeout time.Duration `toml:"plugin_request_timeout"`
+	// SyncTimeout bounds the whole Synchronize exchange with one plugin.
+	SyncTimeout time.Duration `toml:"plugin_sync_timeout"`
+	// PluginOverrides holds per-plugin settings, keyed by plugin name
+	// ("name") or by index and name ("NN-name"); the latter wins.
+	PluginOverrides map[string]PluginConfig `toml:"plugins"`
+	// DefaultFailurePolicy applies to plugins that declare no policy and
+	// have no override.
+	DefaultFailurePolicy FailurePolicy `toml:"default_failure_policy"`
+	// DefaultValidator configures the built-in validator.
+	DefaultValidator DefaultValidatorConfig `toml:"default_validator"`
+	// RuntimeName and RuntimeVersion are sent to plugins in Configure.
+	RuntimeName    string `toml:"runtime_name"`
+	RuntimeVersion string `toml:"runtime_version"`
+}
+
+// PluginConfig overrides settings for one plugin.
+type PluginConfig struct {
+	// RequestTimeout replaces Config.RequestTimeout for this plugin.
+	RequestTimeout time.Duration `toml:"request_timeout"`
+	// FailurePolicy replaces the plugin's own and the default policy.
+	FailurePolicy *FailurePolicy `toml:"failure_policy"`
+	// Required makes the plugin mandatory: while it is not connected,
+	// RunPodSandbox, CreateContainer and UpdateContainer fail, and its
+	// failures always fail those requests.
+	Required bool `toml:"required"`
+}
+
+// FailurePolicy decides what a plugin's timeout, crash or protocol error
+// does. Errors the plugin returns on purpose always fail a request.
+type FailurePolicy struct {
+	// FailRequest fails the request the plugin did not answer; otherwise
+	// the request goes on as if the plugin were not subscribed.
+	FailRequest bool `toml:"fail_request"`
+	// KeepConnected keeps a plugin that timed out; otherwise it is
+	// disconnected (a pre-installed one is then restarted).
+	KeepConnected bool `toml:"keep_connected"`
+}
+
+// DefaultConfig returns the configuration used when nothing is configured:
+// NRI on, external connections allowed, the default validator on and
+// rejecting OCI hook injection.
+func DefaultConfig() Config {
+	return Config{
+		Enable:              true,
+		PluginPath:          DefaultPluginPath,
+		PluginConfigPath:    DefaultPluginConfigPath,
+		SocketPath:          DefaultSocketPath,
+		RegistrationTimeout: DefaultRegistrationTimeout,
+		RequestTimeout:      DefaultRequestTimeout,
+		SyncTimeout:         DefaultSyncTimeout,
+		DefaultValidator: DefaultValidatorConfig{
+			Enable:                  true,
+			RejectOCIHookAdjustment: true,
+		},
+		RuntimeName:    "crin",
+		RuntimeVersion: "unknown",
+	}
+}
+
+// withDefaults fills unset durations and names and checks the rest.
+func (c Config) withDefaults() (Config, error) {
+	if c.RegistrationTimeout == 0 {
+		c.RegistrationTimeout = DefaultRegistrationTimeout
+	}
+	if c.RequestTimeout == 0 {
+		c.RequestTimeout = DefaultRequestTimeout
+	}
+	if c.SyncTimeout == 0 {
+		c.SyncTimeout = DefaultSyncTimeout
+	}
+	if c.SocketPath == "" {
+		c.SocketPath = DefaultSocketPath
+	}
+	if c.RuntimeName == "" {
+		c.RuntimeName = "crin"
+	}
+	for name, d := range map[string]time.Duration{
+		"plugin_registration_timeout": c.RegistrationTimeout,
+		"plugin_request_timeout":      c.RequestTimeout,
+		"plugin_sync_timeout":         c.SyncTimeout,
+	} {
+		if d < 0 {
+			return c, fmt.Errorf("nri config %s %s: %w", name, d, errdefs.ErrInvalidArgument)
+		}
+	}
+	for name, o := range c.PluginOverrides {
+		if o.RequestTimeout < 0 {
+			return c, fmt.Errorf("nri config plugins.%s.request_timeout %s: %w", name, o.RequestTimeout, errdefs.ErrInvalidArgument)
+		}
+	}
+	return c, nil
+}
+
+// override returns the override for plugin idx-name, if any.
+func (c *Config) override(idx, name string) (PluginConfig, bool) {
+	if o, ok := c.PluginOverrides[idx+"-"+name]; ok {
+		return o, true
+	}
+	o, ok := c.PluginOverrides[name]
+	return o, ok
+}

@@ -1,0 +1,231 @@
+package nri
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/containerd/nri/pkg/api"
+	"golang.org/x/sys/unix"
+)
+
+// preinstalled is a plugin found in plugin_path.
+type preinstalled struct {
+	idx, name, path, config string
+}
+
+func (pi preinstalled) id() string { return pi.idx + "-" + pi.name }
+
+// discover lists the executables named NN-name in plugin_path with their
+// configuration; badly named files are logged and skipped.
+func (a *Adaptation) discover() ([]preinstalled, error) {
+	if a.cfg.PluginPath == "" {
+		return nil, nil
+	}
+	entries, err := os.ReadDir(a.cfg.PluginPath)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("discover nri plugins in %s: %w", a.cfg.PluginPath, err)
+	}
+	var out []preinstalled
+	for _, e := range entries {
+		fi, err := e.Info()
+		if err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
+			continue
+		}
+		idx, name, err := api.ParsePluginName(e.Name())
+		if err == nil {
+			err = api.CheckPluginName(name)
+		}
+		if err != nil {
+			a.log.Warn("nri plugin skipped: bad file name, want NN-name", "file", e.Name(), "error", err)
+			continue
+		}
+		pi := preinstalled{idx: idx, name: name, path: filepath.Join(a.cfg.PluginPath, e.Name())}
+		if pi.config, err = a.pluginConfig(idx, name); err != nil {
+			a.log.Warn("nri plugin skipped: unreadable config", "plugin", pi.id(), "error", err)
+			continue
+		}
+		out = append(out, pi)
+	}
+	return out, nil
+}
+
+// pluginConfig reads NN-name.conf, else name.conf, from plugin_config_path.
+func (a *Adaptation) pluginConfig(idx, name string) (string, error) {
+	if a.cfg.PluginConfigPath == "" {
+		return "", nil
+	}
+	for _, f := range []string{idx + "-" + name + ".conf", name + ".conf"} {
+		b, err := os.ReadFile(filepath.Join(a.cfg.PluginConfigPath, f))
+		if err == nil {
+			return string(b), nil
+		}
+		if !errors.Is(err, os.ErrNotExist) {
+			return "", fmt.Errorf("read nri plugin config %s: %w", f, err)
+		}
+	}
+	return "", nil
+}
+
+// proc is a launched plugin process.
+type proc struct {
+	cmd    *exec.Cmd
+	exited chan struct{}
+}
+
+// launch starts the plugin with one end of a socketpair as fd 3 and wires
+// the other end as its connection.
+func (a *Adaptation) launch(pi preinstalled) (*plugin, *proc, error) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, fmt.Errorf("launch nri plugin %s: socketpair: %w", pi.id(), err)
+	}
+	local := os.NewFile(uintptr(fds[0]), "nri-"+pi.id())
+	peer := os.NewFile(uintptr(fds[1]), "nri-"+pi.id()+"-peer")
+	conn, err := net.FileConn(local)
+	_ = local.Close()
+	if err != nil {
+		_ = peer.Close()
+		return nil, nil, fmt.Errorf("launch nri plugin %s: %w", pi.id(), err)
+	}
+	cmd := exec.Command(pi.path)
+	cmd.Env = append(os.Environ(),
+		api.PluginNameEnvVar+"="+pi.name,
+		api.PluginIdxEnvVar+"="+pi.idx,
+		api.PluginSocketEnvVar+"=3",
+	)
+	cmd.ExtraFiles = []*os.File{peer}
+	out := &lineLogger{log: a.log, plugin: pi.id()}
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.WaitDelay = time.Second
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		_ = peer.Close()
+		_ = conn.Close()
+		return nil, nil, fmt.Errorf("launch nri plugin %s: %w", pi.id(), err)
+	}
+	_ = peer.Close()
+	pr := &proc{cmd: cmd, exited: make(chan struct{})}
+	if !a.goRun(func() {
+		err := cmd.Wait()
+		a.log.Debug("nri plugin process exited", "plugin", pi.id(), "error", err)
+		close(pr.exited)
+	}) {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		_ = conn.Close()
+		return nil, nil, fmt.Errorf("launch nri plugin %s: %w", pi.id(), errShutdown)
+	}
+	p, err := a.newConnPlugin(conn, KindPreinstalled, pi.idx, pi.name)
+	if err != nil {
+		a.terminate(pr)
+		return nil, nil, err
+	}
+	return p, pr, nil
+}
+
+// terminate stops a launched process: SIGTERM, then SIGKILL after the
+// grace period. It returns once the process is reaped.
+func (a *Adaptation) terminate(pr *proc) {
+	select {
+	case <-pr.exited:
+		return
+	default:
+	}
+	_ = pr.cmd.Process.Signal(syscall.SIGTERM)
+	t := time.NewTimer(a.grace)
+	defer t.Stop()
+	select {
+	case <-pr.exited:
+		return
+	case <-t.C:
+	}
+	_ = pr.cmd.Process.Kill()
+	<-pr.exited
+}
+
+func (a *Adaptation) isStopping() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.stopping || a.ctx.Err() != nil
+}
+
+// supervise keeps one pre-installed plugin running: it launches it, waits
+// for it to go away and launches it again with exponential backoff, until
+// the adaptation stops. The first attempt is reported through a.initial.
+func (a *Adaptation) supervise(pi preinstalled) {
+	first := true
+	backoff := a.backoffMin
+	for {
+		started := time.Now()
+		p, pr, err := a.launch(pi)
+		if err == nil {
+			err = a.connect(p, pi.config)
+		}
+		if first {
+			a.initial.Done()
+			first = false
+		}
+		if err != nil {
+			a.log.Warn("nri plugin failed to start", "plugin", pi.id(), "error", err)
+		} else {
+			select {
+			case <-p.closed:
+			case <-pr.exited:
+				p.close(fmt.Errorf("nri plugin process exited: %w", ErrPluginGone))
+			case <-a.ctx.Done():
+				<-p.closed // Stop shuts it down first
+			}
+		}
+		if pr != nil {
+			a.terminate(pr)
+		}
+		if a.isStopping() {
+			return
+		}
+		if time.Since(started) > time.Minute {
+			backoff = a.backoffMin
+		}
+		a.log.Info("nri plugin restarting", "plugin", pi.id(), "backoff", backoff)
+		select {
+		case <-a.ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(backoff*2, a.backoffMax)
+	}
+}
+
+// lineLogger logs a plugin's output line by line.
+type lineLogger struct {
+	log    *slog.Logger
+	plugin string
+	buf    []byte
+}
+
+func (l *lineLogger) Write(b []byte) (int, error) {
+	l.buf = append(l.buf, b...)
+	for {
+		i := bytes.IndexByte(l.buf, '\n')
+		if i < 0 {
+			break
+		}
+		l.log.Debug("nri plugin output", "plugin", l.plugin, "line", string(l.buf[:i]))
+		l.buf = l.buf[i+1:]
+	}
+	if len(l.buf) > 4096 {
+		l.log.Debug("nri plugin output", "plugin", l.plugin, "line", string(l.buf))
+		l.buf = l.buf[:0]
+	}
+	return len(b), nil
+}
