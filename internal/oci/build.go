@@ -226,7 +226,7 @@ func buildContainer(o ContainerOptions) (*specs.Spec, error) {
 	if err != nil {
 		return nil, err
 	}
-	caps, err := containerCapabilities(sc.GetCapabilities(), privileged)
+	caps, err := containerCapabilities(sc.GetCapabilities(), privileged, host)
 	if err != nil {
 		return nil, err
 	}

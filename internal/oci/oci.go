@@ -77,6 +77,10 @@ type Host struct {
 	CgroupV2 bool
 	// AppArmor is true when the kernel has AppArmor enabled.
 	AppArmor bool
+	// Capabilities is crind's capability bounding set: privileged
+	// containers and "ALL" get these, and no container can get more. Nil
+	// means every capability crin knows.
+	Capabilities []string
 	// NofileHard is the hard RLIMIT_NOFILE crind runs with; containers get
 	// it as their hard limit (capped at 1048576) since crind may lack the
 	// privilege to raise it. Zero means 1048576.

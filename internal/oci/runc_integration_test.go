@@ -14,8 +14,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containerd/cgroups/v3"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"github.com/opencontainers/runtime-spec/specs-go/features"
+	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -45,7 +47,7 @@ func TestRuncAcceptsSpecs(t *testing.T) {
 		t.Skip("runc not on PATH")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
+	t.Cleanup(cancel) // registered first, so it runs after the other cleanups
 
 	dir, err := os.MkdirTemp("", "crin")
 	if err != nil {
@@ -85,6 +87,14 @@ func TestRuncAcceptsSpecs(t *testing.T) {
 		},
 	}
 	oomMin := ownOOMScoreAdj(t)
+	t.Cleanup(func() {
+		// runc removes the containers' cgroups, not their parent.
+		dirs, _ := filepath.Glob("/sys/fs/cgroup/*/crin-oci-test")
+		for _, d := range dirs {
+			os.Remove(d)
+		}
+		os.Remove("/sys/fs/cgroup/crin-oci-test")
+	})
 	pauseRoot := filepath.Join(dir, "pauseroot")
 	if err := PreparePauseRoot(pauseRoot); err != nil {
 		t.Fatal(err)
@@ -111,8 +121,19 @@ func TestRuncAcceptsSpecs(t *testing.T) {
 		}
 		return out, nil
 	}
-	if _, err := runcCmd("run", "--detach", "--bundle", sbBundle, sbID); err != nil {
-		t.Fatalf("runc run sandbox: %v", err)
+	// The detached infra process inherits runc's stdio: give it files, not
+	// pipes this test would wait on.
+	logPath := filepath.Join(dir, "sandbox.log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logFile.Close()
+	run := exec.CommandContext(ctx, runc, "--root", state, "run", "--detach", "--bundle", sbBundle, sbID)
+	run.Stdout, run.Stderr = logFile, logFile
+	if err := run.Run(); err != nil {
+		b, _ := os.ReadFile(logPath)
+		t.Fatalf("runc run sandbox: %v\n%s", err, b)
 	}
 	t.Cleanup(func() { runcCmd("delete", "--force", sbID) })
 	st, err := runcCmd("state", sbID)
@@ -158,51 +179,91 @@ func TestRuncAcceptsSpecs(t *testing.T) {
 		"echo sysctl=$(/bin/busybox cat /proc/sys/net/ipv4/ip_unprivileged_port_start)",
 		"echo pid1=$(/bin/busybox cat /proc/1/cmdline)",
 	}, "; ")
-	cid := "crin-oci-test-c-" + strconv.Itoa(os.Getpid())
-	c, err := ContainerSpec(ContainerOptions{
-		ID:      cid,
-		Sandbox: pod,
-		Config: &runtimeapi.ContainerConfig{
-			Metadata: &runtimeapi.ContainerMetadata{Name: "c"},
-			Command:  []string{"/bin/sh", "-c", script},
-			Envs:     []*runtimeapi.KeyValue{{Key: "FOO", Value: []byte("bar")}},
-			Linux: &runtimeapi.LinuxContainerConfig{
-				Resources: &runtimeapi.LinuxContainerResources{MemoryLimitInBytes: 64 << 20, CpuShares: 512},
-				SecurityContext: &runtimeapi.LinuxContainerSecurityContext{
-					NamespaceOptions: &runtimeapi.NamespaceOption{Pid: runtimeapi.NamespaceMode_POD},
-					Seccomp:          &runtimeapi.SecurityProfile{ProfileType: runtimeapi.SecurityProfile_RuntimeDefault},
-					ReadonlyRootfs:   true,
+	// runContainer runs one container in the pod with the given runtime
+	// binary and returns its output.
+	runContainer := func(t *testing.T, bin, id string, f *features.Features, privileged bool, script string) []byte {
+		t.Helper()
+		podCfg := pod
+		if privileged {
+			podCfg = proto.Clone(pod).(*runtimeapi.PodSandboxConfig)
+			podCfg.Linux.SecurityContext.Privileged = true
+		}
+		c, err := ContainerSpec(ContainerOptions{
+			ID:      id,
+			Sandbox: podCfg,
+			Config: &runtimeapi.ContainerConfig{
+				Metadata: &runtimeapi.ContainerMetadata{Name: "c"},
+				Command:  []string{"/bin/sh", "-c", script},
+				Envs:     []*runtimeapi.KeyValue{{Key: "FOO", Value: []byte("bar")}},
+				Linux: &runtimeapi.LinuxContainerConfig{
+					Resources: &runtimeapi.LinuxContainerResources{MemoryLimitInBytes: 64 << 20, CpuShares: 512},
+					SecurityContext: &runtimeapi.LinuxContainerSecurityContext{
+						NamespaceOptions: &runtimeapi.NamespaceOption{Pid: runtimeapi.NamespaceMode_POD},
+						Seccomp:          &runtimeapi.SecurityProfile{ProfileType: runtimeapi.SecurityProfile_RuntimeDefault},
+						ReadonlyRootfs:   true,
+						Privileged:       privileged,
+					},
 				},
 			},
-		},
-		Image:          ImageConfig{User: "app", WorkingDir: "/tmp"},
-		Rootfs:         rootfs,
-		CgroupsPath:    "/crin-oci-test/" + cid,
-		SandboxPid:     s.Pid,
-		SandboxID:      sbID,
-		HostsPath:      hostsFile,
-		OOMScoreAdjMin: oomMin,
-	})
-	if err != nil {
-		t.Fatal(err)
+			Image:          ImageConfig{User: "app", WorkingDir: "/tmp"},
+			Rootfs:         rootfs,
+			CgroupsPath:    "/crin-oci-test/" + id,
+			SandboxPid:     s.Pid,
+			SandboxID:      sbID,
+			HostsPath:      hostsFile,
+			OOMScoreAdjMin: oomMin,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := Fit(c, f); err != nil {
+			t.Fatal(err)
+		}
+		bundle := writeBundle(t, dir, id, c)
+		state := filepath.Join(dir, "state-"+filepath.Base(bin))
+		cmd := exec.CommandContext(ctx, bin, "--root", state, "run", "--bundle", bundle, id)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		got, err := cmd.Output()
+		exec.CommandContext(ctx, bin, "--root", state, "delete", "--force", id).Run()
+		t.Logf("%s output:\n%s", filepath.Base(bin), got)
+		if err != nil {
+			t.Fatalf("%s run container: %v: %s\noutput:\n%s", bin, err, stderr.String(), got)
+		}
+		return got
 	}
-	if err := Fit(c, &f); err != nil {
-		t.Fatal(err)
-	}
-	cBundle := writeBundle(t, dir, "c", c)
-	got, err := runcCmd("run", "--bundle", cBundle, cid)
-	runcCmd("delete", "--force", cid)
-	if err != nil {
-		t.Fatalf("runc run container: %v\noutput:\n%s", err, got)
-	}
-	for _, want := range []string{
-		"host=crin-pod", "id=1000:1000:1000 1500", "cwd=/tmp", "env=bar", "hosts=ok",
-		"userns=denied", "sysctl=80", "pid1=/pause",
-	} {
-		if !bytes.Contains(got, []byte(want+"\n")) {
-			t.Errorf("container output lacks %q:\n%s", want, got)
+	expect := func(t *testing.T, got []byte, wants ...string) {
+		t.Helper()
+		for _, want := range wants {
+			if !bytes.Contains(got, []byte(want+"\n")) {
+				t.Errorf("container output lacks %q", want)
+			}
 		}
 	}
+	common := []string{"host=crin-pod", "id=1000:1000:1000 1500", "cwd=/tmp", "env=bar", "hosts=ok", "sysctl=80", "pid1=/pause"}
+
+	t.Run("runc", func(t *testing.T) {
+		got := runContainer(t, runc, "crin-oci-test-c-"+strconv.Itoa(os.Getpid()), &f, false, script)
+		expect(t, got, append(common, "userns=denied")...)
+	})
+	t.Run("crun", func(t *testing.T) {
+		crun, err := exec.LookPath("crun")
+		if err != nil {
+			t.Skip("crun not on PATH")
+		}
+		if cgroups.Mode() == cgroups.Hybrid {
+			t.Skip("crun does not support hybrid cgroup hosts")
+		}
+		// crun 1.8 has no features command: crin assumes OCI 1.0.0.
+		got := runContainer(t, crun, "crin-oci-test-crun-"+strconv.Itoa(os.Getpid()), &features.Features{OCIVersionMin: "1.0.0", OCIVersionMax: "1.0.0"}, false, script)
+		expect(t, got, append(common, "userns=denied")...)
+	})
+	t.Run("runc privileged", func(t *testing.T) {
+		got := runContainer(t, runc, "crin-oci-test-priv-"+strconv.Itoa(os.Getpid()), &f, true,
+			script+"; [ -c /dev/null ] && [ -c /dev/kmsg ] && echo devices=host")
+		// Privileged containers run without a seccomp filter.
+		expect(t, got, append(common, "devices=host", "userns=allowed")...)
+	})
 }
 
 type runcError struct {

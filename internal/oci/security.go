@@ -49,6 +49,26 @@ var defaultReadonlyPaths = []string{
 	"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger",
 }
 
+// capabilitiesFromMask lists the known capabilities whose bits are set
+// (bit n is capability number n, the order of knownCapabilities).
+func capabilitiesFromMask(mask uint64) []string {
+	out := []string{}
+	for i, c := range knownCapabilities {
+		if mask&(1<<i) != 0 {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// heldCapabilities are those of caps that crind itself can grant.
+func heldCapabilities(caps []string, host *Host) []string {
+	if host.Capabilities == nil {
+		return slices.Clone(caps)
+	}
+	return slices.DeleteFunc(slices.Clone(caps), func(c string) bool { return !slices.Contains(host.Capabilities, c) })
+}
+
 // capabilityName normalises a CRI capability ("net_admin", "CAP_NET_ADMIN")
 // and reports whether it is known.
 func capabilityName(s string) (string, bool) {
@@ -62,22 +82,27 @@ func capabilityName(s string) (string, bool) {
 // containerCapabilities applies add_capabilities and drop_capabilities to
 // the default set. "ALL" in add starts from every capability, "ALL" in drop
 // from none; then the named ones are added, then the named ones dropped.
-func containerCapabilities(c *runtimeapi.Capability, privileged bool) (*specs.LinuxCapabilities, error) {
+// "ALL", privileged and the defaults mean those crind holds itself; naming
+// one it lacks is an error, since the runtime could not grant it.
+func containerCapabilities(c *runtimeapi.Capability, privileged bool, host *Host) (*specs.LinuxCapabilities, error) {
 	const field = "linux.security_context.capabilities"
+	all := heldCapabilities(knownCapabilities, host)
 	if privileged {
-		all := slices.Clone(knownCapabilities)
-		return &specs.LinuxCapabilities{Bounding: all, Effective: all, Permitted: all}, nil
+		return &specs.LinuxCapabilities{Bounding: all, Effective: slices.Clone(all), Permitted: slices.Clone(all)}, nil
 	}
-	set := slices.Clone(defaultCapabilities)
+	set := heldCapabilities(defaultCapabilities, host)
 	var add, drop []string
 	for i, s := range c.GetAddCapabilities() {
 		if strings.EqualFold(s, "ALL") {
-			set = slices.Clone(knownCapabilities)
+			set = slices.Clone(all)
 			continue
 		}
 		n, ok := capabilityName(s)
 		if !ok {
 			return nil, invalidf("%s.add_capabilities[%d] %q: unknown capability", field, i, s)
+		}
+		if !slices.Contains(all, n) {
+			return nil, invalidf("%s.add_capabilities[%d] %q: not in crind's own capability bounding set", field, i, s)
 		}
 		add = append(add, n)
 	}

@@ -156,7 +156,6 @@ func TestResolveUserSymlinkInside(t *testing.T) {
 	if err := os.Symlink("/usr/share/base/passwd", filepath.Join(root, "etc/passwd")); err != nil {
 		t.Fatal(err)
 	}
-	// /etc/group is a loop: treated as an error, not followed forever.
 	got, err := resolveUser(root, userRequest{imageUser: "app"})
 	if err != nil {
 		t.Fatal(err)
@@ -165,6 +164,7 @@ func TestResolveUserSymlinkInside(t *testing.T) {
 		t.Errorf("user = %+v, want %+v", got, want)
 	}
 
+	// A symlink loop is an error, not followed forever.
 	if err := os.Symlink("group", filepath.Join(root, "etc/group")); err != nil {
 		t.Fatal(err)
 	}
