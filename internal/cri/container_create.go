@@ -94,10 +94,16 @@ func (s *Service) CreateContainer(ctx context.Context, r *runtimeapi.CreateConta
 	if podCfg.GetLinux().GetSecurityContext().GetNamespaceOptions().GetIpc() != runtimeapi.NamespaceMode_NODE {
 		ipcShm = filepath.Join(pod.PodDir, "shm")
 	}
+	targetPid, err := s.targetPid(cfg)
+	if err != nil {
+		return nil, err
+	}
 	spec, err := oci.ContainerSpec(oci.ContainerOptions{
-		ID:      id,
-		Config:  cfg,
-		Sandbox: podCfg,
+		ID:        id,
+		SandboxID: pod.ID,
+		TargetPid: targetPid,
+		Config:    cfg,
+		Sandbox:   podCfg,
 		Image: oci.ImageConfig{
 			User: img.Config.User, Env: img.Config.Env, Entrypoint: img.Config.Entrypoint,
 			Cmd: img.Config.Cmd, WorkingDir: img.Config.WorkingDir, StopSignal: img.Config.StopSignal,
@@ -163,4 +169,24 @@ func validateContainerConfig(cfg *runtimeapi.ContainerConfig) error {
 		return fmt.Errorf("config.log_path %q: must be relative to the pod's log_directory and stay inside it: %w", p, errdefs.ErrInvalidArgument)
 	}
 	return nil
+}
+
+// targetPid is the pid of the container whose PID namespace cfg asks to
+// share (namespace mode TARGET), or 0.
+func (s *Service) targetPid(cfg *runtimeapi.ContainerConfig) (int, error) {
+	ns := cfg.GetLinux().GetSecurityContext().GetNamespaceOptions()
+	if ns.GetPid() != runtimeapi.NamespaceMode_TARGET {
+		return 0, nil
+	}
+	target, err := s.getContainer(ns.GetTargetId())
+	if err != nil {
+		return 0, fmt.Errorf("config.linux.security_context.namespace_options.target_id %q: %w", ns.GetTargetId(), err)
+	}
+	target.mu.Lock()
+	defer target.mu.Unlock()
+	if target.rec.State != store.ContainerRunning || target.rec.Pid == 0 {
+		return 0, fmt.Errorf("config.linux.security_context.namespace_options.target_id %q: container is %s, not running: %w",
+			ns.GetTargetId(), target.rec.State, errdefs.ErrFailedPrecondition)
+	}
+	return target.rec.Pid, nil
 }

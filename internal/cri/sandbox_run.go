@@ -101,13 +101,14 @@ func (s *Service) RunPodSandbox(ctx context.Context, r *runtimeapi.RunPodSandbox
 	}
 
 	spec, err := oci.SandboxSpec(oci.SandboxOptions{
-		ID:             id,
-		Config:         cfg,
-		Rootfs:         s.opts.PauseRoot,
-		PauseBinary:    s.opts.PauseBinary,
-		NetNSPath:      rec.NetNS,
-		CgroupsPath:    filepath.Join(parent, id),
-		OOMScoreAdjMin: s.opts.OOMScoreAdjMin,
+		ID:                 id,
+		Config:             cfg,
+		Rootfs:             s.opts.PauseRoot,
+		PauseBinary:        s.opts.PauseBinary,
+		NetNSPath:          rec.NetNS,
+		CgroupsPath:        filepath.Join(parent, id),
+		OOMScoreAdjMin:     s.opts.OOMScoreAdjMin,
+		SeccompProfileRoot: s.opts.SeccompProfileRoot,
 	})
 	if err != nil {
 		return nil, err
