@@ -110,12 +110,7 @@ func containerResources(rec *store.Container) *runtimeapi.ContainerResources {
 // ListContainers lists the visible containers matching the filter.
 func (s *Service) ListContainers(ctx context.Context, r *runtimeapi.ListContainersRequest) (*runtimeapi.ListContainersResponse, error) {
 	f := r.GetFilter()
-	s.mu.RLock()
-	cs := make([]*container, 0, len(s.containers))
-	for _, c := range s.containers {
-		cs = append(cs, c)
-	}
-	s.mu.RUnlock()
+	cs := s.allContainers()
 	resp := &runtimeapi.ListContainersResponse{}
 	for _, c := range cs {
 		c.mu.Lock()
@@ -141,4 +136,15 @@ func (s *Service) ListContainers(ctx context.Context, r *runtimeapi.ListContaine
 		c.mu.Unlock()
 	}
 	return resp, nil
+}
+
+// allContainers snapshots the visible containers.
+func (s *Service) allContainers() []*container {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	out := make([]*container, 0, len(s.containers))
+	for _, c := range s.containers {
+		out = append(out, c)
+	}
+	return out
 }

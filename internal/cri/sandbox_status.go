@@ -70,12 +70,7 @@ func sandboxState(s store.SandboxState) runtimeapi.PodSandboxState {
 // ListPodSandbox lists the visible pods matching the filter.
 func (s *Service) ListPodSandbox(ctx context.Context, r *runtimeapi.ListPodSandboxRequest) (*runtimeapi.ListPodSandboxResponse, error) {
 	f := r.GetFilter()
-	s.mu.RLock()
-	sbs := make([]*sandbox, 0, len(s.sandboxes))
-	for _, sb := range s.sandboxes {
-		sbs = append(sbs, sb)
-	}
-	s.mu.RUnlock()
+	sbs := s.allSandboxes()
 	resp := &runtimeapi.ListPodSandboxResponse{}
 	for _, sb := range sbs {
 		sb.mu.Lock()
@@ -111,4 +106,15 @@ func labelsMatch(labels, sel map[string]string) bool {
 		}
 	}
 	return true
+}
+
+// allSandboxes snapshots the visible pods.
+func (s *Service) allSandboxes() []*sandbox {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	out := make([]*sandbox, 0, len(s.sandboxes))
+	for _, sb := range s.sandboxes {
+		out = append(out, sb)
+	}
+	return out
 }

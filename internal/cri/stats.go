@@ -29,12 +29,7 @@ func (s *Service) ContainerStats(ctx context.Context, r *runtimeapi.ContainerSta
 // filter; containers whose cgroup is gone (exited) are skipped.
 func (s *Service) ListContainerStats(ctx context.Context, r *runtimeapi.ListContainerStatsRequest) (*runtimeapi.ListContainerStatsResponse, error) {
 	f := r.GetFilter()
-	s.mu.RLock()
-	cs := make([]*container, 0, len(s.containers))
-	for _, c := range s.containers {
-		cs = append(cs, c)
-	}
-	s.mu.RUnlock()
+	cs := s.allContainers()
 	resp := &runtimeapi.ListContainerStatsResponse{}
 	for _, c := range cs {
 		c.mu.Lock()
@@ -118,12 +113,7 @@ func (s *Service) PodSandboxStats(ctx context.Context, r *runtimeapi.PodSandboxS
 // ListPodSandboxStats reports the usage of the pods matching the filter.
 func (s *Service) ListPodSandboxStats(ctx context.Context, r *runtimeapi.ListPodSandboxStatsRequest) (*runtimeapi.ListPodSandboxStatsResponse, error) {
 	f := r.GetFilter()
-	s.mu.RLock()
-	sbs := make([]*sandbox, 0, len(s.sandboxes))
-	for _, sb := range s.sandboxes {
-		sbs = append(sbs, sb)
-	}
-	s.mu.RUnlock()
+	sbs := s.allSandboxes()
 	resp := &runtimeapi.ListPodSandboxStatsResponse{}
 	for _, sb := range sbs {
 		sb.mu.Lock()
