@@ -1,0 +1,113 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestParseRollup(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		in      string
+		want    Mem
+		wantErr bool
+	}{
+		{
+			name: "kernel format",
+			in: "55d0c8a4b000-7ffd6a1f5000 ---p 00000000 00:00 0                          [rollup]\n" +
+				"Rss:               26612 kB\nPss:               25086 kB\nPss_Dirty:          9000 kB\n" +
+				"Pss_Anon:          8000 kB\nShared_Clean:       1000 kB\n",
+			want: Mem{RSS: 26612, PSS: 25086},
+		},
+		{name: "no pss", in: "Rss: 10 kB\n", wantErr: true},
+		{name: "bad number", in: "Rss: x kB\nPss: 1 kB\n", wantErr: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := parseRollup([]byte(tc.in))
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("parseRollup error = %v, want error %v", err, tc.wantErr)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("parseRollup (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestSummarize(t *testing.T) {
+	var d []time.Duration
+	for i := 100; i >= 1; i-- { // unsorted on purpose
+		d = append(d, time.Duration(i)*time.Millisecond)
+	}
+	for _, tc := range []struct {
+		name string
+		in   []time.Duration
+		want StepStats
+	}{
+		{"hundred", d, StepStats{Step: "s", P50: 50, P90: 90, P99: 99, Mean: 50.5, Max: 100}},
+		{"one", []time.Duration{3 * time.Millisecond}, StepStats{Step: "s", P50: 3, P90: 3, P99: 3, Mean: 3, Max: 3}},
+		{"empty", nil, StepStats{Step: "s"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if diff := cmp.Diff(tc.want, summarize("s", tc.in)); diff != "" {
+				t.Errorf("summarize (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestCompareTable(t *testing.T) {
+	a := &Result{Name: "a", K: 2, Steps: []StepStats{{Step: "total", P50: 1, P90: 2, P99: 3}},
+		Memory: Memory{DaemonIdle: Mem{RSS: 10, PSS: 9}, Shims: 4}}
+	b := &Result{Name: "b", K: 2, Steps: []StepStats{{Step: "total", P50: 4, P90: 5, P99: 6}},
+		Memory: Memory{DaemonIdle: Mem{RSS: 20, PSS: 19}, Shims: 2}}
+	var out bytes.Buffer
+	compare(&out, []*Result{a, b})
+	for _, want := range []string{
+		"| total | 1.0 | 2.0 | 3.0 | 4.0 | 5.0 | 6.0 |",
+		"| daemon, idle | 10 | 9 | 20 | 19 |",
+		"| shim processes for K pods | 4 |  | 2 |  |",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("compare output lacks %q:\n%s", want, out.String())
+		}
+	}
+}
+
+func TestParseTarget(t *testing.T) {
+	common := runOptions{image: "img", logDir: "/logs", n: 5}
+	for _, tc := range []struct {
+		name    string
+		spec    string
+		want    runOptions
+		wantErr bool
+	}{
+		{
+			name: "all keys",
+			spec: "name=ctd,socket=/s/c.sock,pid=42,shim=containerd-shim,pause=r/pause:1",
+			want: runOptions{name: "ctd", socket: "/s/c.sock", pid: 42, shimComm: "containerd-shim",
+				pauseImage: "r/pause:1", image: "img", logDir: "/logs/ctd", n: 5},
+		},
+		{name: "no socket", spec: "name=a", wantErr: true},
+		{name: "bad pid", spec: "name=a,socket=/s,pid=x", wantErr: true},
+		{name: "unknown key", spec: "name=a,socket=/s,colour=red", wantErr: true},
+		{name: "not key=value", spec: "name=a,socket", wantErr: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := parseTarget(common, tc.spec)
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("parseTarget error = %v, want error %v", err, tc.wantErr)
+			}
+			if err != nil {
+				return
+			}
+			if diff := cmp.Diff(tc.want, got, cmp.AllowUnexported(runOptions{})); diff != "" {
+				t.Errorf("parseTarget (-want +got):\n%s", diff)
+			}
+		})
+	}
+}

@@ -1,0 +1,430 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// steps are the CRI calls of one lifecycle, in order.
+var steps = []string{
+	"RunPodSandbox", "CreateContainer", "StartContainer",
+	"StopContainer", "RemoveContainer", "StopPodSandbox", "RemovePodSandbox",
+}
+
+// totalStep names the sum of the steps of one lifecycle.
+const totalStep = "total"
+
+// client is a CRI client over one unix socket, as kubelet holds it.
+type client struct {
+	conn *grpc.ClientConn
+	rs   runtimeapi.RuntimeServiceClient
+	is   runtimeapi.ImageServiceClient
+}
+
+func dial(socket string) (*client, error) {
+	conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, fmt.Errorf("dial %s: %w", socket, err)
+	}
+	return &client{
+		conn: conn,
+		rs:   runtimeapi.NewRuntimeServiceClient(conn),
+		is:   runtimeapi.NewImageServiceClient(conn),
+	}, nil
+}
+
+// runOptions is the configuration of one runtime under test: the flags
+// shared by all targets plus the target's own.
+type runOptions struct {
+	name         string // label in the report
+	socket       string
+	pid          int    // the daemon, for its memory; 0 skips memory
+	shimComm     string // comm of its shims (/proc/PID/comm, 15 bytes at most)
+	pauseImage   string // sandbox image pulled before timing, if it uses one
+	image        string
+	n, k, warmup int
+	stopTimeout  int64
+	cgroupParent string
+	logDir       string
+	match        string
+	callTimeout  time.Duration
+}
+
+// target is one runtime being measured.
+type target struct {
+	o       runOptions
+	c       *client
+	res     *Result
+	samples map[string][]time.Duration
+	err     error // set once the target failed; it is then left alone
+}
+
+func runCmd(args []string) error {
+	var o runOptions
+	var specs []string
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	fs.Func("target", "runtime to measure, repeatable: name=NAME,socket=SOCK[,pid=PID][,shim=COMM][,pause=REF]",
+		func(v string) error { specs = append(specs, v); return nil })
+	fs.StringVar(&o.image, "image", "", "image of the container (busybox)")
+	fs.IntVar(&o.n, "n", 50, "timed lifecycles per target, one after another")
+	fs.IntVar(&o.k, "k", 10, "pods kept running for the memory figures")
+	fs.IntVar(&o.warmup, "warmup", 2, "untimed lifecycles run first")
+	fs.Int64Var(&o.stopTimeout, "stop-timeout", 0, "StopContainer timeout in seconds")
+	fs.StringVar(&o.cgroupParent, "cgroup-parent", "", "cgroup under which each pod gets pod<uid> (cgroupfs); empty leaves it to the runtime")
+	fs.StringVar(&o.logDir, "log-dir", "", "directory for the pods' log directories")
+	fs.StringVar(&o.match, "shim-match", "", "string the shims' command lines contain (keeps other daemons' shims out)")
+	outDir := fs.String("out-dir", "", "directory to write NAME.json results to")
+	fs.DurationVar(&o.callTimeout, "call-timeout", 2*time.Minute, "timeout of each CRI call")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if len(specs) == 0 || o.image == "" || o.logDir == "" {
+		return errors.New("-target, -image and -log-dir are required")
+	}
+	if o.n < 1 || o.k < 0 || o.warmup < 0 {
+		return fmt.Errorf("-n %d, -k %d, -warmup %d: need n >= 1, k >= 0, warmup >= 0", o.n, o.k, o.warmup)
+	}
+	var targets []*target
+	for _, spec := range specs {
+		to, err := parseTarget(o, spec)
+		if err != nil {
+			return err
+		}
+		c, err := dial(to.socket)
+		if err != nil {
+			return err
+		}
+		defer c.conn.Close()
+		targets = append(targets, &target{o: to, c: c, samples: map[string][]time.Duration{}})
+	}
+	measureAll(context.Background(), targets)
+
+	var done []*Result
+	for _, t := range targets {
+		if t.err != nil {
+			fmt.Fprintf(os.Stderr, "crilat: %s not measured: %v\n", t.o.name, t.err)
+			continue
+		}
+		printResult(os.Stdout, t.res)
+		done = append(done, t.res)
+		if *outDir == "" {
+			continue
+		}
+		b, err := json.MarshalIndent(t.res, "", "  ")
+		if err != nil {
+			return fmt.Errorf("encode result: %w", err)
+		}
+		p := filepath.Join(*outDir, t.o.name+".json")
+		if err := os.WriteFile(p, append(b, '\n'), 0o644); err != nil {
+			return fmt.Errorf("write %s: %w", p, err)
+		}
+	}
+	if len(done) > 0 {
+		compare(os.Stdout, done)
+	}
+	for _, t := range targets {
+		if t.err != nil {
+			fmt.Printf("\n%s not compared: %v\n", t.o.name, t.err)
+		}
+	}
+	// The first target is the one the bench is about; the others are peers
+	// whose failure is reported above but does not fail the run.
+	return targets[0].err
+}
+
+// parseTarget fills a copy of common from "name=crind,socket=/s,pid=1,...".
+func parseTarget(common runOptions, spec string) (runOptions, error) {
+	o := common
+	for _, kv := range strings.Split(spec, ",") {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok {
+			return o, fmt.Errorf("-target %q: %q is not key=value", spec, kv)
+		}
+		switch k {
+		case "name":
+			o.name = v
+		case "socket":
+			o.socket = v
+		case "shim":
+			o.shimComm = v
+		case "pause":
+			o.pauseImage = v
+		case "pid":
+			pid, err := strconv.Atoi(v)
+			if err != nil || pid < 1 {
+				return o, fmt.Errorf("-target %q: pid %q is not a process id", spec, v)
+			}
+			o.pid = pid
+		default:
+			return o, fmt.Errorf("-target %q: unknown key %q", spec, k)
+		}
+	}
+	if o.name == "" || o.socket == "" {
+		return o, fmt.Errorf("-target %q: name and socket are required", spec)
+	}
+	o.logDir = filepath.Join(common.logDir, o.name)
+	return o, nil
+}
+
+// measureAll runs the benchmark on every target. The lifecycles interleave
+// (lifecycle i of each target, starting with a different target each
+// round) so that load from elsewhere on a shared machine falls on all of
+// them alike; memory is then measured one target at a time.
+func measureAll(ctx context.Context, targets []*target) {
+	for _, t := range targets {
+		t.err = prepare(ctx, t)
+	}
+	o := targets[0].o
+	each := func(round int, f func(t *target) error) {
+		for j := range targets {
+			t := targets[(round+j)%len(targets)]
+			if t.err == nil {
+				t.err = f(t)
+			}
+		}
+	}
+	for i := 0; i < o.warmup; i++ {
+		each(i, func(t *target) error {
+			if _, err := lifecycle(ctx, t.c, t.o, fmt.Sprintf("warm%d", i)); err != nil {
+				return fmt.Errorf("warm-up lifecycle %d: %w", i, err)
+			}
+			return nil
+		})
+	}
+	for i := 0; i < o.n; i++ {
+		each(i, func(t *target) error {
+			d, err := lifecycle(ctx, t.c, t.o, fmt.Sprintf("lc%d", i))
+			if err != nil {
+				return fmt.Errorf("lifecycle %d: %w", i, err)
+			}
+			var total time.Duration
+			for j, s := range steps {
+				t.samples[s] = append(t.samples[s], d[j])
+				total += d[j]
+			}
+			t.samples[totalStep] = append(t.samples[totalStep], total)
+			return nil
+		})
+	}
+	for _, t := range targets {
+		if t.err != nil {
+			continue
+		}
+		for _, s := range append(slices.Clone(steps), totalStep) {
+			t.res.Steps = append(t.res.Steps, summarize(s, t.samples[s]))
+		}
+		mem, err := measureMemory(ctx, t.c, t.o)
+		if err != nil {
+			t.err = fmt.Errorf("memory: %w", err)
+			continue
+		}
+		t.res.Memory = mem
+	}
+}
+
+// prepare waits for the target to be ready and pulls the images.
+func prepare(ctx context.Context, t *target) error {
+	o := t.o
+	t.res = &Result{Name: o.name, Date: time.Now().UTC().Format(time.RFC3339), N: o.n, K: o.k, Warmup: o.warmup}
+	v, err := waitReady(ctx, t.c, 60*time.Second)
+	if err != nil {
+		return err
+	}
+	t.res.Runtime = v.GetRuntimeName() + " " + v.GetRuntimeVersion()
+	pull := func(ref string) error {
+		pctx, cancel := context.WithTimeout(ctx, o.callTimeout)
+		defer cancel()
+		if _, err := t.c.is.PullImage(pctx, &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: ref}}); err != nil {
+			return fmt.Errorf("pull %s: %w", ref, err)
+		}
+		return nil
+	}
+	start := time.Now()
+	if err := pull(o.image); err != nil {
+		return err
+	}
+	t.res.PullMs = ms(time.Since(start))
+	if o.pauseImage != "" {
+		return pull(o.pauseImage)
+	}
+	return nil
+}
+
+// waitReady waits until the runtime answers Version and reports both the
+// runtime and the network ready: a daemon's socket can accept calls before
+// its CRI service or its CNI configuration is loaded.
+func waitReady(ctx context.Context, c *client, limit time.Duration) (*runtimeapi.VersionResponse, error) {
+	deadline := time.Now().Add(limit)
+	var last error
+	for time.Now().Before(deadline) {
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		v, err := c.rs.Version(cctx, &runtimeapi.VersionRequest{})
+		if err == nil {
+			var st *runtimeapi.StatusResponse
+			st, err = c.rs.Status(cctx, &runtimeapi.StatusRequest{})
+			if err == nil {
+				err = notReady(st)
+			}
+		}
+		cancel()
+		if err == nil {
+			return v, nil
+		}
+		last = err
+		time.Sleep(200 * time.Millisecond)
+	}
+	return nil, fmt.Errorf("runtime not ready after %s: %w", limit, last)
+}
+
+func notReady(st *runtimeapi.StatusResponse) error {
+	var errs []error
+	for _, c := range st.GetStatus().GetConditions() {
+		if !c.GetStatus() && (c.GetType() == runtimeapi.RuntimeReady || c.GetType() == runtimeapi.NetworkReady) {
+			errs = append(errs, fmt.Errorf("%s: %s %s", c.GetType(), c.GetReason(), c.GetMessage()))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// lifecycle runs one pod with one container from start to removal and
+// returns the duration of each step, in the order of steps.
+func lifecycle(ctx context.Context, c *client, o runOptions, name string) ([]time.Duration, error) {
+	d := make([]time.Duration, 0, len(steps))
+	var podID, ctrID string
+	var cleanup []func()
+	defer func() {
+		// Only after a failure: a failed step must not leave its pod behind.
+		for _, f := range slices.Backward(cleanup) {
+			f()
+		}
+	}()
+	call := func(f func(context.Context) error) error {
+		cctx, cancel := context.WithTimeout(ctx, o.callTimeout)
+		defer cancel()
+		start := time.Now()
+		err := f(cctx)
+		d = append(d, time.Since(start))
+		return err
+	}
+
+	podCfg, err := podConfig(o, name)
+	if err != nil {
+		return nil, err
+	}
+	if err := call(func(ctx context.Context) error {
+		r, err := c.rs.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: podCfg})
+		podID = r.GetPodSandboxId()
+		return err
+	}); err != nil {
+		return nil, fmt.Errorf("run pod sandbox: %w", err)
+	}
+	cleanup = append(cleanup, func() { removePod(ctx, c, podID) })
+	if err := call(func(ctx context.Context) error {
+		r, err := c.rs.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{
+			PodSandboxId: podID, Config: containerConfig(o, name), SandboxConfig: podCfg,
+		})
+		ctrID = r.GetContainerId()
+		return err
+	}); err != nil {
+		return nil, fmt.Errorf("create container: %w", err)
+	}
+	rest := []struct {
+		name string
+		f    func(context.Context) error
+	}{
+		{"start container", func(ctx context.Context) error {
+			_, err := c.rs.StartContainer(ctx, &runtimeapi.StartContainerRequest{ContainerId: ctrID})
+			return err
+		}},
+		{"stop container", func(ctx context.Context) error {
+			_, err := c.rs.StopContainer(ctx, &runtimeapi.StopContainerRequest{ContainerId: ctrID, Timeout: o.stopTimeout})
+			return err
+		}},
+		{"remove container", func(ctx context.Context) error {
+			_, err := c.rs.RemoveContainer(ctx, &runtimeapi.RemoveContainerRequest{ContainerId: ctrID})
+			return err
+		}},
+		{"stop pod sandbox", func(ctx context.Context) error {
+			_, err := c.rs.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: podID})
+			return err
+		}},
+		{"remove pod sandbox", func(ctx context.Context) error {
+			_, err := c.rs.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: podID})
+			return err
+		}},
+	}
+	for _, s := range rest {
+		if err := call(s.f); err != nil {
+			return nil, fmt.Errorf("%s: %w", s.name, err)
+		}
+	}
+	cleanup = nil
+	return d, nil
+}
+
+// podConfig is a pod as kubelet would send it for a best-effort pod: its
+// own cgroup parent, a log directory, host name and labels.
+func podConfig(o runOptions, name string) (*runtimeapi.PodSandboxConfig, error) {
+	uid := randHex(8)
+	logDir := filepath.Join(o.logDir, name+"_"+uid)
+	// kubelet makes the pod's log directory before RunPodSandbox.
+	if err := os.MkdirAll(logDir, 0o755); err != nil {
+		return nil, fmt.Errorf("make pod log dir: %w", err)
+	}
+	cfg := &runtimeapi.PodSandboxConfig{
+		Metadata:     &runtimeapi.PodSandboxMetadata{Name: name, Uid: uid, Namespace: "crinbench"},
+		Hostname:     name,
+		LogDirectory: logDir,
+		Labels:       map[string]string{"bench": "crilat"},
+		Linux:        &runtimeapi.LinuxPodSandboxConfig{},
+	}
+	if o.cgroupParent != "" {
+		cfg.Linux.CgroupParent = filepath.Join(o.cgroupParent, "pod"+uid)
+	}
+	return cfg, nil
+}
+
+func containerConfig(o runOptions, name string) *runtimeapi.ContainerConfig {
+	return &runtimeapi.ContainerConfig{
+		Metadata: &runtimeapi.ContainerMetadata{Name: "sleep"},
+		Image:    &runtimeapi.ImageSpec{Image: o.image},
+		Command:  []string{"sleep", "3600"},
+		LogPath:  "sleep/0.log",
+		Labels:   map[string]string{"bench": "crilat", "pod": name},
+	}
+}
+
+// removePod stops and removes a pod and whatever containers it still has,
+// ignoring errors: it only runs after something already failed.
+func removePod(ctx context.Context, c *client, podID string) {
+	if podID == "" {
+		return
+	}
+	cctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	_, _ = c.rs.StopPodSandbox(cctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: podID})
+	_, _ = c.rs.RemovePodSandbox(cctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: podID})
+}
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

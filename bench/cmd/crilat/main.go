@@ -1,0 +1,53 @@
+// Command crilat measures a CRI runtime the way kubelet drives it: over its
+// unix socket with the k8s.io/cri-api gRPC client. It is the Go half of
+// bench/lifecycle.sh and has four subcommands:
+//
+//	crilat registry -pause FILE -addr-file FILE
+//	    serve a registry on 127.0.0.1 with busybox and a pause image built
+//	    from FILE (crin-pause) pushed; write its host:port to -addr-file and
+//	    serve until SIGTERM.
+//	crilat run -target name=NAME,socket=SOCK,pid=PID,shim=COMM[,pause=REF] ...
+//	        -image REF -log-dir DIR [-n 50] [-k 10] [-out-dir DIR]
+//	    time N full pod lifecycles on each target (interleaved), then measure
+//	    each daemon's and its shims' memory with K pods running; print the
+//	    figures side by side and write them as NAME.json.
+//	crilat compare A.json [B.json ...]
+//	    print the results of several runs side by side.
+//	crilat cleanup -socket SOCK
+//	    stop and remove every container and pod the runtime knows.
+//
+// No figure is checked against a threshold: crilat reports, it never judges.
+package main
+
+import (
+	"fmt"
+	"os"
+)
+
+func main() {
+	if len(os.Args) < 2 {
+		usage()
+	}
+	var err error
+	switch os.Args[1] {
+	case "registry":
+		err = registryCmd(os.Args[2:])
+	case "run":
+		err = runCmd(os.Args[2:])
+	case "compare":
+		err = compareCmd(os.Args[2:])
+	case "cleanup":
+		err = cleanupCmd(os.Args[2:])
+	default:
+		usage()
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "crilat %s: %v\n", os.Args[1], err)
+		os.Exit(1)
+	}
+}
+
+func usage() {
+	fmt.Fprintln(os.Stderr, "usage: crilat registry|run|compare|cleanup [flags] (see the package doc)")
+	os.Exit(2)
+}

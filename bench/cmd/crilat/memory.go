@@ -1,0 +1,199 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// settle is how long the K pods run before memory is read, so that start-up
+// garbage has been collected and shims are idle, as on a node.
+const settle = 3 * time.Second
+
+// Mem is the memory of one process or the average of several, in KiB.
+type Mem struct {
+	RSS int64 `json:"rss_kib"`
+	PSS int64 `json:"pss_kib"`
+}
+
+// Memory holds the memory figures of one runtime.
+type Memory struct {
+	// DaemonIdle is the daemon with the image pulled and no pod.
+	DaemonIdle Mem `json:"daemon_idle"`
+	// DaemonLoaded is the daemon with K pods running.
+	DaemonLoaded Mem `json:"daemon_loaded"`
+	// Shims is how many shim processes serve the K pods.
+	Shims int `json:"shims"`
+	// ShimAvg is the average of one shim.
+	ShimAvg Mem `json:"shim_avg"`
+	// ShimPerPod is the sum over all shims divided by K.
+	ShimPerPod Mem `json:"shim_per_pod"`
+	// PerPod is (daemon loaded - daemon idle + all shims) / K: what each
+	// pod costs the runtime, its own processes (pause, sleep) left out.
+	PerPod Mem `json:"per_pod"`
+}
+
+func measureMemory(ctx context.Context, c *client, o runOptions) (Memory, error) {
+	var m Memory
+	if o.pid == 0 || o.k == 0 {
+		return m, nil
+	}
+	time.Sleep(settle)
+	idle, err := readMem(o.pid)
+	if err != nil {
+		return m, err
+	}
+	m.DaemonIdle = idle
+
+	var pods []string
+	defer func() {
+		for _, id := range pods {
+			removePod(context.WithoutCancel(ctx), c, id)
+		}
+	}()
+	for i := 0; i < o.k; i++ {
+		id, err := startPod(ctx, c, o, fmt.Sprintf("mem%d", i))
+		if id != "" {
+			pods = append(pods, id)
+		}
+		if err != nil {
+			return m, fmt.Errorf("start pod %d of %d: %w", i+1, o.k, err)
+		}
+	}
+	time.Sleep(settle)
+	if m.DaemonLoaded, err = readMem(o.pid); err != nil {
+		return m, err
+	}
+	shims, err := findProcs(o.shimComm, o.match)
+	if err != nil {
+		return m, err
+	}
+	var sum Mem
+	for _, pid := range shims {
+		sm, err := readMem(pid)
+		if errors.Is(err, os.ErrNotExist) {
+			continue // exited between the scan and the read
+		}
+		if err != nil {
+			return m, err
+		}
+		sum.RSS += sm.RSS
+		sum.PSS += sm.PSS
+		m.Shims++
+	}
+	if m.Shims > 0 {
+		m.ShimAvg = Mem{sum.RSS / int64(m.Shims), sum.PSS / int64(m.Shims)}
+	}
+	k := int64(o.k)
+	m.ShimPerPod = Mem{sum.RSS / k, sum.PSS / k}
+	m.PerPod = Mem{
+		(m.DaemonLoaded.RSS - m.DaemonIdle.RSS + sum.RSS) / k,
+		(m.DaemonLoaded.PSS - m.DaemonIdle.PSS + sum.PSS) / k,
+	}
+	return m, nil
+}
+
+// startPod runs a pod with one running container and returns the pod's id
+// (also when a later step failed, so the caller can remove it).
+func startPod(ctx context.Context, c *client, o runOptions, name string) (string, error) {
+	cfg, err := podConfig(o, name)
+	if err != nil {
+		return "", err
+	}
+	cctx, cancel := context.WithTimeout(ctx, o.callTimeout)
+	defer cancel()
+	r, err := c.rs.RunPodSandbox(cctx, &runtimeapi.RunPodSandboxRequest{Config: cfg})
+	if err != nil {
+		return "", fmt.Errorf("run pod sandbox: %w", err)
+	}
+	podID := r.GetPodSandboxId()
+	cr, err := c.rs.CreateContainer(cctx, &runtimeapi.CreateContainerRequest{
+		PodSandboxId: podID, Config: containerConfig(o, name), SandboxConfig: cfg,
+	})
+	if err != nil {
+		return podID, fmt.Errorf("create container: %w", err)
+	}
+	if _, err := c.rs.StartContainer(cctx, &runtimeapi.StartContainerRequest{ContainerId: cr.GetContainerId()}); err != nil {
+		return podID, fmt.Errorf("start container: %w", err)
+	}
+	return podID, nil
+}
+
+// readMem reads Rss and Pss of pid from /proc/PID/smaps_rollup.
+func readMem(pid int) (Mem, error) {
+	f, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
+	if err != nil {
+		return Mem{}, fmt.Errorf("read memory of pid %d: %w", pid, err)
+	}
+	return parseRollup(f)
+}
+
+// parseRollup takes the Rss: and Pss: lines (in kB) of a smaps_rollup file.
+func parseRollup(b []byte) (Mem, error) {
+	var m Mem
+	var seen int
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) < 2 {
+			continue
+		}
+		var dst *int64
+		switch f[0] {
+		case "Rss:":
+			dst = &m.RSS
+		case "Pss:":
+			dst = &m.PSS
+		default:
+			continue
+		}
+		v, err := strconv.ParseInt(f[1], 10, 64)
+		if err != nil {
+			return Mem{}, fmt.Errorf("parse smaps_rollup line %q: %w", sc.Text(), err)
+		}
+		*dst = v
+		seen++
+	}
+	if seen != 2 {
+		return Mem{}, errors.New("parse smaps_rollup: no Rss and Pss lines")
+	}
+	return m, nil
+}
+
+// findProcs lists the pids whose comm is comm and whose command line
+// contains match.
+func findProcs(comm, match string) ([]int, error) {
+	if comm == "" {
+		return nil, nil
+	}
+	dirs, err := filepath.Glob("/proc/[0-9]*")
+	if err != nil {
+		return nil, fmt.Errorf("list /proc: %w", err)
+	}
+	var pids []int
+	for _, d := range dirs {
+		pid, err := strconv.Atoi(filepath.Base(d))
+		if err != nil {
+			continue
+		}
+		c, err := os.ReadFile(filepath.Join(d, "comm"))
+		if err != nil || strings.TrimSpace(string(c)) != comm {
+			continue
+		}
+		cmdline, err := os.ReadFile(filepath.Join(d, "cmdline"))
+		if err != nil || !bytes.Contains(cmdline, []byte(match)) {
+			continue
+		}
+		pids = append(pids, pid)
+	}
+	return pids, nil
+}
