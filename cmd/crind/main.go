@@ -182,6 +182,20 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		return err
 	}
 
+	// The streaming listener is bound first so the URLs the service hands
+	// out name its real port (cri.stream_address may ask for port 0).
+	var streamLis net.Listener
+	if cfg.CRI.StreamAddress != "" {
+		streamLis, err = net.Listen("tcp", cfg.CRI.StreamAddress)
+		if err != nil {
+			return fmt.Errorf("streaming server: %w", err)
+		}
+		defer streamLis.Close()
+	}
+	streamAddr := ""
+	if streamLis != nil {
+		streamAddr = streamLis.Addr().String()
+	}
 	svc, err := cri.New(ctx, cri.Options{
 		Store:              st,
 		Images:             images,
@@ -195,6 +209,7 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		CgroupParent:       cfg.CRI.CgroupParent,
 		SeccompProfileRoot: cfg.CRI.SeccompProfileRoot,
 		OOMScoreAdjMin:     ownOOMScoreAdj(),
+		StreamAddress:      streamAddr,
 		Version:            version,
 		Logger:             log,
 	})
@@ -217,6 +232,12 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		log.InfoContext(ctx, "crind serving CRI", "socket", cfg.CRI.Socket, "version", version, "runtimes", len(runtimes))
 		return srv.Serve(lis)
 	})
+	if streamLis != nil {
+		g.Go(func() error {
+			log.InfoContext(ctx, "crind serving streams", "address", streamAddr)
+			return svc.ServeStreams(gctx, streamLis)
+		})
+	}
 	var hs *http.Server
 	if cfg.CRI.MetricsAddress != "" {
 		mux := http.NewServeMux()

@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -51,6 +52,11 @@ type CRI struct {
 	// MetricsAddress is a local host:port serving Prometheus metrics; empty
 	// disables it.
 	MetricsAddress string `toml:"metrics_address" comment:"local host:port for Prometheus /metrics; empty disables"`
+	// StreamAddress is the host:port the CRI streaming server (exec,
+	// attach, port-forward) listens on; port 0 picks a free port. The host
+	// must be an explicit IP or "localhost" (not empty or unspecified),
+	// since kubelet is handed URLs that name it. Empty disables streaming.
+	StreamAddress string `toml:"stream_address" comment:"host:port of the exec/attach/port-forward server (port 0: any free port); empty disables"`
 	// CgroupParent is the cgroup under which pods without a cgroup parent run.
 	CgroupParent string `toml:"cgroup_parent" comment:"cgroup for pods that name no cgroup_parent"`
 	// PauseBinary is crin-pause, the infra process of every pod; empty means
@@ -126,6 +132,7 @@ func Default() *Config {
 		CRI: CRI{
 			Socket:         "/run/crin/crin.sock",
 			MetricsAddress: "127.0.0.1:9781",
+			StreamAddress:  "127.0.0.1:0",
 			CgroupParent:   "/crin",
 		},
 		Runtimes: map[string]Runtime{
@@ -228,6 +235,11 @@ func (c *Config) Validate() error {
 			bad("cri.metrics_address", a, "must be a loopback address")
 		}
 	}
+	if a := c.CRI.StreamAddress; a != "" {
+		if why := checkStreamAddress(a); why != "" {
+			bad("cri.stream_address", a, why)
+		}
+	}
 	for name, r := range c.Runtimes {
 		key := "runtimes." + name
 		if !runtimeName.MatchString(name) {
@@ -319,4 +331,30 @@ func FindBinary(explicit, name string) (string, error) {
 		return "", fmt.Errorf("find %s next to crind or in $PATH: %w", name, err)
 	}
 	return p, nil
+}
+
+// checkStreamAddress says what is wrong with a streaming server address, or
+// returns "". The host is named in the URLs kubelet gets, so it must be
+// something a client can dial: loopback, or an explicit non-wildcard IP.
+func checkStreamAddress(a string) string {
+	host, port, err := net.SplitHostPort(a)
+	if err != nil {
+		return "must be host:port"
+	}
+	if p, err := strconv.ParseUint(port, 10, 16); err != nil || (p == 0 && port != "0") {
+		return "port must be a number from 0 to 65535"
+	}
+	if host == "localhost" {
+		return ""
+	}
+	ip := net.ParseIP(host)
+	switch {
+	case host == "":
+		return "host must be explicit (an IP address or localhost)"
+	case ip == nil:
+		return "host must be an IP address or localhost"
+	case ip.IsUnspecified():
+		return "host must not be a wildcard address: clients are given URLs that name it"
+	}
+	return ""
 }

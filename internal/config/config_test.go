@@ -20,7 +20,7 @@ func TestDefaultIsValidAndRoundTrips(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, key := range []string{"root", "state", "log_level", "default_runtime", "[cri]", "socket", "metrics_address", "[runtimes.runc]", "[cni]", "conf_dir", "[image]", "pull_timeout"} {
+	for _, key := range []string{"root", "state", "log_level", "default_runtime", "[cri]", "socket", "metrics_address", "stream_address", "[runtimes.runc]", "[cni]", "conf_dir", "[image]", "pull_timeout"} {
 		if !strings.Contains(string(b), key) {
 			t.Errorf("config default lacks %q:\n%s", key, b)
 		}
@@ -89,6 +89,13 @@ pull_timeout = "90s"
 		{name: "mirror without scheme", toml: "[registry.mirrors.\"docker.io\"]\nendpoints = [\"127.0.0.1:5000\"]\n", wantErr: []string{"endpoints[0]", "127.0.0.1:5000"}},
 		{name: "metrics off host", toml: "[cri]\nmetrics_address = \"0.0.0.0:9000\"\n", wantErr: []string{"metrics_address", "loopback"}},
 		{name: "metrics disabled", toml: "[cri]\nmetrics_address = \"\"\n"},
+		{name: "stream explicit host", toml: "[cri]\nstream_address = \"10.0.0.5:10010\"\n"},
+		{name: "stream localhost", toml: "[cri]\nstream_address = \"localhost:0\"\n"},
+		{name: "stream disabled", toml: "[cri]\nstream_address = \"\"\n"},
+		{name: "stream wildcard", toml: "[cri]\nstream_address = \"0.0.0.0:10010\"\n", wantErr: []string{"cri.stream_address", "0.0.0.0:10010", "wildcard"}},
+		{name: "stream no host", toml: "[cri]\nstream_address = \":10010\"\n", wantErr: []string{"cri.stream_address", "explicit"}},
+		{name: "stream bad port", toml: "[cri]\nstream_address = \"127.0.0.1:99999\"\n", wantErr: []string{"cri.stream_address", "port"}},
+		{name: "stream hostname", toml: "[cri]\nstream_address = \"node1:10010\"\n", wantErr: []string{"cri.stream_address", "IP address"}},
 		{name: "socket too long", toml: "[cri]\nsocket = \"/" + strings.Repeat("s", 120) + "\"\n", wantErr: []string{"cri.socket", "108"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

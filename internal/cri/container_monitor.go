@@ -59,6 +59,9 @@ func (s *Service) recordExit(c *container, st runtime.Status) {
 	if st.FinishedAt.IsZero() {
 		rec.FinishedAt = time.Now().UnixNano()
 	}
+	if rec.FinishedAt < rec.StartedAt {
+		rec.FinishedAt = rec.StartedAt
+	}
 	switch {
 	case rec.Reason != "":
 		// set by whoever stopped it (eviction, start error)

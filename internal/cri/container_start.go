@@ -28,6 +28,9 @@ func (s *Service) StartContainer(ctx context.Context, r *runtimeapi.StartContain
 	if err != nil {
 		return nil, err
 	}
+	// Taken before the start: a process that exits at once must not look
+	// as if it finished before it started.
+	startedAt := time.Now()
 	pid, err := rt.Start(ctx, rec.ID)
 	if err != nil {
 		// The runtime may have left the container dead; record that so the
@@ -45,7 +48,7 @@ func (s *Service) StartContainer(ctx context.Context, r *runtimeapi.StartContain
 	}
 	rec.State = store.ContainerRunning
 	rec.Pid = pid
-	rec.StartedAt = time.Now().UnixNano()
+	rec.StartedAt = startedAt.UnixNano()
 	if err := s.opts.Store.PutContainer(rec); err != nil {
 		return nil, err
 	}

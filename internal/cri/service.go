@@ -18,6 +18,7 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/opencontainers/runtime-spec/specs-go/features"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/cri-streaming/pkg/streaming"
 
 	"github.com/crin-dev/crin/internal/cni"
 	"github.com/crin-dev/crin/internal/image"
@@ -65,8 +66,12 @@ type Options struct {
 	SeccompProfileRoot string
 	// OOMScoreAdjMin is crind's own oom_score_adj.
 	OOMScoreAdjMin int
-	Version        string
-	Logger         *slog.Logger
+	// StreamAddress is the host:port the listener given to ServeStreams is
+	// bound to (port resolved); the exec, attach and port-forward URLs name
+	// it. Empty disables streaming.
+	StreamAddress string
+	Version       string
+	Logger        *slog.Logger
 }
 
 // Service implements the CRI RuntimeService and ImageService.
@@ -87,6 +92,10 @@ type Service struct {
 	mu         sync.RWMutex
 	sandboxes  map[string]*sandbox
 	containers map[string]*container
+
+	// stream hands out and serves streaming URLs; nil when disabled.
+	stream   streaming.Server
+	streamRT *streamRuntime
 }
 
 // sandbox is a pod crind knows. mu serializes lifecycle operations on the
@@ -120,6 +129,13 @@ func New(ctx context.Context, o Options) (*Service, error) {
 		containers: map[string]*container{},
 	}
 	s.ctx, s.cancel = context.WithCancel(ctx)
+	if o.StreamAddress != "" {
+		var err error
+		if s.stream, s.streamRT, err = newStreamServer(s, o.StreamAddress); err != nil {
+			s.cancel()
+			return nil, err
+		}
+	}
 	for name, rt := range o.Runtimes {
 		fctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		f, err := rt.Features(fctx)

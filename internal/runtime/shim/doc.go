@@ -21,8 +21,9 @@
 // Protocol: one request per connection on a path-based unix socket; the
 // client writes one JSON Request line and reads one JSON Response line.
 // Ops: state, wait (blocks until the exit is recorded), start, reopen_log,
-// shutdown (refused while the container lives). Errors carry a code that
-// Call maps back to errdefs.
+// shutdown (refused while the container lives), attach (the connection then
+// carries framed output until the container exited; see Attach). Errors
+// carry a code that Call maps back to errdefs.
 //
 // Exit: the exit code is the status, or 128+signal. OOMKilled is set when
 // the oom_kill counter of the container's memory cgroup (v1

@@ -192,8 +192,8 @@ func runDetached(cfg Config) int {
 	}
 	log.Info("container created", "pid", c.pid)
 
-	ioDone := copyOutput(log, logw, c)
 	srv := newServer(log, c.pid, func() (int, error) { return startContainer(cfg, rp, c.pid) }, logw)
+	ioDone := copyOutput(log, logw, srv.fan, c)
 	oom := newOOMWatch(log, c.pid)
 	initExited := make(chan unix.WaitStatus, 1)
 	rp.watch(c.pid, func(ws unix.WaitStatus) { initExited <- ws })
@@ -221,15 +221,16 @@ func runDetached(cfg Config) int {
 	return 0
 }
 
-// copyOutput copies both streams into the log until every process holding
-// the pipes is gone; the returned channel closes then.
-func copyOutput(log *slog.Logger, logw *LogWriter, c *created) <-chan struct{} {
+// copyOutput copies both streams into the log, and to attached clients,
+// until every process holding the pipes is gone; the returned channel
+// closes then.
+func copyOutput(log *slog.Logger, logw *LogWriter, fan *fanout, c *created) <-chan struct{} {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		errc := make(chan error, 1)
-		go func() { errc <- logw.Copy(StreamStderr, c.stderr) }()
-		if err := logw.Copy(StreamStdout, c.stdout); err != nil {
+		go func() { errc <- logw.Copy(StreamStderr, io.TeeReader(c.stderr, fan.writer(attachStderr))) }()
+		if err := logw.Copy(StreamStdout, io.TeeReader(c.stdout, fan.writer(attachStdout))); err != nil {
 			log.Warn("copy stdout", "error", err)
 		}
 		if err := <-errc; err != nil {
@@ -280,6 +281,8 @@ func recordExit(log *slog.Logger, cfg Config, srv *server, oom oomWatch, ws unix
 	case <-time.After(ioDrainWait):
 		log.Warn("container output still open after exit")
 	}
+	// Attached clients have seen all the output there is to see.
+	srv.fan.close()
 	if err := WriteExit(cfg.Dir, e); err != nil {
 		log.Error("record exit", "error", err)
 	}

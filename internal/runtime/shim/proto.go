@@ -19,6 +19,7 @@ const (
 	OpStart     = "start"      // start the created container
 	OpReopenLog = "reopen_log" // close and reopen the CRI log file
 	OpShutdown  = "shutdown"   // exit the shim; refused while the container lives
+	OpAttach    = "attach"     // stream the container's output from now on (see Attach)
 )
 
 // Error codes carried in Response.Code so the client can classify errors.

@@ -32,6 +32,7 @@ type server struct {
 	log   *slog.Logger
 	start starter
 	logw  *LogWriter
+	fan   *fanout // the container's output, for attached clients
 
 	// startMu serializes start requests.
 	startMu sync.Mutex
@@ -54,6 +55,7 @@ func newServer(log *slog.Logger, pid int, start starter, logw *LogWriter) *serve
 		log:    log,
 		start:  start,
 		logw:   logw,
+		fan:    newFanout(),
 		state:  StateCreated,
 		pid:    pid,
 		exited: make(chan struct{}),
@@ -113,6 +115,9 @@ func (s *server) handle(c net.Conn) {
 	}
 	data, _ := json.Marshal(resp)
 	_, _ = c.Write(append(data, '\n'))
+	if req.Op == OpAttach && resp.Error == "" {
+		s.streamAttach(c)
+	}
 	if req.Op == OpShutdown && resp.Error == "" {
 		s.quitOnce.Do(func() { close(s.quit) })
 	}
@@ -140,6 +145,13 @@ func (s *server) dispatch(op string, c net.Conn) Response {
 		err = s.doStart()
 	case OpReopenLog:
 		err = s.logw.Reopen()
+	case OpAttach:
+		s.mu.Lock()
+		st := s.state
+		s.mu.Unlock()
+		if st == StateStopped {
+			err = fmt.Errorf("container is %s: %w", st, errdefs.ErrFailedPrecondition)
+		}
 	case OpShutdown:
 		s.mu.Lock()
 		st := s.state

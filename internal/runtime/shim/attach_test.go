@@ -1,0 +1,109 @@
+package shim
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/containerd/errdefs"
+)
+
+// syncBuffer is a bytes.Buffer safe for a writer and a reader.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// waitUntil polls cond for a few seconds.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestAttach(t *testing.T) {
+	s, sock := newTestServer(t, func() (int, error) { return 1234, nil })
+	var stdout, stderr syncBuffer
+	errc := make(chan error, 1)
+	go func() { errc <- Attach(context.Background(), sock, &stdout, &stderr) }()
+	waitUntil(t, "the client to subscribe", func() bool {
+		s.fan.mu.Lock()
+		defer s.fan.mu.Unlock()
+		return len(s.fan.subs) == 1
+	})
+	big := strings.Repeat("x", maxFrame+10) // more than one frame
+	_, _ = s.fan.writer(attachStdout).Write([]byte("out1\n"))
+	_, _ = s.fan.writer(attachStderr).Write([]byte("err1\n"))
+	_, _ = s.fan.writer(attachStdout).Write([]byte(big))
+	waitUntil(t, "the output", func() bool { return len(stdout.String()) == 5+len(big) && stderr.String() == "err1\n" })
+	if !strings.HasPrefix(stdout.String(), "out1\n") {
+		t.Errorf("stdout starts %q", stdout.String()[:10])
+	}
+	// The end of the output ends the attachment without error.
+	s.fan.close()
+	select {
+	case err := <-errc:
+		if err != nil {
+			t.Errorf("Attach after the output ended = %v, want nil", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Attach did not return after the output ended")
+	}
+
+	s.setExited(Exit{Pid: 1234})
+	if err := Attach(context.Background(), sock, nil, nil); !errdefs.IsFailedPrecondition(err) {
+		t.Errorf("Attach to an exited container = %v, want FailedPrecondition", err)
+	}
+}
+
+func TestAttachLagged(t *testing.T) {
+	f := newFanout()
+	sub, ok := f.subscribe()
+	if !ok {
+		t.Fatal("subscribe refused")
+	}
+	for range attachQueue + 1 {
+		_, _ = f.writer(attachStdout).Write([]byte("x"))
+	}
+	n := 0
+	for range sub.ch {
+		n++
+	}
+	if n != attachQueue || !f.wasLagged(sub) {
+		t.Errorf("lagging client got %d frames, lagged %v; want %d and cut off", n, f.wasLagged(sub), attachQueue)
+	}
+	f.close()
+	if _, ok := f.subscribe(); ok {
+		t.Error("subscribe after close succeeded")
+	}
+}
+
+func TestAttachCancel(t *testing.T) {
+	_, sock := newTestServer(t, func() (int, error) { return 1234, nil })
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if err := Attach(ctx, sock, nil, nil); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Attach with an expiring ctx = %v, want DeadlineExceeded", err)
+	}
+}
