@@ -409,7 +409,7 @@ func (a *Adaptation) handshake(p *plugin, config string) error {
 		mask = api.ValidEvents
 	}
 	if extra := mask &^ api.ValidEvents; extra != 0 {
-		p.log.Warn("nri plugin subscribed to unknown events, ignoring them", "mask", fmt.Sprintf("0x%x", int32(extra)))
+		p.log.Warn("nri plugin subscribed to unknown events, ignoring them", "plugin", p.id(), "mask", fmt.Sprintf("0x%x", int32(extra)))
 		mask &= api.ValidEvents
 	}
 	policy := a.cfg.DefaultFailurePolicy

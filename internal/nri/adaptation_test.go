@@ -144,42 +144,67 @@ func TestPreinstalledPluginLifecycleAndShutdown(t *testing.T) {
 }
 
 func TestOldStubPlugin(t *testing.T) {
-	e := newEnv(t, nil)
-	e.eng.pods = []*api.PodSandbox{testPod("old-pod")}
-	e.eng.ctrs = []*api.Container{testCtr("old-pod", "old-ctr")}
-	out := e.outFile("old")
-	e.install(oldstubBin, "05-old", "out="+out)
-	e.start()
-	waitPlugin(t, e.a, "05-old", StateReady)
+	tests := []struct {
+		name string
+		kind PluginKind
+	}{
+		{name: "launched", kind: KindPreinstalled},
+		{name: "external", kind: KindExternal},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, nil)
+			e.eng.pods = []*api.PodSandbox{testPod("old-pod")}
+			e.eng.ctrs = []*api.Container{testCtr("old-pod", "old-ctr")}
+			out := e.outFile("old")
+			if tc.kind == KindPreinstalled {
+				e.install(oldstubBin, "05-old", "out="+out)
+			}
+			e.start()
+			if tc.kind == KindExternal {
+				cmd := exec.Command(oldstubBin, "-socket", e.cfg.SocketPath, "-idx", "05", "-name", "old", "-out", out)
+				if err := cmd.Start(); err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() {
+					_ = cmd.Process.Kill()
+					_ = cmd.Wait()
+				})
+			}
+			if info := waitPlugin(t, e.a, "05-old", StateReady); info.Kind != tc.kind {
+				t.Errorf("kind = %s, want %s", info.Kind, tc.kind)
+			}
 
-	ctx := context.Background()
-	pod, ctr := testPod("pod1"), testCtr("pod1", "ctr1")
-	if err := e.a.RunPodSandbox(ctx, pod); err != nil {
-		t.Fatal(err)
+			ctx := context.Background()
+			pod, ctr := testPod("pod1"), testCtr("pod1", "ctr1")
+			if err := e.a.RunPodSandbox(ctx, pod); err != nil {
+				t.Fatal(err)
+			}
+			adj, _, err := e.a.CreateContainer(ctx, pod, ctr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if v, _ := envValue(adj, "OLDSTUB"); v != "1" {
+				t.Errorf("adjustment env = %v, want OLDSTUB=1", adj.GetEnv())
+			}
+			for _, f := range []func() error{
+				func() error { return e.a.StartContainer(ctx, pod, ctr) },
+				func() error { return e.a.PostStartContainer(ctx, pod, ctr) },
+				func() error { return e.a.RemoveContainer(ctx, pod, ctr) },
+				func() error { return e.a.StopPodSandbox(ctx, pod) },
+				func() error { return e.a.RemovePodSandbox(ctx, pod) },
+			} {
+				if err := f(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			waitLines(t, out, "Configure crin unknown", "Synchronize pod old-pod", "Synchronize container old-ctr", "Synchronized",
+				"RunPodSandbox pod1", "CreateContainer ctr1", "StartContainer ctr1", "PostStartContainer ctr1",
+				"RemoveContainer ctr1", "StopPodSandbox pod1", "RemovePodSandbox pod1")
+			e.stop()
+			waitLines(t, out, "Shutdown")
+		})
 	}
-	adj, _, err := e.a.CreateContainer(ctx, pod, ctr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if v, _ := envValue(adj, "OLDSTUB"); v != "1" {
-		t.Errorf("adjustment env = %v, want OLDSTUB=1", adj.GetEnv())
-	}
-	for _, f := range []func() error{
-		func() error { return e.a.StartContainer(ctx, pod, ctr) },
-		func() error { return e.a.PostStartContainer(ctx, pod, ctr) },
-		func() error { return e.a.RemoveContainer(ctx, pod, ctr) },
-		func() error { return e.a.StopPodSandbox(ctx, pod) },
-		func() error { return e.a.RemovePodSandbox(ctx, pod) },
-	} {
-		if err := f(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	waitLines(t, out, "Configure crin unknown", "Synchronize pod old-pod", "Synchronize container old-ctr", "Synchronized",
-		"RunPodSandbox pod1", "CreateContainer ctr1", "StartContainer ctr1", "PostStartContainer ctr1",
-		"RemoveContainer ctr1", "StopPodSandbox pod1", "RemovePodSandbox pod1")
-	e.stop()
-	waitLines(t, out, "Shutdown")
 }
 
 func TestPluginFailures(t *testing.T) {

@@ -241,7 +241,8 @@ func (a *Adaptation) CreateContainer(ctx context.Context, pod *api.PodSandbox, c
 		if !ok || p.alreadySeen(ctr.GetId()) {
 			continue
 		}
-		req := &api.CreateContainerRequest{Pod: pod, Container: m.container()}
+		// Marshalled before the merger changes again, so no copy is needed.
+		req := &api.CreateContainerRequest{Pod: pod, Container: m.view()}
 		var rsp *api.CreateContainerResponse
 		err = p.call(ctx, ev.PrettyName(), func(ctx context.Context) error {
 			var err error
@@ -261,28 +262,31 @@ func (a *Adaptation) CreateContainer(ctx context.Context, pod *api.PodSandbox, c
 		evicts = append(evicts, rsp.GetEvict()...)
 	}
 	adj, upds := m.adjustment(), m.updates()
-	if err := a.validate(ctx, ps, &api.ValidateContainerAdjustmentRequest{
-		Pod: pod, Container: ctr, Adjust: adj, Update: upds, Owners: m.owners(), Plugins: consulted,
-	}); err != nil {
-		return nil, nil, fmt.Errorf("create container %s: %w", ctr.GetId(), err)
+	if vs := validators(ps); len(vs) > 0 {
+		if err := a.validate(ctx, vs, &api.ValidateContainerAdjustmentRequest{
+			Pod: pod, Container: ctr, Adjust: adj, Update: upds, Owners: m.owners(), Plugins: consulted,
+		}); err != nil {
+			return nil, nil, fmt.Errorf("create container %s: %w", ctr.GetId(), err)
+		}
 	}
 	a.evict(evicts)
 	return adj, upds, nil
 }
 
-// validate runs every validator concurrently; any rejection, error or
-// timeout fails.
-func (a *Adaptation) validate(ctx context.Context, ps []*plugin, req *api.ValidateContainerAdjustmentRequest) error {
-	const ev = api.Event_VALIDATE_CONTAINER_ADJUSTMENT
+// validators returns the plugins of ps subscribed to validation.
+func validators(ps []*plugin) []*plugin {
 	var vs []*plugin
 	for _, p := range ps {
-		if p.subscribed(ev) {
+		if p.subscribed(api.Event_VALIDATE_CONTAINER_ADJUSTMENT) {
 			vs = append(vs, p)
 		}
 	}
-	if len(vs) == 0 {
-		return nil
-	}
+	return vs
+}
+
+// validate runs the validators vs concurrently; any rejection, error or
+// timeout fails.
+func (a *Adaptation) validate(ctx context.Context, vs []*plugin, req *api.ValidateContainerAdjustmentRequest) error {
 	errs := make([]error, len(vs))
 	var wg sync.WaitGroup
 	for i, p := range vs {

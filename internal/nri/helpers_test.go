@@ -18,6 +18,8 @@ import (
 
 	"github.com/containerd/nri/pkg/api"
 	"github.com/containerd/nri/pkg/stub"
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 )
 
 // Binaries built once by TestMain.
@@ -27,6 +29,9 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	if dir := os.Getenv(daemonEnv); dir != "" {
+		os.Exit(runTestDaemon(dir))
+	}
 	dir, err := os.MkdirTemp("", "crin-nri-bin")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -57,9 +62,10 @@ type fakeEngine struct {
 	pods     []*api.PodSandbox
 	ctrs     []*api.Container
 	updates  []*api.ContainerUpdate
-	evicted  []string
-	snapGate chan struct{} // if set, Snapshot waits for it
-	snapped  chan struct{} // if set, closed when Snapshot is entered
+	evicted  []string         // "id: reason" per eviction
+	evictErr map[string]error // if set, EvictContainer of that id fails
+	snapGate chan struct{}    // if set, Snapshot waits for it
+	snapped  chan struct{}    // if set, closed when Snapshot is entered
 }
 
 func (e *fakeEngine) Snapshot(ctx context.Context) ([]*api.PodSandbox, []*api.Container, error) {
@@ -88,11 +94,32 @@ func (e *fakeEngine) UpdateContainers(_ context.Context, u []*api.ContainerUpdat
 	return nil, nil
 }
 
-func (e *fakeEngine) EvictContainer(_ context.Context, id, _ string) error {
+func (e *fakeEngine) EvictContainer(_ context.Context, id, reason string) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.evicted = append(e.evicted, id)
+	if err := e.evictErr[id]; err != nil {
+		return err
+	}
+	e.evicted = append(e.evicted, id+": "+reason)
 	return nil
+}
+
+// waitEvicted waits until the engine evicted exactly want ("id: reason").
+func (e *fakeEngine) waitEvicted(t *testing.T, want ...string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		e.mu.Lock()
+		got := slices.Clone(e.evicted)
+		e.mu.Unlock()
+		if cmp.Equal(want, got, cmpopts.EquateEmpty()) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("engine evictions (-want +got):\n%s", cmp.Diff(want, got, cmpopts.EquateEmpty()))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 func (e *fakeEngine) updated() []string {
@@ -121,6 +148,7 @@ type env struct {
 	cfg     Config
 	dir     string // short temp dir: socket, plugins, configs, logs
 	logs    *bytes.Buffer
+	logsMu  sync.Mutex // guards logs
 	stopped bool
 }
 
@@ -150,11 +178,36 @@ func newEnv(t *testing.T, mutate func(*Config)) *env {
 	return &env{t: t, eng: &fakeEngine{}, cfg: cfg, dir: dir, logs: &bytes.Buffer{}}
 }
 
+// waitLog waits until the adaptation logged a line holding every one of
+// parts and returns it.
+func (e *env) waitLog(parts ...string) string {
+	e.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		e.logsMu.Lock()
+		text := e.logs.String()
+		e.logsMu.Unlock()
+	lines:
+		for _, l := range strings.Split(text, "\n") {
+			for _, p := range parts {
+				if !strings.Contains(l, p) {
+					continue lines
+				}
+			}
+			return l
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("no log line with %q in:\n%s", parts, text)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // start creates and starts the adaptation and registers a leak check.
 func (e *env) start(opts ...Option) {
 	e.t.Helper()
 	before := runtime.NumGoroutine()
-	log := slog.New(slog.NewTextHandler(lockedWriter{w: e.logs, mu: &sync.Mutex{}}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	log := slog.New(slog.NewTextHandler(lockedWriter{w: e.logs, mu: &e.logsMu}, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	opts = append([]Option{WithLogger(log), WithRestartBackoff(50*time.Millisecond, 200*time.Millisecond), WithShutdownGrace(time.Second)}, opts...)
 	a, err := New(e.cfg, e.eng, opts...)
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"syscall"
 	"time"
 
@@ -108,23 +109,21 @@ func (a *Adaptation) launch(pi preinstalled) (*plugin, *proc, error) {
 	out := &lineLogger{log: a.log, plugin: pi.id()}
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.WaitDelay = time.Second
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
+	// The plugin dies with crind even when crind is killed outright, so a
+	// restarted crind does not meet a stale copy holding devices or state.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	pr := &proc{cmd: cmd, exited: make(chan struct{})}
+	started := make(chan error, 1)
+	if !a.goRun(func() { pr.run(a.log, pi.id(), started) }) {
 		_ = peer.Close()
 		_ = conn.Close()
-		return nil, nil, fmt.Errorf("launch nri plugin %s: %w", pi.id(), err)
-	}
-	_ = peer.Close()
-	pr := &proc{cmd: cmd, exited: make(chan struct{})}
-	if !a.goRun(func() {
-		err := cmd.Wait()
-		a.log.Debug("nri plugin process exited", "plugin", pi.id(), "error", err)
-		close(pr.exited)
-	}) {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		_ = conn.Close()
 		return nil, nil, fmt.Errorf("launch nri plugin %s: %w", pi.id(), errShutdown)
+	}
+	err = <-started
+	_ = peer.Close()
+	if err != nil {
+		_ = conn.Close()
+		return nil, nil, fmt.Errorf("launch nri plugin %s: %w", pi.id(), err)
 	}
 	p, err := a.newConnPlugin(conn, KindPreinstalled, pi.idx, pi.name)
 	if err != nil {
@@ -132,6 +131,27 @@ func (a *Adaptation) launch(pi preinstalled) (*plugin, *proc, error) {
 		return nil, nil, err
 	}
 	return p, pr, nil
+}
+
+// run starts the process, reports the outcome on started and, if it
+// started, waits for it and closes pr.exited. The kernel sends the
+// parent-death signal when the thread that forked the child exits, not the
+// process, and the Go runtime does end threads (one whose locked goroutine
+// returns without unlocking, for one). So the fork and the whole life of
+// the plugin stay on one OS thread locked to this goroutine: that thread
+// ends only after the plugin is reaped, or when crind itself dies.
+func (pr *proc) run(log *slog.Logger, id string, started chan<- error) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if err := pr.cmd.Start(); err != nil {
+		close(pr.exited)
+		started <- err
+		return
+	}
+	started <- nil
+	err := pr.cmd.Wait()
+	log.Debug("nri plugin process exited", "plugin", id, "error", err)
+	close(pr.exited)
 }
 
 // terminate stops a launched process: SIGTERM, then SIGKILL after the

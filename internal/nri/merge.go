@@ -19,11 +19,12 @@ import (
 //
 //	m := newMerger(pod, ctr)          // pristine pod and container
 //	for each subscribed plugin in index order {
-//	    req.Container = m.container()  // the container as adjusted so far
+//	    req.Container = m.view()       // the container as adjusted so far
 //	    rsp := call plugin
 //	    if err := m.applyCreate(p.id(), rsp.Adjust, rsp.Update); err != nil { fail request }
 //	}
-//	adj, upds, owners := m.adjustment(), m.updates(), m.owners()
+//	adj, upds := m.adjustment(), m.updates()
+//	owners := m.owners()              // only when there are validators
 //
 // For UpdateContainer/StopContainer responses only updates are merged with
 // m.applyUpdates(pluginID, updates).
@@ -54,19 +55,20 @@ type mergeState struct {
 	order []string // container IDs of upds, in the order first updated
 }
 
-// newMerger starts a merge for ctr of pod. The inputs are not modified.
-// The pod is not needed for merging; it is accepted so that the dispatcher
-// can hand over the whole event.
+// newMerger starts a merge for ctr of pod. The inputs are not modified, and
+// must not be while the merger is in use: the merger reads ctr instead of
+// copying it, and copies it only when a plugin first adjusts it. The pod is
+// not needed for merging; it is accepted so that the dispatcher can hand
+// over the whole event.
 func newMerger(pod *api.PodSandbox, ctr *api.Container) *merger {
 	_ = pod
-	orig := &api.Container{}
-	if ctr != nil {
-		orig = proto.Clone(ctr).(*api.Container)
+	if ctr == nil {
+		ctr = &api.Container{}
 	}
 	return &merger{
-		orig: orig,
+		orig: ctr,
 		st: mergeState{
-			ctr:  proto.Clone(orig).(*api.Container),
+			ctr:  ctr,
 			adj:  &api.ContainerAdjustment{},
 			own:  api.NewOwningPlugins(),
 			upds: map[string]*api.ContainerUpdate{},
@@ -74,13 +76,19 @@ func newMerger(pod *api.PodSandbox, ctr *api.Container) *merger {
 	}
 }
 
-func (s *mergeState) clone() mergeState {
+// snapshot copies the state for a rollback. The container is shared while
+// no plugin has adjusted it (it is then the pristine, read-only input).
+func (m *merger) snapshot() mergeState {
+	s := m.st
 	c := mergeState{
-		ctr:   proto.Clone(s.ctr).(*api.Container),
+		ctr:   s.ctr,
 		adj:   proto.Clone(s.adj).(*api.ContainerAdjustment),
 		own:   proto.Clone(s.own).(*api.OwningPlugins),
 		upds:  make(map[string]*api.ContainerUpdate, len(s.upds)),
 		order: slices.Clone(s.order),
+	}
+	if s.ctr != m.orig {
+		c.ctr = proto.Clone(s.ctr).(*api.Container)
 	}
 	for id, u := range s.upds {
 		c.upds[id] = proto.Clone(u).(*api.ContainerUpdate)
@@ -88,10 +96,26 @@ func (s *mergeState) clone() mergeState {
 	return c
 }
 
+// liveCtr returns the adjusted container for writing, copying the pristine
+// input on the first write.
+func (m *merger) liveCtr() *api.Container {
+	if m.st.ctr == m.orig {
+		m.st.ctr = proto.Clone(m.orig).(*api.Container)
+	}
+	return m.st.ctr
+}
+
 // container returns the container as adjusted by the plugins applied so far
 // (a copy the caller may hand to the next plugin).
 func (m *merger) container() *api.Container {
 	return proto.Clone(m.st.ctr).(*api.Container)
+}
+
+// view returns the container as adjusted so far without copying it: the
+// caller must not modify it nor keep it past the next apply. It is what a
+// request to the next plugin is marshalled from.
+func (m *merger) view() *api.Container {
+	return m.st.ctr
 }
 
 // applyCreate merges one plugin's CreateContainer response. A field (or map
@@ -112,7 +136,7 @@ func (m *merger) applyCreate(plugin string, adj *api.ContainerAdjustment, upds [
 				plugin, u.GetContainerId(), errdefs.ErrInvalidArgument)
 		}
 	}
-	saved := m.st.clone()
+	saved := m.snapshot()
 	if err := m.mergeAdjustment(plugin, adj); err != nil {
 		m.st = saved
 		return err
@@ -133,7 +157,7 @@ func (m *merger) applyUpdates(plugin string, upds []*api.ContainerUpdate) error 
 	if len(upds) == 0 {
 		return nil
 	}
-	saved := m.st.clone()
+	saved := m.snapshot()
 	if err := m.mergeUpdates(plugin, upds); err != nil {
 		m.st = saved
 		return err

@@ -19,55 +19,57 @@ func (m *merger) mergeAdjustment(plugin string, in *api.ContainerAdjustment) err
 	// The response is the plugin's; the merged state keeps its own copy.
 	in = proto.Clone(in).(*api.ContainerAdjustment)
 	c := m.createCall(plugin)
-	ctr, out := m.st.ctr, m.st.adj
+	ctr, out := m.liveCtr(), m.st.adj
 
-	steps := []func() error{
-		func() error {
-			return mergeMap(c, api.Field_Annotations, in.GetAnnotations(), &out.Annotations, &ctr.Annotations)
-		},
-		func() error {
-			return mergeList(c, api.Field_Mounts, in.GetMounts(), (*api.Mount).GetDestination,
-				func(k string) *api.Mount { return &api.Mount{Destination: k} },
-				&out.Mounts, mergeLiveSlice(&ctr.Mounts, (*api.Mount).GetDestination))
-		},
-		func() error {
-			return mergeList(c, api.Field_Env, in.GetEnv(), (*api.KeyValue).GetKey,
-				func(k string) *api.KeyValue { return &api.KeyValue{Key: k} },
-				&out.Env, mergeLiveEnv(&ctr.Env))
-		},
-		func() error {
-			if h := in.GetHooks().Hooks(); h != nil {
-				c.accumulate(api.Field_OciHooks)
-				if out.Hooks == nil {
-					out.Hooks = &api.Hooks{}
-				}
-				out.Hooks.Append(h)
-				if ctr.Hooks == nil {
-					ctr.Hooks = &api.Hooks{}
-				}
-				ctr.Hooks.Append(h)
-			}
-			return nil
-		},
-		func() error { return c.args(in.GetArgs()) },
-		func() error {
-			return mergeList(c, api.Field_Rlimits, in.GetRlimits(), (*api.POSIXRlimit).GetType,
-				func(k string) *api.POSIXRlimit { return &api.POSIXRlimit{Type: k} },
-				&out.Rlimits, mergeLiveSlice(&ctr.Rlimits, (*api.POSIXRlimit).GetType))
-		},
-		func() error {
-			return mergeList(c, api.Field_CdiDevices, in.GetCDIDevices(), (*api.CDIDevice).GetName,
-				func(k string) *api.CDIDevice { return &api.CDIDevice{Name: k} },
-				&out.CDIDevices, mergeLiveSlice(&ctr.CDIDevices, (*api.CDIDevice).GetName))
-		},
-		func() error { return c.linux(in.GetLinux()) },
+	// Plain steps, not a slice of closures, and the list helpers only for
+	// fields the plugin set: this runs once per plugin and CreateContainer,
+	// and every closure is an allocation.
+	if err := mergeMap(c, api.Field_Annotations, in.GetAnnotations(), &out.Annotations, &ctr.Annotations); err != nil {
+		return err
 	}
-	for _, step := range steps {
-		if err := step(); err != nil {
+	if len(in.GetMounts()) > 0 {
+		if err := mergeList(c, api.Field_Mounts, in.GetMounts(), (*api.Mount).GetDestination,
+			func(k string) *api.Mount { return &api.Mount{Destination: k} },
+			&out.Mounts, mergeLiveSlice(&ctr.Mounts, (*api.Mount).GetDestination)); err != nil {
 			return err
 		}
 	}
-	return nil
+	if len(in.GetEnv()) > 0 {
+		if err := mergeList(c, api.Field_Env, in.GetEnv(), (*api.KeyValue).GetKey,
+			func(k string) *api.KeyValue { return &api.KeyValue{Key: k} },
+			&out.Env, mergeLiveEnv(&ctr.Env)); err != nil {
+			return err
+		}
+	}
+	if h := in.GetHooks().Hooks(); h != nil {
+		c.accumulate(api.Field_OciHooks)
+		if out.Hooks == nil {
+			out.Hooks = &api.Hooks{}
+		}
+		out.Hooks.Append(h)
+		if ctr.Hooks == nil {
+			ctr.Hooks = &api.Hooks{}
+		}
+		ctr.Hooks.Append(h)
+	}
+	if err := c.args(in.GetArgs()); err != nil {
+		return err
+	}
+	if len(in.GetRlimits()) > 0 {
+		if err := mergeList(c, api.Field_Rlimits, in.GetRlimits(), (*api.POSIXRlimit).GetType,
+			func(k string) *api.POSIXRlimit { return &api.POSIXRlimit{Type: k} },
+			&out.Rlimits, mergeLiveSlice(&ctr.Rlimits, (*api.POSIXRlimit).GetType)); err != nil {
+			return err
+		}
+	}
+	if len(in.GetCDIDevices()) > 0 {
+		if err := mergeList(c, api.Field_CdiDevices, in.GetCDIDevices(), (*api.CDIDevice).GetName,
+			func(k string) *api.CDIDevice { return &api.CDIDevice{Name: k} },
+			&out.CDIDevices, mergeLiveSlice(&ctr.CDIDevices, (*api.CDIDevice).GetName)); err != nil {
+			return err
+		}
+	}
+	return c.linux(in.GetLinux())
 }
 
 // args merges a command line. A leading empty argument (api's UpdateArgs)
@@ -433,6 +435,7 @@ func (m *merger) mergeUpdates(plugin string, upds []*api.ContainerUpdate) error 
 		}
 		var live *api.LinuxResources
 		if id == m.orig.GetId() {
+			m.liveCtr()
 			if m.st.ctr.Linux == nil {
 				m.st.ctr.Linux = &api.LinuxContainer{}
 			}

@@ -1,10 +1,12 @@
 // Command oldstub is an NRI test plugin built against containerd/nri v0.6.1,
 // whose stub only knows the StateChange RPC for pod and most container
-// events. crin's tests launch it to prove old plugins still work.
+// events. crin's tests launch it, or run it as an external plugin with
+// -socket, -idx, -name and -out, to prove old plugins still work.
 package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"strings"
@@ -27,17 +29,24 @@ func (p *plugin) record(format string, args ...any) {
 	}
 }
 
+func (p *plugin) open(path string) error {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND|os.O_SYNC, 0o600)
+	if err != nil {
+		return err
+	}
+	p.mu.Lock()
+	p.out = f
+	p.mu.Unlock()
+	return nil
+}
+
 // Configure takes "out=PATH" from the plugin configuration.
 func (p *plugin) Configure(_ context.Context, config, runtime, version string) (stub.EventMask, error) {
 	for _, line := range strings.Split(config, "\n") {
 		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "out="); ok {
-			f, err := os.OpenFile(v, os.O_CREATE|os.O_WRONLY|os.O_APPEND|os.O_SYNC, 0o600)
-			if err != nil {
+			if err := p.open(v); err != nil {
 				return 0, err
 			}
-			p.mu.Lock()
-			p.out = f
-			p.mu.Unlock()
 		}
 	}
 	p.record("Configure %s %s", runtime, version)
@@ -97,8 +106,23 @@ func (p *plugin) Shutdown(context.Context) {
 }
 
 func main() {
+	socket := flag.String("socket", "", "connect to this NRI socket (external plugin)")
+	idx := flag.String("idx", "", "plugin index (external plugin)")
+	name := flag.String("name", "", "plugin name (external plugin)")
+	out := flag.String("out", "", "record events here (an external plugin gets no configuration)")
+	flag.Parse()
 	p := &plugin{}
-	s, err := stub.New(p)
+	if *out != "" {
+		if err := p.open(*out); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(2)
+		}
+	}
+	var opts []stub.Option
+	if *socket != "" {
+		opts = append(opts, stub.WithSocketPath(*socket), stub.WithPluginIdx(*idx), stub.WithPluginName(*name))
+	}
+	s, err := stub.New(p, opts...)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)

@@ -10,6 +10,10 @@
 //	oversize=EVENT    send a frame over the mux limit when EVENT arrives
 //	env=KEY=VALUE     add KEY=VALUE to created containers
 //	delay=DURATION    sleep this long in CreateContainer
+//	pid=1             record "pid N" with the process id
+//	linger=1          keep running after the connection is gone, also when
+//	                  stdout and stderr are broken pipes
+//	ignore-term=1     ignore SIGTERM (and linger)
 package main
 
 import (
@@ -18,13 +22,19 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/signal"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/containerd/nri/pkg/api"
 	"github.com/containerd/nri/pkg/stub"
 )
+
+// linger keeps the process alive after the stub returns.
+var linger atomic.Bool
 
 type plugin struct {
 	mu       sync.Mutex
@@ -85,6 +95,14 @@ func (p *plugin) Configure(_ context.Context, config, runtime, version string) (
 			p.oversize = v
 		case "env":
 			p.env = v
+		case "pid":
+			defer p.record("pid %d", os.Getpid())
+		case "linger":
+			signal.Ignore(syscall.SIGPIPE)
+			linger.Store(true)
+		case "ignore-term":
+			signal.Ignore(syscall.SIGTERM, syscall.SIGPIPE)
+			linger.Store(true)
 		case "delay":
 			d, err := time.ParseDuration(v)
 			if err != nil {
@@ -206,7 +224,11 @@ func main() {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
 	}
-	if err := s.Run(context.Background()); err != nil {
+	err = s.Run(context.Background())
+	for linger.Load() {
+		time.Sleep(time.Hour)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
