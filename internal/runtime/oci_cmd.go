@@ -10,7 +10,6 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -267,22 +266,7 @@ func killExec(pidFile string, cmd *exec.Cmd, done <-chan error) {
 
 // execProcess is the container's process spec with args replaced, as JSON.
 func execProcess(dir string, args []string) ([]byte, error) {
-	data, err := os.ReadFile(filepath.Join(dir, shim.ConfigFile))
-	if err != nil {
-		return nil, fmt.Errorf("read bundle: %w", err)
-	}
-	var spec specs.Spec
-	if err := json.Unmarshal(data, &spec); err != nil {
-		return nil, fmt.Errorf("decode bundle: %w", err)
-	}
-	if spec.Process == nil {
-		return nil, fmt.Errorf("bundle has no process: %w", errdefs.ErrFailedPrecondition)
-	}
-	p := *spec.Process
-	p.Args = args
-	p.Terminal = false
-	p.ConsoleSize = nil
-	return json.Marshal(&p)
+	return streamProcess(dir, args, false)
 }
 
 // Features runs "<runtime> features". Runtimes without that command (crun
