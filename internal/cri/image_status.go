@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 
@@ -123,5 +122,3 @@ func imageName(img *image.Image, ref string) string {
 	}
 	return img.ID
 }
-
-func sortStrings(s []string) { slices.Sort(s) }

@@ -3,6 +3,7 @@ package cri
 import (
 	"context"
 	"encoding/json"
+	"slices"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
@@ -74,6 +75,6 @@ func (s *Service) runtimeNames() []string {
 	for n := range s.opts.Runtimes {
 		names = append(names, n)
 	}
-	sortStrings(names)
+	slices.Sort(names)
 	return names
 }

@@ -10,7 +10,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"log/slog"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -179,13 +178,8 @@ func (s *Service) runtimeFor(handler string) (string, runtime.Runtime, error) {
 	}
 	rt, ok := s.opts.Runtimes[name]
 	if !ok {
-		names := make([]string, 0, len(s.opts.Runtimes))
-		for n := range s.opts.Runtimes {
-			names = append(names, n)
-		}
-		slices.Sort(names)
 		return "", nil, fmt.Errorf("runtime_handler %q: unknown runtime handler (configured: %s): %w",
-			handler, strings.Join(names, ", "), errdefs.ErrInvalidArgument)
+			handler, strings.Join(s.runtimeNames(), ", "), errdefs.ErrInvalidArgument)
 	}
 	return name, rt, nil
 }
