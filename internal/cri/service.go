@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/containerd/errdefs"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"github.com/opencontainers/runtime-spec/specs-go/features"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/cri-streaming/pkg/streaming"
@@ -71,6 +72,11 @@ type Options struct {
 	StreamAddress string
 	Version       string
 	Logger        *slog.Logger
+	// CDISpecDirs, BlockioClass and RdtClass are what NRI adjustments may
+	// use (see oci.AdjustOptions).
+	CDISpecDirs  []string
+	BlockioClass func(name string) (*specs.LinuxBlockIO, error)
+	RdtClass     func(name string) (*specs.LinuxIntelRdt, error)
 }
 
 // Service implements the CRI RuntimeService and ImageService.

@@ -210,16 +210,23 @@ func (a *Adaptation) broadcast(ctx context.Context, ev api.Event, pod *api.PodSa
 // check the merged result. It returns the merged adjustment (never nil) and
 // updates; any plugin error, merge conflict or rejection fails it.
 func (a *Adaptation) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
+	adj, upds, _, err := a.createContainer(ctx, pod, ctr, false)
+	return adj, upds, err
+}
+
+// createContainer is CreateContainer; the owners are returned when
+// wantOwners, else only computed for validators.
+func (a *Adaptation) createContainer(ctx context.Context, pod *api.PodSandbox, ctr *api.Container, wantOwners bool) (*api.ContainerAdjustment, []*api.ContainerUpdate, *api.OwningPlugins, error) {
 	if !a.active() {
-		return &api.ContainerAdjustment{}, nil, nil
+		return &api.ContainerAdjustment{}, nil, nil, nil
 	}
 	ps, done, err := a.enter(ctx, pod)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	defer done()
 	if err := a.checkRequired(ps); err != nil {
-		return nil, nil, fmt.Errorf("create container %s: %w", ctr.GetId(), err)
+		return nil, nil, nil, fmt.Errorf("create container %s: %w", ctr.GetId(), err)
 	}
 	land := a.flights.start(ctr.GetId(), &flight{creating: true})
 	defer land()
@@ -236,7 +243,7 @@ func (a *Adaptation) CreateContainer(ctx context.Context, pod *api.PodSandbox, c
 		}
 		ok, err := p.live(ctx)
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		if !ok || p.alreadySeen(ctr.GetId()) {
 			continue
@@ -251,26 +258,31 @@ func (a *Adaptation) CreateContainer(ctx context.Context, pod *api.PodSandbox, c
 		})
 		if err != nil {
 			if err = requestFailure(p, err); err != nil {
-				return nil, nil, err
+				return nil, nil, nil, err
 			}
 			continue
 		}
 		consulted = append(consulted, &api.PluginInstance{Name: p.name, Index: p.idx})
 		if err := m.applyCreate(p.id(), rsp.GetAdjust(), rsp.GetUpdate()); err != nil {
-			return nil, nil, fmt.Errorf("create container %s: %w", ctr.GetId(), err)
+			return nil, nil, nil, fmt.Errorf("create container %s: %w", ctr.GetId(), err)
 		}
 		evicts = append(evicts, rsp.GetEvict()...)
 	}
 	adj, upds := m.adjustment(), m.updates()
-	if vs := validators(ps); len(vs) > 0 {
+	var owners *api.OwningPlugins
+	vs := validators(ps)
+	if wantOwners || len(vs) > 0 {
+		owners = m.owners()
+	}
+	if len(vs) > 0 {
 		if err := a.validate(ctx, vs, &api.ValidateContainerAdjustmentRequest{
-			Pod: pod, Container: ctr, Adjust: adj, Update: upds, Owners: m.owners(), Plugins: consulted,
+			Pod: pod, Container: ctr, Adjust: adj, Update: upds, Owners: owners, Plugins: consulted,
 		}); err != nil {
-			return nil, nil, fmt.Errorf("create container %s: %w", ctr.GetId(), err)
+			return nil, nil, nil, fmt.Errorf("create container %s: %w", ctr.GetId(), err)
 		}
 	}
 	a.evict(evicts)
-	return adj, upds, nil
+	return adj, upds, owners, nil
 }
 
 // validators returns the plugins of ps subscribed to validation.

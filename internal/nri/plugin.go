@@ -56,6 +56,11 @@ type PluginInfo struct {
 	FailurePolicy  FailurePolicy
 	Required       bool
 	RequestTimeout time.Duration
+	// Calls, Failures and Latency (mean, over every call) describe the
+	// requests sent to the plugin since it connected.
+	Calls    uint64
+	Failures uint64
+	Latency  time.Duration
 }
 
 // Errors of plugin calls, for errors.Is.
@@ -110,6 +115,9 @@ type plugin struct {
 	// dedicated RPC of ev; it then gets ev through StateChange.
 	legacy [api.Event_LAST]atomic.Bool
 
+	// calls, failures and busy (nanoseconds) count requests for info().
+	calls, failures, busy atomic.Uint64
+
 	regC      chan struct{}
 	serveDone chan struct{}
 	closed    chan struct{}
@@ -151,10 +159,15 @@ func (p *plugin) info() PluginInfo {
 			evs = append(evs, ev.PrettyName())
 		}
 	}
-	return PluginInfo{
+	info := PluginInfo{
 		Index: p.idx, Name: p.name, Kind: p.kind, Events: evs, State: p.state,
 		FailurePolicy: p.policy, Required: p.required, RequestTimeout: p.timeout,
+		Calls: p.calls.Load(), Failures: p.failures.Load(),
 	}
+	if info.Calls > 0 {
+		info.Latency = time.Duration(p.busy.Load() / info.Calls)
+	}
+	return info
 }
 
 // newConnPlugin wires the mux, the ttrpc client (conn 1) and the ttrpc
@@ -296,6 +309,11 @@ func (p *plugin) callTimeout(ctx context.Context, ev string, timeout time.Durati
 	timedOut := errors.Is(cctx.Err(), context.DeadlineExceeded)
 	cancel()
 	d := time.Since(start)
+	p.calls.Add(1)
+	p.busy.Add(uint64(d))
+	if err != nil {
+		p.failures.Add(1)
+	}
 	if err == nil {
 		p.a.metrics.ObservePluginCall(p.id(), ev, d, CallOK)
 		return nil

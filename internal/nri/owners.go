@@ -1,0 +1,65 @@
+package nri
+
+import (
+	"context"
+	"sort"
+
+	"github.com/containerd/nri/pkg/api"
+)
+
+// CreateResult is what plugins made of a container being created.
+type CreateResult struct {
+	// Adjust is the merged adjustment; never nil.
+	Adjust *api.ContainerAdjustment
+	// Update holds the merged updates to other containers.
+	Update []*api.ContainerUpdate
+	// Owners tells which plugin set which field of Adjust (and of Update);
+	// never nil.
+	Owners *api.OwningPlugins
+}
+
+// CreateContainerOwned is CreateContainer that also returns the owner of
+// every adjusted field, for error messages and introspection.
+func (a *Adaptation) CreateContainerOwned(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) (*CreateResult, error) {
+	adj, upds, owners, err := a.createContainer(ctx, pod, ctr, true)
+	if err != nil {
+		return nil, err
+	}
+	if owners == nil {
+		owners = api.NewOwningPlugins()
+	}
+	return &CreateResult{Adjust: adj, Update: upds, Owners: owners}, nil
+}
+
+// OwnersTable flattens the owners of container id's fields into a readable
+// map: "memory limit" -> "10-resources", "env \"FOO\"" -> "20-env". It is
+// what crinctl shows and what the engine records.
+func OwnersTable(o *api.OwningPlugins, id string) map[string]string {
+	fo := o.GetOwners()[id]
+	if fo == nil {
+		return nil
+	}
+	out := make(map[string]string)
+	for f, plugin := range fo.GetSimple() {
+		out[mergeFieldName(api.Field(f))] = plugin
+	}
+	for f, c := range fo.GetCompound() {
+		name := mergeFieldName(api.Field(f))
+		for key, plugin := range c.GetOwners() {
+			out[name+" "+quoteKey(key)] = plugin
+		}
+	}
+	return out
+}
+
+func quoteKey(k string) string { return `"` + k + `"` }
+
+// SortedKeys returns m's keys in order, for stable output.
+func SortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
