@@ -1,11 +1,31 @@
 package oci
 
 import (
-	"github.com/containerd/errdefs"
+	"fmt"
+
 	"github.com/containerd/nri/pkg/api"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"github.com/opencontainers/runtime-spec/specs-go/features"
 )
+
+// NRI adjustments and updates.
+//
+// Errors name the plugin that set the field (from the owners the merge
+// recorded) and the field, for example
+//
+//	nri plugin "10-res" adjusts process.scheduler: runc supports OCI runtime spec up to 1.0.2-dev, the field needs 1.1.0: not implemented
+//
+// and are classified with errdefs:
+//
+//   - ErrInvalidArgument: the value is malformed or not allowed (a relative
+//     mount destination, a non-namespaced sysctl, CPU shares of 1).
+//   - ErrNotImplemented: the runtime, the host or crind's configuration
+//     cannot honour the field (scheduler on an OCI 1.0 runtime, unified
+//     files on a cgroup v1 host, swap without swap accounting, CDI devices
+//     or block I/O classes with none configured, a change runc update
+//     cannot make).
+//   - ErrNotFound: a CDI device, block I/O class or RDT class name nothing
+//     defines.
 
 // AdjustOptions say what a container's NRI adjustment may use and how to
 // name the plugins behind it in errors.
@@ -37,16 +57,32 @@ type AdjustOptions struct {
 	// pod (for sysctl validation); zero means the usual pod sharing (net,
 	// ipc, uts private to the pod).
 	HostNetwork, HostIPC bool
+
+	// memswFile is probed on cgroup v1 hosts for swap accounting; empty
+	// means the real one (tests point it elsewhere).
+	memswFile string
 }
 
 // ApplyAdjustment applies every field of an NRI adjustment to s, or fails
 // naming the plugin and the field: nothing is ignored. On error s may be
 // partly changed; callers build a new spec for a retry.
+//
+// Removals ("-key" entries) of annotations, mounts, env variables and
+// devices are applied before additions, as the NRI merge records them;
+// namespaces are applied in order. Mounts end up sorted so that a mount
+// comes after the mounts of its parent directories.
 func ApplyAdjustment(s *specs.Spec, adj *api.ContainerAdjustment, o AdjustOptions) error {
 	if adj == nil {
 		return nil
 	}
-	return errdefs.ErrNotImplemented
+	if s == nil {
+		return invalidf("spec: missing")
+	}
+	a, err := newAdjuster(s, &o)
+	if err != nil {
+		return err
+	}
+	return a.apply(adj)
 }
 
 // UpdateOptions say how an NRI resources update reaches a runtime.
@@ -60,24 +96,61 @@ type UpdateOptions struct {
 	Host         *Host
 	BlockioClass func(name string) (*specs.LinuxBlockIO, error)
 	RdtClass     func(name string) (*specs.LinuxIntelRdt, error)
+
+	// memswFile: see AdjustOptions.
+	memswFile string
 }
 
 // ApplyUpdate returns cur with the NRI update applied. Fields the
 // runtime's update command cannot change on a running container are an
-// error naming them, never dropped.
+// error naming them, never dropped. cur is not modified.
+//
+// runc update (1.1) changes, on a running container: memory limit,
+// reservation, swap and kernel TCP limit; CPU shares, quota, period,
+// realtime runtime and period, cpuset cpus and mems; the block I/O weight;
+// the pids limit; unified cgroup v2 files; Intel RDT L3 and memory
+// bandwidth schemata. It cannot change memory swappiness, the OOM killer
+// switch, use_hierarchy, hugepage limits, device rules, block I/O
+// settings other than the weight, or the RDT class (CLOS): an update that
+// sets one of these to something other than its current value fails.
+// RDT classes are refused outright because OCI resources do not carry
+// RDT settings, so the result could not express them. Memory kernel
+// limits are refused as at creation (runtimes ignore them).
 func ApplyUpdate(cur *specs.LinuxResources, upd *api.LinuxResources, o UpdateOptions) (*specs.LinuxResources, error) {
-	return nil, errdefs.ErrNotImplemented
+	return applyUpdate(cur, upd, &o)
 }
 
 // NRIContainer fills the spec-derived fields of c (args, env, mounts,
 // hooks, rlimits, user, linux: namespaces, devices, resources, oom score
 // adj, cgroups path, io priority, seccomp, sysctls, scheduler, RDT,
-// memory policy, net devices) from s.
-func NRIContainer(s *specs.Spec, c *api.Container) {}
+// memory policy, net devices) from s. The memory policy is not filled:
+// api.LinuxContainer (v0.12) has no field for it. Fields not in the spec
+// (ids, labels, annotations, state, seccomp profile, image) are left to
+// the caller.
+func NRIContainer(s *specs.Spec, c *api.Container) {
+	nriContainer(s, c)
+}
 
-// NRIResources converts OCI resources to NRI's; nil gives nil.
-func NRIResources(r *specs.LinuxResources) *api.LinuxResources { return nil }
+// NRIResources converts OCI resources to NRI's; nil gives nil. Block I/O
+// and RDT settings have no NRI counterpart but their class names, which a
+// spec does not record.
+func NRIResources(r *specs.LinuxResources) *api.LinuxResources {
+	return nriResources(r)
+}
 
 // NRIPodLinux fills the spec-derived linux fields of a pod (namespaces,
-// cgroups path, resources) from its infra container's spec.
-func NRIPodLinux(s *specs.Spec) *api.LinuxPodSandbox { return nil }
+// cgroups path, resources) from its infra container's spec. The pod's
+// CRI resources, overhead and cgroup parent are the caller's to fill.
+func NRIPodLinux(s *specs.Spec) *api.LinuxPodSandbox {
+	return nriPodLinux(s)
+}
+
+// pluginError says which plugin did what to which field; err starts with
+// the field.
+func pluginError(plugin, verb string, err error) error {
+	who := "an NRI plugin"
+	if plugin != "" {
+		who = fmt.Sprintf("nri plugin %q", plugin)
+	}
+	return fmt.Errorf("%s %s %w", who, verb, err)
+}
