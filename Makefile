@@ -7,6 +7,7 @@ LDFLAGS := -X main.version=$(VERSION)
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/crind ./cmd/crind
+	$(GO) build -ldflags "$(LDFLAGS)" -o bin/crinctl ./cmd/crinctl
 	$(GO) build -ldflags "-s -w" -o bin/crin-shim ./cmd/crin-shim
 	CGO_ENABLED=0 $(GO) build -ldflags "-s -w" -o bin/crin-pause ./cmd/crin-pause
 

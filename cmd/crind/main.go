@@ -5,6 +5,9 @@
 //	crind config default         print the full default configuration
 //	crind cni install-default    install the default CNI network if none
 //	crind --version              print the version
+//
+// Before serving CRI, crind starts the NRI plugins; besides CRI it serves
+// its admin API (read by crinctl) on cri.admin_socket.
 package main
 
 import (
@@ -34,6 +37,7 @@ import (
 	"github.com/crin-dev/crin/internal/config"
 	"github.com/crin-dev/crin/internal/cri"
 	"github.com/crin-dev/crin/internal/image"
+	"github.com/crin-dev/crin/internal/nri"
 	"github.com/crin-dev/crin/internal/oci"
 	"github.com/crin-dev/crin/internal/runtime"
 	"github.com/crin-dev/crin/internal/store"
@@ -102,6 +106,12 @@ func run(args []string) error {
 }
 
 func serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
+	// Block I/O class devices are resolved now, so a typo in a device
+	// path stops crind instead of failing containers later.
+	blockio, err := cfg.CRI.BlockioResolver()
+	if err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
 	for _, d := range []string{cfg.Root, cfg.State} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return err
@@ -212,6 +222,9 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		StreamAddress:      streamAddr,
 		Version:            version,
 		Logger:             log,
+		CDISpecDirs:        cfg.CRI.CDISpecDirs,
+		BlockioClass:       blockio,
+		RdtClass:           cfg.CRI.RdtResolver(),
 	})
 	if err != nil {
 		return err
@@ -220,16 +233,44 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	// NRI starts before CRI is served, so kubelet's first request already
+	// goes through the plugins. Deferred after svc.Close, the adaptation
+	// stops first: after CRI stops serving, before the service closes.
+	var plugins pluginLister
+	if cfg.NRI.Enable {
+		ad, err := startNRI(ctx, cfg, svc, reg, log)
+		if ad != nil {
+			defer stopNRI(ctx, ad, log)
+		}
+		if err != nil {
+			return err
+		}
+		plugins = ad
+	}
+
 	srv := grpc.NewServer(grpc.UnaryInterceptor(cri.Interceptor(log, cri.NewMetrics(reg))))
 	svc.Register(srv)
 
+	adminLis, err := listenAdmin(cfg.AdminSocketPath())
+	if err != nil {
+		return err
+	}
+	admin := newAdminServer(plugins, svc)
 	lis, err := listenUnix(cfg.CRI.Socket)
 	if err != nil {
+		adminLis.Close()
 		return err
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
-		log.InfoContext(ctx, "crind serving CRI", "socket", cfg.CRI.Socket, "version", version, "runtimes", len(runtimes))
+		if err := admin.Serve(adminLis); !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("admin server: %w", err)
+		}
+		return nil
+	})
+	g.Go(func() error {
+		log.InfoContext(ctx, "crind serving CRI", "socket", cfg.CRI.Socket, "admin_socket", cfg.AdminSocketPath(), "version", version, "runtimes", len(runtimes))
 		return srv.Serve(lis)
 	})
 	if streamLis != nil {
@@ -260,11 +301,12 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		case <-time.After(10 * time.Second):
 			srv.Stop()
 		}
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
 		if hs != nil {
-			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			defer cancel()
 			_ = hs.Shutdown(sctx)
 		}
+		_ = admin.Shutdown(sctx)
 		return nil
 	})
 	err = g.Wait()
@@ -272,6 +314,49 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		return nil
 	}
 	return err
+}
+
+// startNRI creates and starts the NRI adaptation and attaches it to the CRI
+// service. A plugin that fails to start is logged by the adaptation and
+// does not fail this; a bad configuration or an unusable plugin directory
+// or socket does. The returned adaptation, when not nil, must be stopped
+// even if err is set.
+func startNRI(ctx context.Context, cfg *config.Config, svc *cri.Service, reg prometheus.Registerer, log *slog.Logger) (*nri.Adaptation, error) {
+	metrics, err := nri.NewPrometheusMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	ad, err := nri.New(cfg.NRI.AdaptationConfig(version), svc,
+		nri.WithLogger(log.With("component", "nri")),
+		nri.WithMetrics(metrics),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("nri: %w", err)
+	}
+	if err := ad.Start(ctx); err != nil {
+		return ad, fmt.Errorf("start nri: %w", err)
+	}
+	svc.AttachNRI(ctx, ad)
+	log.InfoContext(ctx, "nri started", "plugins", len(ad.Plugins()), "socket", nriSocket(cfg), "plugin_path", cfg.NRI.PluginPath)
+	return ad, nil
+}
+
+// stopNRI shuts the plugins down; it has its own deadline, since the
+// daemon's context is already cancelled by then.
+func stopNRI(ctx context.Context, ad *nri.Adaptation, log *slog.Logger) {
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if err := ad.Stop(sctx); err != nil {
+		log.WarnContext(sctx, "nri stop", "error", err)
+	}
+}
+
+// nriSocket is the external plugin socket, or "" when connections are off.
+func nriSocket(cfg *config.Config) string {
+	if cfg.NRI.DisableConnections {
+		return ""
+	}
+	return cfg.NRI.SocketPath
 }
 
 // listenUnix listens on a fresh unix socket with mode 0660.

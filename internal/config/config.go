@@ -43,6 +43,7 @@ type Config struct {
 	CNI      CNI                `toml:"cni"`
 	Registry Registry           `toml:"registry"`
 	Image    Image              `toml:"image"`
+	NRI      NRI                `toml:"nri"`
 }
 
 // CRI configures the CRI server.
@@ -66,6 +67,16 @@ type CRI struct {
 	ShimBinary string `toml:"shim_binary" comment:"crin-shim path; empty: next to crind, then $PATH"`
 	// SeccompProfileRoot resolves relative Localhost seccomp profiles.
 	SeccompProfileRoot string `toml:"seccomp_profile_root" comment:"directory relative Localhost seccomp profiles are resolved in"`
+	// AdminSocket is the unix socket of crind's admin API (crinctl);
+	// empty means <state>/crind-admin.sock. See Config.AdminSocketPath.
+	AdminSocket string `toml:"admin_socket" comment:"admin API socket for crinctl (0600); empty: <state>/crind-admin.sock"`
+	// CDISpecDirs are where CDI device names (from NRI plugins) are
+	// resolved.
+	CDISpecDirs []string `toml:"cdi_spec_dirs" comment:"CDI spec directories NRI-injected CDI devices are resolved in"`
+	// BlockioClasses are block I/O classes NRI plugins may assign by name.
+	BlockioClasses map[string]BlockioClass `toml:"blockio_classes" comment:"block I/O classes for NRI: [cri.blockio_classes.NAME] weight, leaf_weight, weight_device, throttle_{read,write}_{bps,iops} = [\"/dev/sda:VALUE\"]"`
+	// RdtClasses are Intel RDT classes NRI plugins may assign by name.
+	RdtClasses map[string]RdtClass `toml:"rdt_classes" comment:"Intel RDT classes for NRI: [cri.rdt_classes.NAME] clos_id (default NAME), schemata = [\"L3:0=ff\"]"`
 }
 
 // Runtime is one runtime handler.
@@ -134,6 +145,9 @@ func Default() *Config {
 			MetricsAddress: "127.0.0.1:9781",
 			StreamAddress:  "127.0.0.1:0",
 			CgroupParent:   "/crin",
+			CDISpecDirs:    []string{"/etc/cdi", "/var/run/cdi"},
+			BlockioClasses: map[string]BlockioClass{},
+			RdtClasses:     map[string]RdtClass{},
 		},
 		Runtimes: map[string]Runtime{
 			"runc": {Type: "oci", Path: "runc"},
@@ -148,6 +162,7 @@ func Default() *Config {
 			PullTimeout:            Duration(30 * time.Minute),
 			MaxConcurrentDownloads: 3,
 		},
+		NRI: defaultNRI(),
 	}
 }
 
@@ -217,9 +232,22 @@ func (c *Config) Validate() error {
 			bad(kv.key, kv.val, "must be an absolute path")
 		}
 	}
-	if len(c.CRI.Socket) >= 108 {
+	if len(c.CRI.Socket) > maxSocketPath {
 		bad("cri.socket", c.CRI.Socket, "unix socket paths must be shorter than 108 bytes")
 	}
+	switch a := c.CRI.AdminSocket; {
+	case a != "" && !filepath.IsAbs(a):
+		bad("cri.admin_socket", a, "must be an absolute path (or empty: <state>/crind-admin.sock)")
+	case len(c.AdminSocketPath()) > maxSocketPath:
+		bad("cri.admin_socket", c.AdminSocketPath(), "unix socket paths must be shorter than 108 bytes (set cri.admin_socket or a shorter state)")
+	}
+	for i, d := range c.CRI.CDISpecDirs {
+		if !filepath.IsAbs(d) {
+			bad(fmt.Sprintf("cri.cdi_spec_dirs[%d]", i), d, "must be an absolute path")
+		}
+	}
+	c.CRI.validateClasses(bad)
+	c.NRI.validate(bad)
 	if c.CRI.CgroupParent != "" && !strings.HasPrefix(c.CRI.CgroupParent, "/") {
 		bad("cri.cgroup_parent", c.CRI.CgroupParent, "must start with /")
 	}
@@ -284,6 +312,15 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("%w: %w", err, errdefs.ErrInvalidArgument)
 	}
 	return nil
+}
+
+// AdminSocketPath is the admin API socket: cri.admin_socket, else
+// <state>/crind-admin.sock.
+func (c *Config) AdminSocketPath() string {
+	if c.CRI.AdminSocket != "" {
+		return c.CRI.AdminSocket
+	}
+	return filepath.Join(c.State, "crind-admin.sock")
 }
 
 // RuntimeNames lists the configured runtime handlers, sorted.

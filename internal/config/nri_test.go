@@ -1,0 +1,220 @@
+package config
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/containerd/errdefs"
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"github.com/crin-dev/crin/internal/nri"
+)
+
+func TestNRIDefaultsMatchAdaptation(t *testing.T) {
+	got := Default().NRI.AdaptationConfig("v1.2.3")
+	want := nri.DefaultConfig()
+	want.RuntimeVersion = "v1.2.3"
+	// An empty override map and a nil one mean the same.
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("defaults differ from nri.DefaultConfig (-want +got):\n%s", diff)
+	}
+	if got.RuntimeName != "crin" {
+		t.Errorf("RuntimeName = %q", got.RuntimeName)
+	}
+}
+
+func TestDefaultPrintsNRIKeys(t *testing.T) {
+	b, err := Default().Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{
+		"[nri]", "enable = true", "disable_connections = false", "plugin_path = '/opt/nri/plugins'",
+		"plugin_config_path = '/etc/nri/conf.d'", "socket_path = '/var/run/nri/nri.sock'",
+		"plugin_registration_timeout = '5s'", "plugin_request_timeout = '2s'", "plugin_sync_timeout = '30s'",
+		"[nri.default_failure_policy]", "fail_request = false", "keep_connected = false", "[nri.plugins]",
+		"[nri.default_validator]", "reject_oci_hook_adjustment = true",
+		"reject_runtime_default_seccomp_adjustment = false", "reject_unconfined_seccomp_adjustment = false",
+		"reject_custom_seccomp_adjustment = false", "reject_namespace_adjustment = false",
+		"reject_sysctl_adjustment = false", "required_plugins = []", "tolerate_missing_plugins_annotation = ''",
+		"admin_socket = ''", "cdi_spec_dirs = ['/etc/cdi', '/var/run/cdi']",
+		"[cri.blockio_classes]", "[cri.rdt_classes]",
+	} {
+		if !strings.Contains(string(b), key) {
+			t.Errorf("config default lacks %q", key)
+		}
+	}
+	// What is printed must load back unchanged.
+	c := Default()
+	if err := Parse(b, c); err != nil {
+		t.Fatalf("printed default does not parse: %v\n%s", err, b)
+	}
+	if diff := cmp.Diff(Default().NRI, c.NRI, cmpopts.EquateEmpty()); diff != "" {
+		t.Errorf("round trip changed [nri] (-want +got):\n%s", diff)
+	}
+}
+
+func TestNRIParse(t *testing.T) {
+	const full = `
+[nri]
+enable = true
+disable_connections = true
+plugin_path = "/srv/nri/plugins"
+plugin_config_path = "/srv/nri/conf.d"
+socket_path = "/tmp/n/nri.sock"
+plugin_registration_timeout = "1s"
+plugin_request_timeout = "250ms"
+plugin_sync_timeout = "1m"
+[nri.default_failure_policy]
+fail_request = true
+[nri.plugins."10-resources"]
+request_timeout = "5s"
+required = true
+[nri.plugins."10-resources".failure_policy]
+fail_request = true
+keep_connected = true
+[nri.plugins.logger]
+request_timeout = "100ms"
+[nri.default_validator]
+enable = true
+reject_oci_hook_adjustment = false
+reject_runtime_default_seccomp_adjustment = true
+reject_unconfined_seccomp_adjustment = true
+reject_custom_seccomp_adjustment = true
+reject_namespace_adjustment = true
+reject_sysctl_adjustment = true
+required_plugins = ["resources", "20-topology"]
+tolerate_missing_plugins_annotation = "example.com/tolerate-missing"
+`
+	c := Default()
+	if err := Parse([]byte(full), c); err != nil {
+		t.Fatal(err)
+	}
+	got := c.NRI.AdaptationConfig("dev")
+	want := nri.Config{
+		Enable:               true,
+		DisableConnections:   true,
+		PluginPath:           "/srv/nri/plugins",
+		PluginConfigPath:     "/srv/nri/conf.d",
+		SocketPath:           "/tmp/n/nri.sock",
+		RegistrationTimeout:  time.Second,
+		RequestTimeout:       250 * time.Millisecond,
+		SyncTimeout:          time.Minute,
+		DefaultFailurePolicy: nri.FailurePolicy{FailRequest: true},
+		PluginOverrides: map[string]nri.PluginConfig{
+			"10-resources": {RequestTimeout: 5 * time.Second, Required: true, FailurePolicy: &nri.FailurePolicy{FailRequest: true, KeepConnected: true}},
+			"logger":       {RequestTimeout: 100 * time.Millisecond},
+		},
+		DefaultValidator: nri.DefaultValidatorConfig{
+			Enable:                                true,
+			RejectRuntimeDefaultSeccompAdjustment: true,
+			RejectUnconfinedSeccompAdjustment:     true,
+			RejectCustomSeccompAdjustment:         true,
+			RejectNamespaceAdjustment:             true,
+			RejectSysctlAdjustment:                true,
+			RequiredPlugins:                       []string{"resources", "20-topology"},
+			TolerateMissingAnnotation:             "example.com/tolerate-missing",
+		},
+		RuntimeName:    "crin",
+		RuntimeVersion: "dev",
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("AdaptationConfig (-want +got):\n%s", diff)
+	}
+	// The adaptation accepts what the config package accepted.
+	if _, err := nri.New(got, nopEngine{}); err != nil {
+		t.Errorf("nri.New refused a valid config: %v", err)
+	}
+}
+
+func TestNRIDisable(t *testing.T) {
+	c := Default()
+	if err := Parse([]byte("[nri]\nenable = false\n"), c); err != nil {
+		t.Fatal(err)
+	}
+	if c.NRI.Enable || c.NRI.AdaptationConfig("x").Enable {
+		t.Errorf("enable = false not honoured")
+	}
+	if c.NRI.PluginPath != "/opt/nri/plugins" {
+		t.Errorf("other defaults lost: plugin_path = %q", c.NRI.PluginPath)
+	}
+}
+
+func TestNRIValidationErrors(t *testing.T) {
+	long := "/" + strings.Repeat("n", 110)
+	for _, tc := range []struct {
+		name    string
+		toml    string
+		wantErr []string
+	}{
+		{"relative plugin path", "[nri]\nplugin_path = \"plugins\"\n", []string{"nri.plugin_path", `"plugins"`, "absolute"}},
+		{"relative config path", "[nri]\nplugin_config_path = \"conf.d\"\n", []string{"nri.plugin_config_path", "conf.d", "absolute"}},
+		{"relative socket", "[nri]\nsocket_path = \"nri.sock\"\n", []string{"nri.socket_path", "nri.sock", "absolute"}},
+		{"socket too long", "[nri]\nsocket_path = \"" + long + "\"\n", []string{"nri.socket_path", long, "108"}},
+		{"zero request timeout", "[nri]\nplugin_request_timeout = \"0s\"\n", []string{"nri.plugin_request_timeout", "0s", "positive"}},
+		{"negative sync timeout", "[nri]\nplugin_sync_timeout = \"-1s\"\n", []string{"nri.plugin_sync_timeout", "-1s", "positive"}},
+		{"zero registration timeout", "[nri]\nplugin_registration_timeout = \"0s\"\n", []string{"nri.plugin_registration_timeout", "positive"}},
+		{"bad duration", "[nri]\nplugin_request_timeout = \"two\"\n", []string{"plugin_request_timeout"}},
+		{"bad plugin key", "[nri.plugins.\"bad name\"]\nrequired = true\n", []string{"nri.plugins.bad name", "NN-name"}},
+		{"bad plugin index", "[nri.plugins.\"1x-a/b\"]\nrequired = true\n", []string{"nri.plugins.1x-a/b"}},
+		{"negative plugin timeout", "[nri.plugins.\"10-a\"]\nrequest_timeout = \"-2s\"\n", []string{"nri.plugins.10-a.request_timeout", "-2s"}},
+		{"unknown plugin key", "[nri.plugins.\"10-a\"]\nrequierd = true\n", []string{"nri.plugins.10-a.requierd"}},
+		{"unknown policy", "[nri.default_failure_policy]\nretry = true\n", []string{"nri.default_failure_policy.retry"}},
+		{"unknown validator key", "[nri.default_validator]\nreject_everything = true\n", []string{"nri.default_validator.reject_everything"}},
+		{"bad required plugin", "[nri.default_validator]\nrequired_plugins = [\"ok\", \"no way\"]\n", []string{"nri.default_validator.required_plugins[1]", "no way"}},
+		{"bad annotation", "[nri.default_validator]\ntolerate_missing_plugins_annotation = \"not an annotation\"\n", []string{"tolerate_missing_plugins_annotation", "not an annotation"}},
+		{"two errors", "[nri]\nplugin_path = \"a\"\nsocket_path = \"b\"\n", []string{"nri.plugin_path", "nri.socket_path"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := Parse([]byte(tc.toml), Default())
+			if err == nil {
+				t.Fatalf("accepted; want an error mentioning %v", tc.wantErr)
+			}
+			if !errors.Is(err, errdefs.ErrInvalidArgument) {
+				t.Errorf("error not InvalidArgument: %v", err)
+			}
+			for _, w := range tc.wantErr {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not mention %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestAdminSocketPath(t *testing.T) {
+	for _, tc := range []struct {
+		name, toml, want string
+		wantErr          []string
+	}{
+		{name: "derived from state", toml: "state = \"/tmp/st\"\n", want: "/tmp/st/crind-admin.sock"},
+		{name: "explicit", toml: "[cri]\nadmin_socket = \"/run/x/admin.sock\"\n", want: "/run/x/admin.sock"},
+		{name: "relative", toml: "[cri]\nadmin_socket = \"admin.sock\"\n", wantErr: []string{"cri.admin_socket", "admin.sock", "absolute"}},
+		{name: "derived too long", toml: "state = \"/" + strings.Repeat("s", 95) + "\"\n", wantErr: []string{"cri.admin_socket", "crind-admin.sock", "108"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := Default()
+			err := Parse([]byte(tc.toml), c)
+			if tc.wantErr == nil {
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := c.AdminSocketPath(); got != tc.want {
+					t.Errorf("AdminSocketPath = %q, want %q", got, tc.want)
+				}
+				return
+			}
+			if err == nil || !errors.Is(err, errdefs.ErrInvalidArgument) {
+				t.Fatalf("err = %v, want InvalidArgument", err)
+			}
+			for _, w := range tc.wantErr {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not mention %q", err, w)
+				}
+			}
+		})
+	}
+}
