@@ -1,0 +1,538 @@
+//go:build integration
+
+package integration
+
+// The NRI contract of crind, as DESIGN.md's "Lifecycle and NRI hook points"
+// table states it, checked through the test plugin's event logs: the order
+// of the hooks and what they carry, failing hooks, visibility while a hook
+// runs, StopContainer exactly once (this file); teardown order, plugins
+// connecting under load, conflicting adjustments and restarts
+// (nri_contract2_test.go).
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/containerd/nri/pkg/api"
+	"google.golang.org/protobuf/encoding/protojson"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// contractLifecycleEvents are the events of a pod and its containers, as
+// opposed to the plugin's own (Configure, Synchronize, Shutdown, results).
+var contractLifecycleEvents = func() map[string]bool {
+	m := map[string]bool{}
+	for _, name := range api.EventPrettyNames {
+		m[name] = true
+	}
+	delete(m, "ValidateContainerAdjustment")
+	return m
+}()
+
+// contractPodEvents returns the lifecycle events about pod id, in log
+// order.
+func contractPodEvents(evs []pluginEvent, podID string) []pluginEvent {
+	var out []pluginEvent
+	for _, e := range evs {
+		if contractLifecycleEvents[e.Event] && e.PodID == podID {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// contractFindPod returns the first event named event about the pod named
+// pod, or nil.
+func contractFindPod(evs []pluginEvent, event, pod string) *pluginEvent {
+	for i := range evs {
+		if evs[i].Event == event && evs[i].Pod == pod {
+			return &evs[i]
+		}
+	}
+	return nil
+}
+
+// contractCount counts the events named event about container id.
+func contractCount(evs []pluginEvent, event, id string) int {
+	n := 0
+	for _, e := range evs {
+		if e.Event == event && e.ContainerID == id {
+			n++
+		}
+	}
+	return n
+}
+
+// contractByID returns the first event named event about container id, or
+// nil.
+func contractByID(evs []pluginEvent, event, id string) *pluginEvent {
+	for i := range evs {
+		if evs[i].Event == event && evs[i].ContainerID == id {
+			return &evs[i]
+		}
+	}
+	return nil
+}
+
+// contractLeaks is what crind leaves on the host: mounts under its dirs,
+// runtime state and netns entries, container rootfs dirs, processes naming
+// its state dir, and cgroups under its parent.
+type contractLeaks map[string][]string
+
+func contractLeakState(d *daemon) contractLeaks {
+	out := contractLeaks{}
+	mi, _ := os.ReadFile("/proc/self/mountinfo")
+	for _, line := range strings.Split(string(mi), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 4 && (strings.HasPrefix(f[4], d.root+"/") || strings.HasPrefix(f[4], d.state+"/")) {
+			if f[4] == filepath.Join(d.state, "netns") {
+				continue // the netns directory itself, made private once
+			}
+			out["mount"] = append(out["mount"], f[4])
+		}
+	}
+	for kind, dir := range map[string]string{
+		"runtime state": filepath.Join(d.state, "c"),
+		"netns":         filepath.Join(d.state, "netns"),
+		"rootfs":        filepath.Join(d.root, "image", "containers"),
+	} {
+		ents, _ := os.ReadDir(dir)
+		for _, e := range ents {
+			out[kind] = append(out[kind], e.Name())
+		}
+	}
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		b, _ := os.ReadFile(p)
+		if strings.Contains(string(b), d.state) {
+			out["process"] = append(out["process"], filepath.Base(filepath.Dir(p))+" "+strings.ReplaceAll(string(b), "\x00", " "))
+		}
+	}
+	for _, ctl := range []string{"memory", "pids", "cpu", "freezer"} {
+		base := filepath.Join("/sys/fs/cgroup", ctl, d.cgroup)
+		_ = filepath.WalkDir(base, func(path string, e os.DirEntry, err error) error {
+			if err == nil && e.IsDir() && path != base {
+				out["cgroup"] = append(out["cgroup"], ctl+":"+strings.TrimPrefix(path, base))
+			}
+			return nil
+		})
+	}
+	return out
+}
+
+// contractNoNewLeaks fails the test for anything in after that was not in
+// before.
+func contractNoNewLeaks(t *testing.T, what string, before, after contractLeaks) {
+	t.Helper()
+	for kind, items := range after {
+		for _, it := range items {
+			if !slices.Contains(before[kind], it) {
+				t.Errorf("%s leaked %s %s", what, kind, it)
+			}
+		}
+	}
+}
+
+// contractSlowPlugin is extra [nri] configuration that lets plugin (NN-name)
+// take 30s per event, so that its sleep rules are waited for.
+func contractSlowPlugin(plugin string) string {
+	return fmt.Sprintf("[nri.plugins.%q]\nrequest_timeout = \"30s\"\n", plugin)
+}
+
+// contractHasKV tells whether m holds every key of want with its value.
+func contractHasKV(m, want map[string]string) bool {
+	for k, v := range want {
+		if got, ok := m[k]; !ok || got != v {
+			return false
+		}
+	}
+	return true
+}
+
+// TestNRIContractHookOrder drives one pod and one container through every
+// CRI call that has a hook and checks that a plugin subscribed to
+// everything sees exactly the hooks of DESIGN.md, in order, each carrying
+// the pod's and the container's metadata and state at that point.
+func TestNRIContractHookOrder(t *testing.T) {
+	n := newNRISetup(t)
+	n.install(t, "10", "obs", pluginConfig{})
+	d := nriDaemon(t, n, "")
+	waitConfigured(t, d, n, "10-obs")
+	obs := n.eventLog("10", "obs")
+	ref, _ := busybox(t)
+	d.pull(t, ref)
+
+	podCfg := podConfig("order")
+	podCfg.Annotations["contract.test/pod"] = "pod-annotation"
+	pod := d.runPod(t, podCfg)
+	ps, err := d.rs.PodSandboxStatus(ctxT(t), &runtimeapi.PodSandboxStatusRequest{PodSandboxId: pod})
+	if err != nil {
+		t.Fatal(err)
+	}
+	podIPs := []string{ps.Status.GetNetwork().GetIp()}
+	for _, ip := range ps.Status.GetNetwork().GetAdditionalIps() {
+		podIPs = append(podIPs, ip.GetIp())
+	}
+
+	hostDir := t.TempDir()
+	cfg := containerConfig("worker", ref)
+	cfg.Command, cfg.Args = []string{"sh"}, []string{"-c", "exec sleep 1000"}
+	cfg.Envs = []*runtimeapi.KeyValue{{Key: "CONTRACT_ENV", Value: []byte("contract-value")}}
+	cfg.Annotations = map[string]string{"contract.test/ctr": "ctr-annotation"}
+	cfg.Mounts = []*runtimeapi.Mount{{ContainerPath: "/contract", HostPath: hostDir, Readonly: true}}
+	id := d.createContainer(t, pod, podCfg, cfg)
+	d.startContainer(t, id)
+	if _, err := d.rs.UpdateContainerResources(ctxT(t), &runtimeapi.UpdateContainerResourcesRequest{
+		ContainerId: id, Linux: &runtimeapi.LinuxContainerResources{MemoryLimitInBytes: 64 << 20},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	running := d.status(t, id)
+	if _, err := d.rs.StopContainer(ctxT(t), &runtimeapi.StopContainerRequest{ContainerId: id, Timeout: 10}); err != nil {
+		t.Fatal(err)
+	}
+	exited := d.status(t, id)
+	if _, err := d.rs.RemoveContainer(ctxT(t), &runtimeapi.RemoveContainerRequest{ContainerId: id}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.rs.StopPodSandbox(ctxT(t), &runtimeapi.StopPodSandboxRequest{PodSandboxId: pod}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.rs.RemovePodSandbox(ctxT(t), &runtimeapi.RemovePodSandboxRequest{PodSandboxId: pod}); err != nil {
+		t.Fatal(err)
+	}
+
+	evs := waitEvents(t, obs, 30*time.Second, func(evs []pluginEvent) bool {
+		return contractFindPod(evs, "RemovePodSandbox", "order") != nil
+	})
+	got := contractPodEvents(evs, pod)
+	var names []string
+	for _, e := range got {
+		names = append(names, e.Event)
+	}
+	want := []string{"RunPodSandbox", "CreateContainer", "PostCreateContainer", "StartContainer", "PostStartContainer",
+		"UpdateContainer", "PostUpdateContainer", "StopContainer", "RemoveContainer", "StopPodSandbox", "RemovePodSandbox"}
+	if !slices.Equal(names, want) {
+		t.Fatalf("hooks for pod %s:\n got  %v\n want %v", pod, names, want)
+	}
+
+	for _, e := range got {
+		p := e.pod(t)
+		if p.GetId() != pod || p.GetName() != "order" || p.GetUid() != podCfg.Metadata.Uid || p.GetNamespace() != "default" ||
+			!contractHasKV(p.GetLabels(), podCfg.Labels) || !contractHasKV(p.GetAnnotations(), podCfg.Annotations) ||
+			p.GetRuntimeHandler() != ps.Status.GetRuntimeHandler() {
+			t.Errorf("%s: pod id %q name %q uid %q ns %q labels %v annotations %v handler %q; want %s order %s default %v %v ⊆, handler %q",
+				e, p.GetId(), p.GetName(), p.GetUid(), p.GetNamespace(), p.GetLabels(), p.GetAnnotations(), p.GetRuntimeHandler(),
+				pod, podCfg.Metadata.Uid, podCfg.Labels, podCfg.Annotations, ps.Status.GetRuntimeHandler())
+		}
+		// The pod runs (pid, IPs) from RunPodSandbox until it is stopped.
+		if e.Event != "StopPodSandbox" && e.Event != "RemovePodSandbox" {
+			if p.GetPid() == 0 || !slices.Equal(p.GetIps(), podIPs) {
+				t.Errorf("%s: pod pid %d ips %v, want a pid and ips %v", e, p.GetPid(), p.GetIps(), podIPs)
+			}
+		}
+		if e.ContainerID == "" {
+			if strings.Contains(e.Event, "Container") {
+				t.Errorf("%s: no container", e)
+			}
+			continue
+		}
+		c := e.container(t)
+		if c.GetId() != id || c.GetPodSandboxId() != pod || c.GetName() != "worker" {
+			t.Errorf("%s: container id %q pod %q name %q, want %s %s worker", e, c.GetId(), c.GetPodSandboxId(), c.GetName(), id, pod)
+		}
+		if !contractHasKV(c.GetLabels(), cfg.Labels) || !contractHasKV(c.GetAnnotations(), cfg.Annotations) {
+			t.Errorf("%s: labels %v annotations %v, want %v and %v among them", e, c.GetLabels(), c.GetAnnotations(), cfg.Labels, cfg.Annotations)
+		}
+		if !slices.Equal(c.GetArgs(), []string{"sh", "-c", "exec sleep 1000"}) || !slices.Contains(c.GetEnv(), "CONTRACT_ENV=contract-value") {
+			t.Errorf("%s: args %q env %q", e, c.GetArgs(), c.GetEnv())
+		}
+		if !slices.ContainsFunc(c.GetMounts(), func(m *api.Mount) bool {
+			return m.GetDestination() == "/contract" && m.GetSource() == hostDir
+		}) {
+			t.Errorf("%s: no mount of %s at /contract in %v", e, hostDir, c.GetMounts())
+		}
+		if c.GetImage().GetName() != running.GetImage().GetImage() || c.GetCreatedAt() != running.CreatedAt {
+			t.Errorf("%s: image %q created %d, want %q %d", e, c.GetImage().GetName(), c.GetCreatedAt(), running.GetImage().GetImage(), running.CreatedAt)
+		}
+		switch e.Event {
+		case "CreateContainer", "PostCreateContainer":
+			if c.GetState() != api.ContainerState_CONTAINER_CREATED || c.GetPid() != 0 || c.GetStartedAt() != 0 {
+				t.Errorf("%s: state %v pid %d started %d, want CREATED, no pid, not started", e, c.GetState(), c.GetPid(), c.GetStartedAt())
+			}
+		case "PostStartContainer", "UpdateContainer", "PostUpdateContainer":
+			if c.GetState() != api.ContainerState_CONTAINER_RUNNING || c.GetPid() == 0 || c.GetStartedAt() != running.StartedAt || c.GetFinishedAt() != 0 {
+				t.Errorf("%s: state %v pid %d started %d finished %d, want RUNNING with a pid, started %d", e,
+					c.GetState(), c.GetPid(), c.GetStartedAt(), c.GetFinishedAt(), running.StartedAt)
+			}
+		case "StopContainer", "RemoveContainer":
+			if c.GetState() != api.ContainerState_CONTAINER_STOPPED || c.GetExitCode() != exited.ExitCode ||
+				c.GetStatusReason() != exited.Reason || c.GetFinishedAt() != exited.FinishedAt || c.GetStartedAt() != running.StartedAt {
+				t.Errorf("%s: state %v exit %d reason %q started %d finished %d; want STOPPED %d %q %d %d", e,
+					c.GetState(), c.GetExitCode(), c.GetStatusReason(), c.GetStartedAt(), c.GetFinishedAt(),
+					exited.ExitCode, exited.Reason, running.StartedAt, exited.FinishedAt)
+			}
+		}
+		if e.Event == "UpdateContainer" {
+			var res api.LinuxResources
+			if err := protojson.Unmarshal(e.Resources, &res); err != nil || res.GetMemory().GetLimit().GetValue() != 64<<20 {
+				t.Errorf("%s: resources %s (%v), want the requested 64Mi memory limit", e, e.Resources, err)
+			}
+		}
+	}
+	if exited.ExitCode != 143 || exited.Reason == "" {
+		t.Errorf("stopped container: exit %d reason %q, want 143 and a reason", exited.ExitCode, exited.Reason)
+	}
+}
+
+// TestNRIContractFailingHooks makes a RunPodSandbox and a CreateContainer
+// hook fail: each call fails with the plugin's message and name, leaves
+// nothing behind (no pod or container listed, no netns, IP, mount, shim,
+// rootfs or cgroup), and a retry with the same name succeeds.
+func TestNRIContractFailingHooks(t *testing.T) {
+	n := newNRISetup(t)
+	n.install(t, "10", "fail", pluginConfig{Rules: []pluginRule{
+		{Event: "RunPodSandbox", Pod: "bad", Once: true, Fail: "contract refuses pod bad"},
+		{Event: "CreateContainer", Container: "badctr", Once: true, Fail: "contract refuses container badctr"},
+	}})
+	d := nriDaemon(t, n, "")
+	waitConfigured(t, d, n, "10-fail")
+	log := n.eventLog("10", "fail")
+	ref, _ := busybox(t)
+	d.pull(t, ref)
+	ipamDir := filepath.Join(filepath.Dir(d.root), "ipam", "crintest")
+
+	before := contractLeakState(d)
+	podCfg := podConfig("bad")
+	t.Cleanup(func() { _ = os.RemoveAll(podCfg.LogDirectory) })
+	_, err := d.rs.RunPodSandbox(ctxT(t), &runtimeapi.RunPodSandboxRequest{Config: podCfg})
+	if err == nil || !strings.Contains(err.Error(), "contract refuses pod bad") || !strings.Contains(err.Error(), "10-fail") {
+		t.Fatalf("RunPodSandbox with a failing hook: %v, want an error with the plugin's message and name 10-fail", err)
+	}
+	hook := contractFindPod(readEvents(t, log), "RunPodSandbox", "bad")
+	if hook == nil || hook.PodID == "" {
+		t.Fatalf("10-fail logged no RunPodSandbox for pod bad")
+	}
+	if _, err := d.rs.PodSandboxStatus(ctxT(t), &runtimeapi.PodSandboxStatusRequest{PodSandboxId: hook.PodID}); code(err) != "NotFound" {
+		t.Errorf("PodSandboxStatus of the refused pod %s: %v, want NotFound", hook.PodID, err)
+	}
+	d.assertEmpty(t, ipamDir)
+	contractNoNewLeaks(t, "refused RunPodSandbox", before, contractLeakState(d))
+
+	pod := d.runPod(t, podCfg)
+	ps, err := d.rs.PodSandboxStatus(ctxT(t), &runtimeapi.PodSandboxStatusRequest{PodSandboxId: pod})
+	if err != nil || ps.Status.State != runtimeapi.PodSandboxState_SANDBOX_READY {
+		t.Fatalf("retried pod bad: %v %v, want READY", ps, err)
+	}
+
+	before = contractLeakState(d)
+	cfg := containerConfig("badctr", ref, "sleep", "1000")
+	_, err = d.rs.CreateContainer(ctxT(t), &runtimeapi.CreateContainerRequest{PodSandboxId: pod, Config: cfg, SandboxConfig: podCfg})
+	if err == nil || !strings.Contains(err.Error(), "contract refuses container badctr") || !strings.Contains(err.Error(), "10-fail") {
+		t.Fatalf("CreateContainer with a failing hook: %v, want an error with the plugin's message and name 10-fail", err)
+	}
+	cHook := findEvent(readEvents(t, log), "CreateContainer", "badctr")
+	if cHook == nil || cHook.ContainerID == "" {
+		t.Fatalf("10-fail logged no CreateContainer for badctr")
+	}
+	if ctrs, err := d.rs.ListContainers(ctxT(t), &runtimeapi.ListContainersRequest{}); err != nil || len(ctrs.Containers) != 0 {
+		t.Errorf("after a refused CreateContainer: %v, %d containers listed, want none", err, len(ctrs.GetContainers()))
+	}
+	if _, err := d.rs.ContainerStatus(ctxT(t), &runtimeapi.ContainerStatusRequest{ContainerId: cHook.ContainerID}); code(err) != "NotFound" {
+		t.Errorf("ContainerStatus of the refused container %s: %v, want NotFound", cHook.ContainerID, err)
+	}
+	contractNoNewLeaks(t, "refused CreateContainer", before, contractLeakState(d))
+
+	id := d.runContainer(t, pod, podCfg, cfg)
+	if got := d.execOut(t, id, "echo", "alive"); got != "alive" {
+		t.Errorf("retried container badctr: exec says %q", got)
+	}
+	// cleanupAll (at the end) removes the pod and checks for leaks.
+}
+
+// TestNRIContractPodHiddenDuringRunHook checks that while a pod's
+// RunPodSandbox hook runs the pod is neither listed nor found, and that no
+// container can be created in it: workloads cannot start before the hook
+// ends.
+func TestNRIContractPodHiddenDuringRunHook(t *testing.T) {
+	const hookSleep = 6 * time.Second
+	n := newNRISetup(t)
+	n.install(t, "10", "slow", pluginConfig{Rules: []pluginRule{{Event: "RunPodSandbox", Pod: "hidden", Sleep: hookSleep.String()}}})
+	d := nriDaemon(t, n, contractSlowPlugin("10-slow"))
+	waitConfigured(t, d, n, "10-slow")
+	log := n.eventLog("10", "slow")
+	ref, _ := busybox(t)
+	d.pull(t, ref)
+
+	podCfg := podConfig("hidden")
+	t.Cleanup(func() { _ = os.RemoveAll(podCfg.LogDirectory) })
+	type result struct {
+		id  string
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		r, err := d.rs.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: podCfg})
+		done <- result{r.GetPodSandboxId(), err}
+	}()
+	evs := waitEvents(t, log, 60*time.Second, func(evs []pluginEvent) bool {
+		return contractFindPod(evs, "RunPodSandbox", "hidden") != nil
+	})
+	hook := contractFindPod(evs, "RunPodSandbox", "hidden")
+	// The hook runs at least until hookStart+hookSleep; an answer received
+	// before hookEnd describes crind while the hook ran.
+	hookEnd := hook.Time.Add(hookSleep - 500*time.Millisecond)
+
+	created := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_, err := d.rs.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{
+			PodSandboxId: hook.PodID, Config: containerConfig("early", ref, "sleep", "1000"), SandboxConfig: podCfg,
+		})
+		created <- err
+	}()
+
+	polls := 0
+	for time.Now().Before(hook.Time.Add(hookSleep / 2)) {
+		list, lerr := d.rs.ListPodSandbox(ctxT(t), &runtimeapi.ListPodSandboxRequest{})
+		_, serr := d.rs.PodSandboxStatus(ctxT(t), &runtimeapi.PodSandboxStatusRequest{PodSandboxId: hook.PodID})
+		if time.Now().After(hookEnd) {
+			break
+		}
+		polls++
+		if lerr != nil {
+			t.Fatalf("ListPodSandbox during the hook: %v", lerr)
+		}
+		for _, p := range list.Items {
+			if p.Id == hook.PodID || p.GetMetadata().GetName() == "hidden" {
+				t.Fatalf("pod %s listed (%v) while its RunPodSandbox hook runs", p.Id, p.State)
+			}
+		}
+		if code(serr) != "NotFound" {
+			t.Fatalf("PodSandboxStatus of %s while its RunPodSandbox hook runs: %v, want NotFound", hook.PodID, serr)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if polls == 0 {
+		t.Fatalf("no List/Status answer came back while the %v hook ran; the machine is too slow for this test", hookSleep)
+	}
+	if err := <-created; code(err) != "NotFound" {
+		t.Errorf("CreateContainer in pod %s while its RunPodSandbox hook runs: %v (%s), want NotFound", hook.PodID, err, code(err))
+	}
+
+	r := <-done
+	if r.err != nil || r.id != hook.PodID {
+		t.Fatalf("RunPodSandbox: id %q err %v, want %s", r.id, r.err, hook.PodID)
+	}
+	ps, err := d.rs.PodSandboxStatus(ctxT(t), &runtimeapi.PodSandboxStatusRequest{PodSandboxId: r.id})
+	if err != nil || ps.Status.State != runtimeapi.PodSandboxState_SANDBOX_READY {
+		t.Fatalf("pod after its hook: %v %v, want READY", ps, err)
+	}
+	id := d.runContainer(t, r.id, podCfg, containerConfig("late", ref, "sleep", "1000"))
+	if st := d.status(t, id); st.State != runtimeapi.ContainerState_CONTAINER_RUNNING {
+		t.Errorf("container created after the hook: %v, want RUNNING", st.State)
+	}
+	ctrs, _ := d.rs.ListContainers(ctxT(t), &runtimeapi.ListContainersRequest{})
+	for _, c := range ctrs.GetContainers() {
+		if c.GetMetadata().GetName() == "early" {
+			t.Errorf("container early, created while the pod's hook ran, is listed (%v)", c.State)
+		}
+	}
+}
+
+// TestNRIContractStopOnce checks that every container gets exactly one
+// StopContainer: one that exits by itself (also when CRI stops and removes
+// it later), one stopped by CRI twice, one that exited before its pod was
+// stopped and one stopped with its pod.
+func TestNRIContractStopOnce(t *testing.T) {
+	n := newNRISetup(t)
+	n.install(t, "10", "obs", pluginConfig{})
+	d := nriDaemon(t, n, "")
+	waitConfigured(t, d, n, "10-obs")
+	obs := n.eventLog("10", "obs")
+	ref, _ := busybox(t)
+	d.pull(t, ref)
+	podCfg := podConfig("stoponce")
+	pod := d.runPod(t, podCfg)
+	stop := func(id string) {
+		t.Helper()
+		if _, err := d.rs.StopContainer(ctxT(t), &runtimeapi.StopContainerRequest{ContainerId: id, Timeout: 5}); err != nil {
+			t.Fatalf("StopContainer %s: %v", id, err)
+		}
+	}
+	remove := func(id string) {
+		t.Helper()
+		if _, err := d.rs.RemoveContainer(ctxT(t), &runtimeapi.RemoveContainerRequest{ContainerId: id}); err != nil {
+			t.Fatalf("RemoveContainer %s: %v", id, err)
+		}
+	}
+	final := map[string]*runtimeapi.ContainerStatus{}
+
+	self := d.runContainer(t, pod, podCfg, containerConfig("self", ref, "sh", "-c", "exit 3"))
+	final[self] = d.waitExited(t, self)
+	waitEvents(t, obs, 30*time.Second, hasEvent("StopContainer", "self"))
+	stop(self)
+	remove(self)
+
+	byCRI := d.runContainer(t, pod, podCfg, containerConfig("bycri", ref, "sleep", "1000"))
+	stop(byCRI)
+	stop(byCRI)
+	final[byCRI] = d.status(t, byCRI)
+	remove(byCRI)
+
+	left := d.runContainer(t, pod, podCfg, containerConfig("left", ref, "sh", "-c", "exit 4"))
+	final[left] = d.waitExited(t, left)
+	waitEvents(t, obs, 30*time.Second, hasEvent("StopContainer", "left"))
+	withPod := d.runContainer(t, pod, podCfg, containerConfig("withpod", ref, "sleep", "1000"))
+	if _, err := d.rs.StopPodSandbox(ctxT(t), &runtimeapi.StopPodSandboxRequest{PodSandboxId: pod}); err != nil {
+		t.Fatal(err)
+	}
+	final[withPod] = d.status(t, withPod)
+	if _, err := d.rs.StopPodSandbox(ctxT(t), &runtimeapi.StopPodSandboxRequest{PodSandboxId: pod}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.rs.RemovePodSandbox(ctxT(t), &runtimeapi.RemovePodSandboxRequest{PodSandboxId: pod}); err != nil {
+		t.Fatal(err)
+	}
+	evs := waitEvents(t, obs, 30*time.Second, func(evs []pluginEvent) bool {
+		return contractFindPod(evs, "RemovePodSandbox", "stoponce") != nil
+	})
+
+	for _, tc := range []struct {
+		name, id string
+		exit     int32
+	}{{"self", self, 3}, {"bycri", byCRI, 143}, {"left", left, 4}, {"withpod", withPod, final[withPod].ExitCode}} {
+		st := final[tc.id]
+		if st.State != runtimeapi.ContainerState_CONTAINER_EXITED || st.ExitCode != tc.exit {
+			t.Errorf("%s: status %v exit %d, want EXITED %d", tc.name, st.State, st.ExitCode, tc.exit)
+		}
+		if got := contractCount(evs, "StopContainer", tc.id); got != 1 {
+			t.Errorf("%s: %d StopContainer events, want exactly 1", tc.name, got)
+			continue
+		}
+		e := contractByID(evs, "StopContainer", tc.id)
+		c := e.container(t)
+		if c.GetState() != api.ContainerState_CONTAINER_STOPPED || c.GetExitCode() != st.ExitCode || c.GetStatusReason() != st.Reason {
+			t.Errorf("%s: StopContainer shows %v exit %d reason %q, want STOPPED %d %q", tc.name, c.GetState(), c.GetExitCode(), c.GetStatusReason(), st.ExitCode, st.Reason)
+		}
+		if r := contractByID(evs, "RemoveContainer", tc.id); r == nil || r.Seq < e.Seq {
+			t.Errorf("%s: RemoveContainer %v, want one after StopContainer #%d", tc.name, r, e.Seq)
+		}
+	}
+	if s := contractFindPod(evs, "StopPodSandbox", "stoponce"); s != nil {
+		if e := contractByID(evs, "StopContainer", withPod); e != nil && e.Seq > s.Seq {
+			t.Errorf("StopContainer of withpod (#%d) came after StopPodSandbox (#%d)", e.Seq, s.Seq)
+		}
+	} else {
+		t.Errorf("no StopPodSandbox event")
+	}
+}
