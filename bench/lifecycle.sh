@@ -6,6 +6,15 @@
 #   make bench                          # builds bin/, then runs this
 #   N=50 K=10 bench/lifecycle.sh        # N timed lifecycles, K pods for memory
 #   SKIP_CONTAINERD=1 bench/lifecycle.sh
+#   NRI="off 0 1 4" bench/lifecycle.sh  # NRI mode (what bench/nri.sh runs)
+#
+# NRI mode runs one crind per configuration in $NRI, side by side and
+# interleaved like the runtimes of the default mode: "off" is NRI disabled,
+# "N" is NRI enabled with N pre-installed no-op plugins (bench/cmd/nrinop,
+# subscribed to every event), "Nv" the same with each plugin also
+# subscribed to ValidateContainerAdjustment. It prints the latency each adds
+# to "0" (NRI on, no plugin) and checks that every plugin received every
+# event of every lifecycle. containerd is not part of it (see bench/README.md).
 #
 # Needs root on Debian 12 (installs runc, CNI plugins, busybox-static and
 # containerd with apt when missing). Everything it starts lives under one
@@ -14,9 +23,21 @@
 # checks none of them.
 set -euo pipefail
 
+NRI=${NRI:-}
 N=${N:-50}
-K=${K:-10}
 WARMUP=${WARMUP:-2}
+if [ -n "$NRI" ]; then
+	K=${K:-0}
+	SKIP_CONTAINERD=${SKIP_CONTAINERD:-nri}
+	for c in $NRI; do
+		[[ "$c" =~ ^(off|[0-9]v?)$ ]] || {
+			echo "lifecycle.sh: NRI=\"$NRI\": \"$c\" is not off, N or Nv (N plugins, 0-9)" >&2
+			exit 1
+		}
+	done
+else
+	K=${K:-10}
+fi
 BRIDGE=crinbench0
 SUBNET=10.98.0.0/24
 
@@ -48,8 +69,7 @@ fi
 # --- clean-up ---------------------------------------------------------------
 BASE=$(mktemp -d /tmp/crinb.XXXXXX)
 CG=crinbench-$(basename "$BASE" | cut -d. -f2)
-CRIND_PID="" CTD_PID="" REG_PID=""
-CRIND_SOCK=$BASE/crind/s/crin.sock
+CRIND_PIDS=() CRIND_SOCKS=() CTD_PID="" REG_PID=""
 CTD_SOCK=$BASE/ctd/s/containerd.sock
 NETNS_BEFORE=$(ls /run/netns 2>/dev/null || true)
 # Host directories containerd makes on first use; the ones absent now are
@@ -83,7 +103,10 @@ cleanup() {
 	local rc=$?
 	set +e
 	trap - EXIT INT TERM
-	drain "$CRIND_SOCK"; stop_pid "$CRIND_PID"
+	local i
+	for i in "${!CRIND_PIDS[@]}"; do
+		drain "${CRIND_SOCKS[$i]}"; stop_pid "${CRIND_PIDS[$i]}"
+	done
 	drain "$CTD_SOCK"; stop_pid "$CTD_PID"
 	stop_pid "$REG_PID"
 	# Shims left behind: theirs are the only command lines naming $BASE.
@@ -156,16 +179,23 @@ cat >"$BASE/net.d/10-crinbench.conflist" <<EOF
 }
 EOF
 
-echo "bench: N=$N lifecycles (+$WARMUP warm-up) per runtime, K=$K pods, image $IMAGE, $(nproc) cores, kernel $(uname -r), load $(cut -d" " -f1-3 /proc/loadavg)"
+echo "bench: N=$N lifecycles (+$WARMUP warm-up) per runtime, K=$K pods, image $IMAGE, $(nproc) cores, kernel $(uname -r), load $(cut -d" " -f1-3 /proc/loadavg)${NRI:+, NRI configurations: $NRI}"
 
 # --- crind ------------------------------------------------------------------
-mkdir -p "$BASE/crind"
-cat >"$BASE/crind/crin.toml" <<EOF
-root = "$BASE/crind/root"
-state = "$BASE/crind/s"
+targets=()
+# start_crind NAME [NRI]: one crind with its own root, state and socket under
+# $BASE/NAME; NRI is "off", "N" or "Nv" (see the top of this file), empty
+# leaves the [nri] section out (crind's default).
+start_crind() {
+	local name=$1 nri=${2:-} dir=$BASE/$1 i n flags=""
+	local sock=$dir/s/crin.sock
+	mkdir -p "$dir"
+	cat >"$dir/crin.toml" <<EOF
+root = "$dir/root"
+state = "$dir/s"
 log_level = "info"
 [cri]
-socket = "$CRIND_SOCK"
+socket = "$sock"
 metrics_address = ""
 cgroup_parent = "/$CG"
 shim_binary = "$REPO/bin/crin-shim"
@@ -174,14 +204,55 @@ pause_binary = "$REPO/bin/crin-pause"
 conf_dir = "$BASE/net.d"
 bin_dirs = ["/usr/lib/cni"]
 EOF
-"$REPO/bin/crind" --config "$BASE/crind/crin.toml" >"$BASE/crind.log" 2>&1 &
-CRIND_PID=$!
-wait_file "$CRIND_SOCK" 30 "crind" "$CRIND_PID"
-targets=(-target "name=crind,socket=$CRIND_SOCK,pid=$CRIND_PID,shim=crin-shim")
+	if [ "$nri" = off ]; then
+		printf '[nri]\nenable = false\n' >>"$dir/crin.toml"
+	elif [ -n "$nri" ]; then
+		n=${nri%v}
+		[ "$n" = "$nri" ] || flags=-validate
+		mkdir -p "$dir/plugins" "$dir/plugins.d" "$dir/counts"
+		# crind launches pre-installed plugins without arguments: a wrapper
+		# named NN-nop gives each its count file.
+		for i in $(seq 10 $((10 + n - 1))); do
+			printf '#!/bin/sh\nexec %s -count %s %s\n' "$BASE/nrinop" "$dir/counts/$i-nop" "$flags" >"$dir/plugins/$i-nop"
+			chmod 755 "$dir/plugins/$i-nop"
+		done
+		cat >>"$dir/crin.toml" <<EOF
+[nri]
+enable = true
+disable_connections = true
+plugin_path = "$dir/plugins"
+plugin_config_path = "$dir/plugins.d"
+socket_path = "$dir/s/nri.sock"
+EOF
+	fi
+	"$REPO/bin/crind" --config "$dir/crin.toml" >"$BASE/$name.log" 2>&1 &
+	local pid=$!
+	CRIND_PIDS+=("$pid")
+	CRIND_SOCKS+=("$sock")
+	wait_file "$sock" 30 "crind $name" "$pid"
+	targets+=(-target "name=$name,socket=$sock,pid=$pid,shim=crin-shim")
+}
+if [ -n "$NRI" ]; then
+	go build -o "$BASE/nrinop" ./bench/cmd/nrinop
+	for c in $NRI; do start_crind "nri-$c" "$c"; done
+else
+	start_crind crind
+fi
 
 # --- containerd -------------------------------------------------------------
 ctd_why=""
-if [ -n "${SKIP_CONTAINERD:-}" ]; then
+if [ -n "$NRI" ]; then
+	# Debian 12's containerd 1.6 carries NRI v0.1: one-shot binaries from
+	# /opt/nri/bin listed in /etc/nri/conf.json, run when a pod or container
+	# starts or stops. The ttrpc plugin API of nrinop (containerd/nri v0.2+)
+	# came with containerd 1.7.
+	v=$(containerd --version 2>/dev/null | awk '{print $3}')
+	case "$v" in
+	"") ctd_why="NRI mode: containerd is not installed" ;;
+	1.[0-6].* | 1.[0-6]~*) ctd_why="containerd $v has only NRI v0.1 (exec'd binaries, /etc/nri/conf.json), not the plugin API nrinop speaks (containerd 1.7+)" ;;
+	*) ctd_why="NRI mode drives crind only; containerd $v is not set up for it" ;;
+	esac
+elif [ -n "${SKIP_CONTAINERD:-}" ]; then
 	ctd_why="SKIP_CONTAINERD is set"
 elif ! command -v containerd >/dev/null || ! command -v containerd-shim-runc-v2 >/dev/null; then
 	ctd_why="containerd is not installed and apt could not install it"
@@ -244,9 +315,55 @@ fi
 # from elsewhere on the machine falls on both alike. crilat reports a peer
 # that fails mid-run ("containerd not compared: ...") and goes on without it.
 mkdir -p "$BASE/results"
-"$BASE/crilat" run "${targets[@]}" -image "$IMAGE" -n "$N" -k "$K" -warmup "$WARMUP" \
+base=()
+[[ " $NRI " == *" 0 "* ]] && base=(-baseline nri-0)
+"$BASE/crilat" run "${targets[@]}" -image "$IMAGE" -n "$N" -k "$K" -warmup "$WARMUP" "${base[@]}" \
 	-cgroup-parent "/$CG" -shim-match "$BASE" -log-dir "$BASE/logs" -out-dir "$BASE/results"
+echo "bench: load at the end $(cut -d" " -f1-3 /proc/loadavg)"
 if [ -n "${KEEP_RESULTS:-}" ]; then
 	mkdir -p "$KEEP_RESULTS" && cp "$BASE"/results/*.json "$KEEP_RESULTS"/
 fi
 [ -z "$ctd_why" ] || echo "bench: containerd not compared: $ctd_why"
+[ -n "$NRI" ] || exit 0
+
+# --- NRI mode: did every plugin see every lifecycle? --------------------------
+# Every configuration must have its result (crilat does not fail on a peer),
+# and every plugin, at least one of each lifecycle event per lifecycle run.
+# The plugins write their counts when crind shuts them down.
+if [ -x bin/crinctl ]; then
+	for c in $NRI; do
+		out=$(bin/crinctl --socket "$BASE/nri-$c/s/crind-admin.sock" plugins 2>/dev/null) &&
+			printf 'crinctl plugins, nri-%s:\n%s\n' "$c" "$out"
+	done
+fi
+# Pods are all gone (crilat removes what it made); the trap has nothing to
+# drain or stop.
+for i in "${!CRIND_PIDS[@]}"; do stop_pid "${CRIND_PIDS[$i]}"; done
+CRIND_PIDS=() CRIND_SOCKS=()
+runs=$((N + WARMUP + K))
+lifecycle_events="RunPodSandbox CreateContainer PostCreateContainer StartContainer PostStartContainer StopContainer RemoveContainer StopPodSandbox RemovePodSandbox"
+bad=""
+for c in $NRI; do
+	[ -s "$BASE/results/nri-$c.json" ] || bad="$bad nri-$c:no-result"
+	[ "$c" = off ] && continue
+	n=${c%v}
+	want=$lifecycle_events
+	[ "$n" = "$c" ] || want="$want ValidateContainerAdjustment"
+	for i in $(seq 10 $((10 + n - 1))); do
+		f=$BASE/nri-$c/counts/$i-nop
+		if [ ! -s "$f" ]; then
+			bad="$bad nri-$c/$i-nop:no-counts"
+			continue
+		fi
+		echo "bench: nri-$c/$i-nop received: $(tr '\n' ' ' <"$f")"
+		for e in $want; do
+			got=$(awk -v e="$e" '$1 == e {print $2}' "$f")
+			[ "${got:-0}" -ge "$runs" ] || bad="$bad nri-$c/$i-nop:$e=${got:-0}<$runs"
+		done
+	done
+done
+if [ -n "$bad" ]; then
+	echo "bench: NRI set-up broken, figures meaningless:$bad" >&2
+	exit 1
+fi
+echo "bench: every plugin received each lifecycle event at least $runs times (N + warm-up + K)"

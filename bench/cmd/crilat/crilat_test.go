@@ -6,7 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containerd/errdefs"
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 )
 
 func TestParseRollup(t *testing.T) {
@@ -53,7 +55,9 @@ func TestSummarize(t *testing.T) {
 		{"empty", nil, StepStats{Step: "s"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if diff := cmp.Diff(tc.want, summarize("s", tc.in)); diff != "" {
+			// Samples are checked in TestSummarizeKeepsOrder.
+			got := summarize("s", tc.in)
+			if diff := cmp.Diff(tc.want, got, cmpopts.IgnoreFields(StepStats{}, "Samples")); diff != "" {
 				t.Errorf("summarize (-want +got):\n%s", diff)
 			}
 		})
@@ -109,5 +113,41 @@ func TestParseTarget(t *testing.T) {
 				t.Errorf("parseTarget (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+func TestAdded(t *testing.T) {
+	base := &Result{Name: "nri-0", Steps: []StepStats{
+		{Step: "RunPodSandbox", P50: 10, P90: 20, Samples: []float64{10, 12, 30}},
+		{Step: "total", P50: 100, P90: 200, Samples: []float64{100, 90, 300}},
+	}}
+	four := &Result{Name: "nri-4", Steps: []StepStats{
+		{Step: "RunPodSandbox", P50: 12, P90: 19, Samples: []float64{13, 13, 31}},
+		{Step: "total", P50: 110, P90: 260, Samples: []float64{104, 96, 280}},
+	}}
+	noSamples := &Result{Name: "old", Steps: []StepStats{{Step: "total", P50: 90, P90: 190}}}
+	var out bytes.Buffer
+	if err := added(&out, []*Result{base, four, noSamples}, "nri-0"); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"| step (ms) | nri-4 Δp50 | nri-4 Δp90 | nri-4 paired Δ | old Δp50 | old Δp90 | old paired Δ |",
+		// paired: 3, 1, 1 -> median 1; 4, 6, -20 -> median 4
+		"| RunPodSandbox | +2.0 | -1.0 | +1.0 | - | - | - |",
+		"| total | +10.0 | +60.0 | +4.0 | -10.0 | -10.0 | - |",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("added output lacks %q:\n%s", want, out.String())
+		}
+	}
+	if err := added(&out, []*Result{four}, "nri-0"); !errdefs.IsNotFound(err) {
+		t.Errorf("added with unknown baseline: error %v, want NotFound", err)
+	}
+}
+
+func TestSummarizeKeepsOrder(t *testing.T) {
+	got := summarize("s", []time.Duration{3 * time.Millisecond, time.Millisecond, 2 * time.Millisecond})
+	if diff := cmp.Diff([]float64{3, 1, 2}, got.Samples); diff != "" {
+		t.Errorf("samples (-want +got):\n%s", diff)
 	}
 }

@@ -89,6 +89,7 @@ func runCmd(args []string) error {
 	fs.StringVar(&o.logDir, "log-dir", "", "directory for the pods' log directories")
 	fs.StringVar(&o.match, "shim-match", "", "string the shims' command lines contain (keeps other daemons' shims out)")
 	outDir := fs.String("out-dir", "", "directory to write NAME.json results to")
+	baseline := fs.String("baseline", "", "target whose latency the others' added latency is computed against")
 	fs.DurationVar(&o.callTimeout, "call-timeout", 2*time.Minute, "timeout of each CRI call")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -136,6 +137,11 @@ func runCmd(args []string) error {
 	}
 	if len(done) > 0 {
 		compare(os.Stdout, done)
+	}
+	if *baseline != "" && len(done) > 0 {
+		if err := added(os.Stdout, done, *baseline); err != nil {
+			fmt.Fprintf(os.Stderr, "crilat: no added latency: %v\n", err)
+		}
 	}
 	for _, t := range targets {
 		if t.err != nil {

@@ -7,11 +7,13 @@
 //	    from FILE (crin-pause) pushed; write its host:port to -addr-file and
 //	    serve until SIGTERM.
 //	crilat run -target name=NAME,socket=SOCK,pid=PID,shim=COMM[,pause=REF] ...
-//	        -image REF -log-dir DIR [-n 50] [-k 10] [-out-dir DIR]
+//	        -image REF -log-dir DIR [-n 50] [-k 10] [-out-dir DIR] [-baseline NAME]
 //	    time N full pod lifecycles on each target (interleaved), then measure
-//	    each daemon's and its shims' memory with K pods running; print the
-//	    figures side by side and write them as NAME.json.
-//	crilat compare A.json [B.json ...]
+//	    each daemon's and its shims' memory with K pods running (none with
+//	    -k 0); print the figures side by side and write them as NAME.json.
+//	    With -baseline, also print the latency each target adds to the
+//	    target NAME (bench/nri.sh: crind with 1 or 4 NRI plugins against 0).
+//	crilat compare [-baseline NAME] A.json [B.json ...]
 //	    print the results of several runs side by side.
 //	crilat cleanup -socket SOCK
 //	    stop and remove every container and pod the runtime knows.

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"math"
@@ -34,6 +35,10 @@ type StepStats struct {
 	P99  float64 `json:"p99_ms"`
 	Mean float64 `json:"mean_ms"`
 	Max  float64 `json:"max_ms"`
+	// Samples are the durations in the order the lifecycles ran, so that
+	// runtimes measured in the same rounds can be compared lifecycle by
+	// lifecycle (see added).
+	Samples []float64 `json:"samples_ms,omitempty"`
 }
 
 func summarize(step string, d []time.Duration) StepStats {
@@ -46,6 +51,9 @@ func summarize(step string, d []time.Duration) StepStats {
 	st := StepStats{Step: step}
 	if len(s) == 0 {
 		return st
+	}
+	for _, v := range d {
+		st.Samples = append(st.Samples, ms(v))
 	}
 	st.P50 = ms(percentile(s, 50))
 	st.P90 = ms(percentile(s, 90))
@@ -71,6 +79,9 @@ func printResult(w io.Writer, r *Result) {
 		fmt.Fprintf(tw, "%s\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t\n", s.Step, s.P50, s.P90, s.P99, s.Mean, s.Max)
 	}
 	_ = tw.Flush()
+	if r.K == 0 {
+		return
+	}
 	m := r.Memory
 	fmt.Fprintf(w, "memory (KiB): daemon idle RSS %d PSS %d; with %d pods RSS %d PSS %d\n",
 		m.DaemonIdle.RSS, m.DaemonIdle.PSS, r.K, m.DaemonLoaded.RSS, m.DaemonLoaded.PSS)
@@ -79,13 +90,19 @@ func printResult(w io.Writer, r *Result) {
 }
 
 // compareCmd prints the results in the files given, side by side, as a
-// Markdown table (readable in a terminal, pasteable into bench/README.md).
+// Markdown table (readable in a terminal, pasteable into bench/README.md),
+// and with -baseline the latency each adds to the baseline's.
 func compareCmd(args []string) error {
-	if len(args) == 0 {
+	fs := flag.NewFlagSet("compare", flag.ContinueOnError)
+	baseline := fs.String("baseline", "", "name of the result the others' added latency is computed against")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() == 0 {
 		return errors.New("name at least one result file")
 	}
 	var rs []*Result
-	for _, p := range args {
+	for _, p := range fs.Args() {
 		b, err := os.ReadFile(p)
 		if err != nil {
 			return fmt.Errorf("read result: %w", err)
@@ -97,21 +114,27 @@ func compareCmd(args []string) error {
 		rs = append(rs, &r)
 	}
 	compare(os.Stdout, rs)
+	if *baseline != "" {
+		return added(os.Stdout, rs, *baseline)
+	}
 	return nil
 }
 
-func compare(w io.Writer, rs []*Result) {
-	head := func(cols ...string) {
-		fmt.Fprintf(w, "| %s |\n", strings.Join(cols, " | "))
-		sep := make([]string, len(cols))
-		for i := range sep {
-			sep[i] = "---"
-			if i > 0 {
-				sep[i] += ":"
-			}
+// tableHead prints the header of a Markdown table, numbers right-aligned.
+func tableHead(w io.Writer, cols ...string) {
+	fmt.Fprintf(w, "| %s |\n", strings.Join(cols, " | "))
+	sep := make([]string, len(cols))
+	for i := range sep {
+		sep[i] = "---"
+		if i > 0 {
+			sep[i] += ":"
 		}
-		fmt.Fprintf(w, "|%s|\n", strings.Join(sep, "|"))
 	}
+	fmt.Fprintf(w, "|%s|\n", strings.Join(sep, "|"))
+}
+
+func compare(w io.Writer, rs []*Result) {
+	head := func(cols ...string) { tableHead(w, cols...) }
 	fmt.Fprintln(w)
 	for _, r := range rs {
 		fmt.Fprintf(w, "- %s: %s, N=%d lifecycles (after %d warm-up), K=%d pods, %s\n", r.Name, r.Runtime, r.N, r.Warmup, r.K, r.Date)
@@ -133,6 +156,9 @@ func compare(w io.Writer, rs []*Result) {
 			}
 		}
 		fmt.Fprintf(w, "| %s |\n", strings.Join(row, " | "))
+	}
+	if !slices.ContainsFunc(rs, func(r *Result) bool { return r.K > 0 }) {
+		return
 	}
 	fmt.Fprintln(w)
 	cols = []string{"memory (KiB)"}
