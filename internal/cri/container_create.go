@@ -18,8 +18,10 @@ import (
 )
 
 // CreateContainer creates a container in a ready pod: reserve its name,
-// mount its rootfs, build its spec and create it in the runtime. It becomes
-// visible only when all of that worked; any failure undoes every step.
+// mount its rootfs, build its spec, let NRI plugins adjust it, and create
+// it in the runtime, then relay NRI PostCreateContainer. It becomes visible
+// only when all of that worked; any failure (a plugin's included) undoes
+// every step.
 func (s *Service) CreateContainer(ctx context.Context, r *runtimeapi.CreateContainerRequest) (_ *runtimeapi.CreateContainerResponse, retErr error) {
 	cfg := r.GetConfig()
 	if err := validateContainerConfig(cfg); err != nil {
@@ -29,10 +31,11 @@ func (s *Service) CreateContainer(ctx context.Context, r *runtimeapi.CreateConta
 	if err != nil {
 		return nil, err
 	}
-	sb.mu.Lock()
-	defer sb.mu.Unlock()
+	// sb.op, not sb.mu: it is held across the NRI calls (see nri.go).
+	sb.op.Lock()
+	defer sb.op.Unlock()
 	pod := sb.rec
-	if pod.State != store.SandboxReady {
+	if sb.removed || pod.State != store.SandboxReady {
 		return nil, fmt.Errorf("pod sandbox %s is not ready: %w", pod.ID, errdefs.ErrFailedPrecondition)
 	}
 	podCfg := sb.config
@@ -69,6 +72,7 @@ func (s *Service) CreateContainer(ctx context.Context, r *runtimeapi.CreateConta
 		ImageRef:    cfg.Image.Image,
 		ImageID:     img.ID,
 		ImageName:   imageName(img, cfg.Image.Image),
+		ImageDigest: imageDigest(img),
 		CgroupsPath: filepath.Join(pod.CgroupParent, id),
 		CreatedAt:   time.Now().UnixNano(),
 	}
@@ -125,9 +129,18 @@ func (s *Service) CreateContainer(ctx context.Context, r *runtimeapi.CreateConta
 	if err := oci.Fit(spec, s.features[pod.RuntimeHandler]); err != nil {
 		return nil, fmt.Errorf("runtime %s: %w", pod.RuntimeHandler, err)
 	}
+	h := s.hooks()
+	if h != nil {
+		if rec.NRIOwners, err = s.createHook(ctx, h, sb, rec, cfg, spec, &undo); err != nil {
+			return nil, err
+		}
+	}
 	rec.Annotations = spec.Annotations
 	if spec.Linux != nil && spec.Linux.Resources != nil {
 		rec.Resources, _ = json.Marshal(spec.Linux.Resources)
+	}
+	if rec.Spec, err = json.Marshal(spec); err != nil {
+		return nil, fmt.Errorf("encode spec: %w", err)
 	}
 	if rec.LogPath != "" {
 		if err := os.MkdirAll(filepath.Dir(rec.LogPath), 0o755); err != nil {
@@ -145,10 +158,20 @@ func (s *Service) CreateContainer(ctx context.Context, r *runtimeapi.CreateConta
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("create container: %w", err)
 	}
+	c := &container{rec: rec, config: cfg, base: nriContainerBase(rec, cfg, spec), done: make(chan struct{})}
 	s.mu.Lock()
-	s.containers[id] = &container{rec: rec, config: cfg, done: make(chan struct{})}
+	delete(s.pendingCtrs, id)
+	s.containers[id] = c
 	s.mu.Unlock()
 	log.InfoContext(ctx, "container created", "image", rec.ImageName)
+	if h != nil {
+		c.mu.Lock()
+		view := nriContainerLocked(c)
+		c.mu.Unlock()
+		if err := h.PostCreateContainer(ctx, sb.nriView(), view); err != nil {
+			log.WarnContext(ctx, "nri post create container", "error", err)
+		}
+	}
 	return &runtimeapi.CreateContainerResponse{ContainerId: id}, nil
 }
 

@@ -10,17 +10,16 @@ import (
 	"github.com/crin-dev/crin/internal/store"
 )
 
-// monitor starts the goroutine that records c's exit. The goroutine belongs
-// to the Service and ends on Close.
+// monitor starts the goroutine that records c's exit and then delivers NRI
+// StopContainer for it. The goroutine belongs to the Service and ends on
+// Close.
 func (s *Service) monitor(c *container) {
 	rt, err := s.containerRuntime(c.rec)
 	if err != nil {
 		return
 	}
 	id := c.rec.ID
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
+	s.goOwned(func() {
 		for {
 			st, err := rt.Wait(s.ctx, id)
 			if s.ctx.Err() != nil {
@@ -40,17 +39,19 @@ func (s *Service) monitor(c *container) {
 				}
 			}
 			s.recordExit(c, st)
+			s.deliverStop(s.ctx, c)
 			return
 		}
-	}()
+	})
 }
 
-// recordExit moves c to exited with the status the runtime reported.
+// recordExit moves c to exited with the status the runtime reported. It
+// does not deliver NRI StopContainer: callers follow it with deliverStop.
 func (s *Service) recordExit(c *container, st runtime.Status) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	rec := c.rec
-	if rec.State == store.ContainerExited {
+	if rec.State == store.ContainerExited || c.removed {
 		return
 	}
 	rec.State = store.ContainerExited
@@ -64,7 +65,9 @@ func (s *Service) recordExit(c *container, st runtime.Status) {
 	}
 	switch {
 	case rec.Reason != "":
-		// set by whoever stopped it (eviction, start error)
+		// set by whoever stopped it (start error, lost runtime state)
+	case c.evictReason != "":
+		rec.Reason, rec.Message = ReasonEvicted, c.evictReason
 	case st.OOMKilled:
 		rec.Reason = "OOMKilled"
 	case st.ExitCode == 0:

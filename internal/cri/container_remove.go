@@ -11,10 +11,11 @@ import (
 	"github.com/crin-dev/crin/internal/store"
 )
 
-// RemoveContainer removes a container, killing it first if it runs.
-// Removing an unknown container succeeds: the CRI contract says
-// RemoveContainer "must not return an error if the container has already
-// been removed".
+// RemoveContainer removes a container, killing it first if it runs, and
+// relays NRI RemoveContainer (after StopContainer, which the stop
+// guarantees). Removing an unknown container succeeds: the CRI contract
+// says RemoveContainer "must not return an error if the container has
+// already been removed".
 func (s *Service) RemoveContainer(ctx context.Context, r *runtimeapi.RemoveContainerRequest) (*runtimeapi.RemoveContainerResponse, error) {
 	c, err := s.getContainer(r.GetContainerId())
 	if errors.Is(err, errdefs.ErrNotFound) {
@@ -29,12 +30,26 @@ func (s *Service) RemoveContainer(ctx context.Context, r *runtimeapi.RemoveConta
 	return &runtimeapi.RemoveContainerResponse{}, nil
 }
 
+// removeContainer stops c, deletes it from the runtime, releases its
+// rootfs, record and name, then relays NRI RemoveContainer. A second
+// concurrent remove finds it removed and succeeds.
 func (s *Service) removeContainer(ctx context.Context, c *container) error {
 	if err := s.stopContainer(ctx, c, 0); err != nil {
 		return err
 	}
+	if err := ctx.Err(); err != nil {
+		// The stop's NRI delivery may still be under way; RemoveContainer
+		// must not overtake it.
+		return fmt.Errorf("remove container %s: %w", c.rec.ID, err)
+	}
+	c.op.Lock()
+	defer c.op.Unlock()
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	removed := c.removed
+	c.mu.Unlock()
+	if removed {
+		return nil
+	}
 	rec := c.rec
 	if rt, err := s.containerRuntime(rec); err == nil {
 		if err := rt.Delete(ctx, rec.ID); err != nil {
@@ -44,15 +59,30 @@ func (s *Service) removeContainer(ctx context.Context, c *container) error {
 	if err := s.opts.Images.ReleaseRootfs(ctx, rec.ID); err != nil {
 		return fmt.Errorf("release rootfs of %s: %w", rec.ID, err)
 	}
-	if err := s.opts.Store.DeleteContainer(rec.ID); err != nil {
+	c.mu.Lock()
+	view := nriContainerLocked(c)
+	err := s.opts.Store.DeleteContainer(rec.ID)
+	if err == nil {
+		c.removed = true
+	}
+	c.mu.Unlock()
+	if err != nil {
 		return err
 	}
 	if err := s.opts.Store.Release(store.KindContainer, rec.Name, rec.ID); err != nil {
 		return err
 	}
+	pod := s.podView(rec.SandboxID)
 	s.mu.Lock()
 	delete(s.containers, rec.ID)
 	s.mu.Unlock()
 	s.log.InfoContext(ctx, "container removed", "container_id", rec.ID)
+	if h := s.hooks(); h != nil {
+		tctx, cancel := teardownContext(ctx)
+		defer cancel()
+		if err := h.RemoveContainer(tctx, pod, view); err != nil {
+			s.log.WarnContext(ctx, "nri remove container", "container_id", rec.ID, "error", err)
+		}
+	}
 	return nil
 }

@@ -43,16 +43,27 @@ func (s *Service) ContainerStatus(ctx context.Context, r *runtimeapi.ContainerSt
 	}
 	var info map[string]string
 	if r.GetVerbose() {
+		info = map[string]string{}
 		b, err := json.Marshal(struct {
 			Pid         int                         `json:"pid"`
 			SandboxID   string                      `json:"sandboxID"`
 			Rootfs      string                      `json:"rootfs"`
 			CgroupsPath string                      `json:"cgroupsPath"`
 			Annotations map[string]string           `json:"runtimeAnnotations,omitempty"`
+			NRIOwners   map[string]string           `json:"nriOwners,omitempty"`
 			Config      *runtimeapi.ContainerConfig `json:"config"`
-		}{rec.Pid, rec.SandboxID, rec.Rootfs, rec.CgroupsPath, rec.Annotations, cfg})
+		}{rec.Pid, rec.SandboxID, rec.Rootfs, rec.CgroupsPath, rec.Annotations, rec.NRIOwners, cfg})
 		if err == nil {
-			info = map[string]string{"info": string(b)}
+			info["info"] = string(b)
+		}
+		// Which NRI plugin set which field, as a JSON object of
+		// field -> plugin ("{}" when no plugin adjusted the container).
+		owners := rec.NRIOwners
+		if owners == nil {
+			owners = map[string]string{}
+		}
+		if b, err := json.Marshal(owners); err == nil {
+			info["nriOwners"] = string(b)
 		}
 	}
 	return &runtimeapi.ContainerStatusResponse{Status: st, Info: info}, nil

@@ -18,7 +18,8 @@ import (
 )
 
 // StopContainer sends the container its stop signal, waits up to the
-// request's timeout, then kills it. Stopping an unknown or exited container
+// request's timeout, then kills it, and relays NRI StopContainer (unless it
+// was delivered already: it is delivered once per container). Stopping an unknown or exited container
 // succeeds: the CRI contract says StopContainer "must not return an error if
 // the container has already been stopped".
 func (s *Service) StopContainer(ctx context.Context, r *runtimeapi.StopContainerRequest) (*runtimeapi.StopContainerResponse, error) {
@@ -38,9 +39,19 @@ func (s *Service) StopContainer(ctx context.Context, r *runtimeapi.StopContainer
 	return &runtimeapi.StopContainerResponse{}, nil
 }
 
-// stopContainer stops c: the stop signal, then SIGKILL after grace. It does
-// not hold c.mu while waiting, so the exit monitor can record the exit.
+// stopContainer stops c (see stopProcess), then makes sure NRI
+// StopContainer was delivered for it, exactly once, before returning.
 func (s *Service) stopContainer(ctx context.Context, c *container, grace time.Duration) error {
+	if err := s.stopProcess(ctx, c, grace); err != nil {
+		return err
+	}
+	s.deliverStop(ctx, c)
+	return nil
+}
+
+// stopProcess stops c: the stop signal, then SIGKILL after grace. It does
+// not hold c.mu while waiting, so the exit monitor can record the exit.
+func (s *Service) stopProcess(ctx context.Context, c *container, grace time.Duration) error {
 	c.mu.Lock()
 	state, id := c.rec.State, c.rec.ID
 	c.mu.Unlock()

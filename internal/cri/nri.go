@@ -1,38 +1,361 @@
 package cri
 
+// NRI wiring and why it cannot deadlock.
+//
+// The hub calls the adaptation's event methods (RunPodSandbox, CreateContainer,
+// ...); the adaptation calls back into the hub through nri.Engine (Snapshot,
+// UpdateContainers, EvictContainer), possibly while an event is in progress,
+// possibly from a plugin's handler of that very event, and the event cannot
+// return before that handler does. So the rule is: nothing an Engine method
+// waits for may be held across an NRI event call.
+//
+// Locks, outermost first (a goroutine only takes them in this order):
+//
+//	sandbox.op   lifecycle of a pod; MAY be held across NRI calls
+//	container.op lifecycle of a container; MAY be held across NRI calls
+//	sandbox.mu, container.mu   record fields; NEVER held across an NRI call,
+//	             a wait for an exit, or a wait for another lock above
+//	Service.mu   the maps; held only for map access
+//
+// The Engine methods take only container.mu and Service.mu, briefly, and
+// read pods through sandbox.nri (an atomic pointer), so they never wait for
+// an *.op lock, and therefore never for an NRI event: whoever holds a
+// container.mu or Service.mu is making progress without NRI. EvictContainer
+// does not wait for the container to stop either: it sends the stop signal
+// and leaves the grace period, the kill and the NRI StopContainer to an
+// owned goroutine. (A synchronous stop would deliver StopContainer, which
+// waits behind the pod's in-progress event, which waits for the plugin
+// handler that asked for the eviction.)
+//
+// NRI StopContainer is delivered exactly once per container that existed
+// (reached created): whoever ends it (CRI stop, eviction, the exit
+// monitor, a failed start) calls deliverStop after the exit is recorded;
+// the first caller claims it under container.mu (stopNotify), delivers with
+// no lock held, then persists NRIStopDelivered; later callers wait for the
+// claim or return. An exit recorded while no adaptation was attached (also
+// by the restart recovery) is delivered by AttachNRI.
+
 import (
 	"context"
+	"fmt"
+	"maps"
+	"time"
 
 	"github.com/containerd/errdefs"
 	"github.com/containerd/nri/pkg/api"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/crin-dev/crin/internal/nri"
+	"github.com/crin-dev/crin/internal/oci"
+	"github.com/crin-dev/crin/internal/store"
 )
+
+// ReasonEvicted is the status reason of a container an NRI plugin evicted;
+// the status message is the plugin's reason.
+const ReasonEvicted = "Evicted"
+
+// evictGrace is how long an evicted container has between its stop signal
+// and SIGKILL.
+const evictGrace = 10 * time.Second
+
+// nriDeliveryTimeout bounds one teardown event (each plugin call has its
+// own, shorter, timeout in the adaptation).
+const nriDeliveryTimeout = time.Minute
+
+// nriHooks is what the hub needs of the NRI adaptation: its event methods.
+// *nri.Adaptation implements it; tests use a recording fake.
+type nriHooks interface {
+	RunPodSandbox(ctx context.Context, pod *api.PodSandbox) error
+	UpdatePodSandbox(ctx context.Context, pod *api.PodSandbox, overhead, res *api.LinuxResources) error
+	PostUpdatePodSandbox(ctx context.Context, pod *api.PodSandbox) error
+	StopPodSandbox(ctx context.Context, pod *api.PodSandbox) error
+	RemovePodSandbox(ctx context.Context, pod *api.PodSandbox) error
+	CreateContainerOwned(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) (*nri.CreateResult, error)
+	PostCreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) error
+	StartContainer(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) error
+	PostStartContainer(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) error
+	UpdateContainer(ctx context.Context, pod *api.PodSandbox, ctr *api.Container, res *api.LinuxResources) ([]*api.ContainerUpdate, error)
+	PostUpdateContainer(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) error
+	StopContainer(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) ([]*api.ContainerUpdate, error)
+	RemoveContainer(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) error
+}
+
+var _ nriHooks = (*nri.Adaptation)(nil)
+
+type nriRef struct{ h nriHooks }
+
+// hooks returns the attached adaptation, or nil.
+func (s *Service) hooks() nriHooks {
+	if r := s.nri.Load(); r != nil {
+		return r.h
+	}
+	return nil
+}
 
 // AttachNRI makes the hub relay lifecycle events to a (started)
 // adaptation. Call it once, after nri.New(cfg, svc) and Start, before
-// serving CRI. Self-exits recorded before it are delivered then.
-func (s *Service) AttachNRI(ctx context.Context, a *nri.Adaptation) {}
+// serving CRI. Self-exits recorded before it (also while crind was down)
+// whose NRI StopContainer was never delivered are delivered then.
+func (s *Service) AttachNRI(ctx context.Context, a *nri.Adaptation) {
+	if a == nil {
+		return
+	}
+	s.attach(ctx, a)
+}
+
+func (s *Service) attach(ctx context.Context, h nriHooks) {
+	s.nri.Store(&nriRef{h: h})
+	for _, c := range s.allContainers() {
+		s.deliverStop(ctx, c)
+	}
+}
 
 // NRIOwners returns, for a container, which plugin owns which adjusted
-// field (nri.OwnersTable's form). NotFound for an unknown container.
+// field (nri.OwnersTable's form); empty when no plugin adjusted it.
+// NotFound for an unknown container.
 func (s *Service) NRIOwners(id string) (map[string]string, error) {
-	return nil, errdefs.ErrNotImplemented
+	c, err := s.getContainer(id)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := maps.Clone(c.rec.NRIOwners)
+	if out == nil {
+		out = map[string]string{}
+	}
+	return out, nil
 }
 
-// Snapshot implements nri.Engine.
+// Snapshot implements nri.Engine: every visible pod and container, plus
+// those whose RunPodSandbox / CreateContainer event is in progress. It
+// takes only Service.mu and container.mu, briefly.
 func (s *Service) Snapshot(ctx context.Context) ([]*api.PodSandbox, []*api.Container, error) {
-	return nil, nil, nil
+	s.mu.RLock()
+	sbs := make([]*sandbox, 0, len(s.sandboxes))
+	for _, sb := range s.sandboxes {
+		sbs = append(sbs, sb)
+	}
+	cs := make([]*container, 0, len(s.containers))
+	for _, c := range s.containers {
+		cs = append(cs, c)
+	}
+	pods := make([]*api.PodSandbox, 0, len(sbs)+len(s.pendingPods))
+	ctrs := make([]*api.Container, 0, len(cs)+len(s.pendingCtrs))
+	for _, p := range s.pendingPods {
+		pods = append(pods, proto.Clone(p).(*api.PodSandbox))
+	}
+	for _, c := range s.pendingCtrs {
+		ctrs = append(ctrs, proto.Clone(c).(*api.Container))
+	}
+	s.mu.RUnlock()
+	for _, sb := range sbs {
+		if p := sb.nri.Load(); p != nil {
+			pods = append(pods, proto.Clone(p).(*api.PodSandbox))
+		}
+	}
+	for _, c := range cs {
+		c.mu.Lock()
+		if !c.removed {
+			ctrs = append(ctrs, nriContainerLocked(c))
+		}
+		c.mu.Unlock()
+	}
+	return pods, ctrs, nil
 }
 
-// UpdateContainers implements nri.Engine.
+// UpdateContainers implements nri.Engine: it applies each update to the
+// container's recorded resources and the runtime and returns the failed
+// ones; a failure the update marks IgnoreFailure is logged, not returned.
+// It takes only container.mu (see the top of this file).
 func (s *Service) UpdateContainers(ctx context.Context, updates []*api.ContainerUpdate) ([]*api.ContainerUpdate, error) {
-	return updates, errdefs.ErrNotImplemented
+	return s.applyUpdates(ctx, updates, ""), nil
 }
 
-// EvictContainer implements nri.Engine.
+// applyUpdates applies plugin updates, skipping any for container skip
+// (the one whose event produced them), and returns the failed ones that
+// are not IgnoreFailure.
+func (s *Service) applyUpdates(ctx context.Context, updates []*api.ContainerUpdate, skip string) []*api.ContainerUpdate {
+	var failed []*api.ContainerUpdate
+	for _, u := range updates {
+		if u.GetContainerId() == skip && skip != "" {
+			continue
+		}
+		err := s.applyUpdate(ctx, u)
+		if err == nil {
+			continue
+		}
+		s.log.WarnContext(ctx, "nri container update failed", "container_id", u.GetContainerId(),
+			"ignore_failure", u.GetIgnoreFailure(), "error", err)
+		if !u.GetIgnoreFailure() {
+			failed = append(failed, u)
+		}
+	}
+	return failed
+}
+
+// applyUpdate applies one plugin update to a created or running container.
+func (s *Service) applyUpdate(ctx context.Context, u *api.ContainerUpdate) error {
+	id := u.GetContainerId()
+	s.mu.RLock()
+	c, ok := s.containers[id]
+	s.mu.RUnlock()
+	if !ok {
+		return fmt.Errorf("nri update: container %q: %w", id, errdefs.ErrNotFound)
+	}
+	res := u.GetLinux().GetResources()
+	if res == nil {
+		return nil
+	}
+	rt, err := s.containerRuntime(c.rec)
+	if err != nil {
+		return err
+	}
+	handler := s.handlerOf(c.rec.SandboxID)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	rec := c.rec
+	if c.removed || (rec.State != store.ContainerCreated && rec.State != store.ContainerRunning) {
+		return fmt.Errorf("nri update: container %s is %s: %w", id, rec.State, errdefs.ErrFailedPrecondition)
+	}
+	cur, err := recordedResources(rec)
+	if err != nil {
+		return err
+	}
+	next, err := oci.ApplyUpdate(cur, res, s.updateOptions(id, handler))
+	if err != nil {
+		return err
+	}
+	if err := rt.Update(ctx, id, next); err != nil {
+		return fmt.Errorf("update container %s: %w", id, err)
+	}
+	return s.persistResourcesLocked(rec, next)
+}
+
+// failedUpdatesError reports plugin updates to other containers that
+// failed and were not allowed to.
+func failedUpdatesError(failed []*api.ContainerUpdate) error {
+	if len(failed) == 0 {
+		return nil
+	}
+	ids := make([]string, len(failed))
+	for i, u := range failed {
+		ids[i] = u.GetContainerId()
+	}
+	return fmt.Errorf("nri: updating containers %v as plugins required failed (see the log): %w", ids, errdefs.ErrFailedPrecondition)
+}
+
+// EvictContainer implements nri.Engine: it sends the container its stop
+// signal and returns; an owned goroutine kills it after evictGrace and
+// delivers NRI StopContainer. The container's status then shows reason
+// "Evicted" and the plugin's reason as message. Evicting an exited
+// container is a no-op; an unknown one is NotFound.
 func (s *Service) EvictContainer(ctx context.Context, containerID, reason string) error {
-	return errdefs.ErrNotImplemented
+	s.mu.RLock()
+	c, ok := s.containers[containerID]
+	s.mu.RUnlock()
+	if !ok {
+		return fmt.Errorf("evict container %q: %w", containerID, errdefs.ErrNotFound)
+	}
+	if reason == "" {
+		reason = "evicted by an NRI plugin"
+	}
+	c.mu.Lock()
+	if c.removed || c.rec.State == store.ContainerExited || c.evictReason != "" {
+		c.mu.Unlock()
+		return nil
+	}
+	c.evictReason = reason
+	c.mu.Unlock()
+	s.log.InfoContext(ctx, "evicting container on nri plugin request", "container_id", containerID, "reason", reason)
+	if !s.goOwned(func() {
+		if err := s.stopContainer(s.ctx, c, evictGrace); err != nil {
+			s.log.WarnContext(s.ctx, "evict container", "container_id", containerID, "error", err)
+		}
+	}) {
+		return fmt.Errorf("evict container %s: crind is shutting down: %w", containerID, errdefs.ErrUnavailable)
+	}
+	return nil
+}
+
+// deliverStop delivers NRI StopContainer for an exited container, exactly
+// once (see the top of this file). It returns at once when no adaptation
+// is attached, the container has not exited or was delivered; when another
+// goroutine is delivering it waits for that (or ctx). It must not be
+// called with any container or sandbox mu held.
+func (s *Service) deliverStop(ctx context.Context, c *container) {
+	h := s.hooks()
+	if h == nil {
+		return
+	}
+	c.mu.Lock()
+	if c.removed || c.rec.State != store.ContainerExited || c.rec.NRIStopDelivered {
+		c.mu.Unlock()
+		return
+	}
+	if ch := c.stopNotify; ch != nil {
+		c.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+		}
+		return
+	}
+	ch := make(chan struct{})
+	c.stopNotify = ch
+	ctr := nriContainerLocked(c)
+	c.mu.Unlock()
+	defer close(ch)
+
+	// Once begun, the delivery is not cut short by the caller going away:
+	// a half-delivered event would be redelivered to some plugins.
+	dctx, cancel := teardownContext(ctx)
+	defer cancel()
+	upds, err := h.StopContainer(dctx, s.podView(ctr.GetPodSandboxId()), ctr)
+	if err != nil {
+		s.log.WarnContext(dctx, "nri stop container", "container_id", ctr.GetId(), "error", err)
+	}
+	s.applyUpdates(dctx, upds, ctr.GetId())
+
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.rec.NRIStopDelivered = true
+	if c.removed {
+		return
+	}
+	if err := s.opts.Store.PutContainer(c.rec); err != nil {
+		s.log.WarnContext(dctx, "persist nri stop delivered", "container_id", ctr.GetId(), "error", err)
+	}
+}
+
+// teardownContext is the context a teardown event (StopContainer,
+// RemoveContainer, Stop/RemovePodSandbox) is delivered on: once the
+// teardown happened the event must reach the plugins, also when the
+// caller went away.
+func teardownContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), nriDeliveryTimeout)
+}
+
+// handlerOf is the runtime handler of a pod ("" when unknown).
+func (s *Service) handlerOf(podID string) string {
+	s.mu.RLock()
+	sb, ok := s.sandboxes[podID]
+	s.mu.RUnlock()
+	if !ok {
+		return ""
+	}
+	// RuntimeHandler never changes after the pod is made.
+	return sb.rec.RuntimeHandler
+}
+
+func (s *Service) updateOptions(id, handler string) oci.UpdateOptions {
+	return oci.UpdateOptions{
+		ContainerID:  id,
+		Features:     s.features[handler],
+		RuntimeName:  handler,
+		BlockioClass: s.opts.BlockioClass,
+		RdtClass:     s.opts.RdtClass,
+	}
 }
 
 var _ nri.Engine = (*Service)(nil)

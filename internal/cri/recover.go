@@ -21,7 +21,9 @@ import (
 // (docs/recovery.md): pods and containers that were half-made when crind
 // died are undone; running containers are watched again; containers that
 // exited meanwhile get their real exit status; leftovers nobody owns (runtime
-// containers, netns pins, name reservations) are removed.
+// containers, netns pins, name reservations) are removed. No NRI event is
+// sent here: no adaptation is attached yet. AttachNRI later delivers the
+// StopContainer events of exits that no plugin heard of.
 func (s *Service) recover(ctx context.Context) error {
 	sbs, err := s.opts.Store.Sandboxes()
 	if err != nil {
@@ -77,7 +79,9 @@ func (s *Service) recoverSandbox(ctx context.Context, rec *store.Sandbox) error 
 			}
 		}
 	}
-	s.sandboxes[rec.ID] = &sandbox{rec: rec, config: cfg}
+	sb := &sandbox{rec: rec, config: cfg}
+	sb.nri.Store(nriPod(rec, cfg, decodePodLinux(rec)))
+	s.sandboxes[rec.ID] = sb
 	return nil
 }
 
@@ -110,7 +114,7 @@ func (s *Service) recoverContainer(ctx context.Context, rec *store.Container) er
 		}
 		return s.opts.Store.Release(store.KindContainer, rec.Name, rec.ID)
 	}
-	c := &container{rec: rec, config: cfg, done: make(chan struct{})}
+	c := &container{rec: rec, config: cfg, base: nriContainerBase(rec, cfg, decodeSpec(rec)), done: make(chan struct{})}
 	s.containers[rec.ID] = c
 	if rec.State == store.ContainerExited {
 		close(c.done)

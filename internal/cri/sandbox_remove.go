@@ -12,7 +12,7 @@ import (
 )
 
 // RemovePodSandbox stops the pod if needed, removes all its containers and
-// everything crind made for it. Removing an unknown pod succeeds (the CRI
+// everything crind made for it, then relays NRI RemovePodSandbox. Removing an unknown pod succeeds (the CRI
 // contract: "If there are any running containers in the sandbox, they must
 // be forcibly terminated and removed ... must not return an error if the
 // sandbox has already been removed").
@@ -24,7 +24,12 @@ func (s *Service) RemovePodSandbox(ctx context.Context, r *runtimeapi.RemovePodS
 	if err != nil {
 		return nil, err
 	}
-	if err := s.stopSandbox(ctx, sb); err != nil {
+	sb.op.Lock()
+	defer sb.op.Unlock()
+	if sb.removed {
+		return &runtimeapi.RemovePodSandboxResponse{}, nil
+	}
+	if err := s.stopSandboxLocked(ctx, sb); err != nil {
 		return nil, err
 	}
 	for _, c := range s.podContainers(sb.rec.ID) {
@@ -32,15 +37,24 @@ func (s *Service) RemovePodSandbox(ctx context.Context, r *runtimeapi.RemovePodS
 			return nil, fmt.Errorf("remove container %s: %w", c.rec.ID, err)
 		}
 	}
-	sb.mu.Lock()
-	defer sb.mu.Unlock()
 	if err := s.destroySandbox(ctx, sb.rec); err != nil {
 		return nil, err
 	}
+	view := sb.nriView()
+	sb.mu.Lock()
+	sb.removed = true
+	sb.mu.Unlock()
 	s.mu.Lock()
 	delete(s.sandboxes, sb.rec.ID)
 	s.mu.Unlock()
 	s.log.InfoContext(ctx, "pod sandbox removed", "pod_id", sb.rec.ID)
+	if h := s.hooks(); h != nil {
+		tctx, cancel := teardownContext(ctx)
+		defer cancel()
+		if err := h.RemovePodSandbox(tctx, view); err != nil {
+			s.log.WarnContext(ctx, "nri remove pod sandbox", "pod_id", sb.rec.ID, "error", err)
+		}
+	}
 	return &runtimeapi.RemovePodSandboxResponse{}, nil
 }
 
@@ -51,6 +65,11 @@ func (s *Service) destroySandbox(ctx context.Context, rec *store.Sandbox) error 
 		if err := rt.Delete(ctx, rec.ID); err != nil {
 			return fmt.Errorf("delete infra container: %w", err)
 		}
+	}
+	if err := s.removePodCgroup(rec); err != nil {
+		// Not fatal: an emptied cgroup directory costs nothing, and a pod
+		// that cannot be removed would be retried by kubelet forever.
+		s.log.WarnContext(ctx, "remove pod cgroup", "pod_id", rec.ID, "error", err)
 	}
 	if err := s.removePodDir(rec); err != nil {
 		return err

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/containerd/errdefs"
+	"github.com/containerd/nri/pkg/api"
 	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
@@ -18,8 +19,9 @@ import (
 )
 
 // RunPodSandbox creates and starts a pod: reserve its name, write its files,
-// pin its network namespace, run CNI ADD, start its infra process, and only
-// then make it visible. Any failure undoes every step.
+// pin its network namespace, run CNI ADD, start its infra process, relay
+// NRI RunPodSandbox, and only then make it visible. Any failure (a plugin's
+// included) undoes every step.
 func (s *Service) RunPodSandbox(ctx context.Context, r *runtimeapi.RunPodSandboxRequest) (_ *runtimeapi.RunPodSandboxResponse, retErr error) {
 	cfg := r.GetConfig()
 	if err := validatePodConfig(cfg); err != nil {
@@ -116,6 +118,7 @@ func (s *Service) RunPodSandbox(ctx context.Context, r *runtimeapi.RunPodSandbox
 	if err := oci.Fit(spec, s.features[handler]); err != nil {
 		return nil, fmt.Errorf("runtime %s: %w", handler, err)
 	}
+	undo.add("remove pod cgroup", func(context.Context) error { return s.removePodCgroup(rec) })
 	if err := rt.Create(ctx, runtime.CreateRequest{ID: id, Spec: spec}); err != nil {
 		return nil, fmt.Errorf("create infra container: %w", err)
 	}
@@ -125,6 +128,16 @@ func (s *Service) RunPodSandbox(ctx context.Context, r *runtimeapi.RunPodSandbox
 		return nil, fmt.Errorf("start infra container: %w", err)
 	}
 	rec.Pid = pid
+	linux := oci.NRIPodLinux(spec)
+	if linux != nil {
+		if rec.NRILinux, err = proto.Marshal(linux); err != nil {
+			return nil, fmt.Errorf("encode nri pod linux: %w", err)
+		}
+	}
+	view := nriPod(rec, cfg, linux)
+	if err := s.runPodHook(ctx, view, &undo); err != nil {
+		return nil, err
+	}
 	rec.State = store.SandboxReady
 	if err := s.opts.Store.PutSandbox(rec); err != nil {
 		return nil, err
@@ -133,11 +146,43 @@ func (s *Service) RunPodSandbox(ctx context.Context, r *runtimeapi.RunPodSandbox
 		// kubelet gave up: it will retry, so do not leave a pod it never saw.
 		return nil, fmt.Errorf("run pod sandbox: %w", err)
 	}
+	sb := &sandbox{rec: rec, config: cfg}
+	sb.nri.Store(view)
 	s.mu.Lock()
-	s.sandboxes[id] = &sandbox{rec: rec, config: cfg}
+	delete(s.pendingPods, id)
+	s.sandboxes[id] = sb
 	s.mu.Unlock()
 	log.InfoContext(ctx, "pod sandbox ready", "runtime", handler, "ips", rec.IPs, "pid", pid)
 	return &runtimeapi.RunPodSandboxResponse{PodSandboxId: id}, nil
+}
+
+// runPodHook relays NRI RunPodSandbox for a pod that is set up but not
+// visible yet. From the call on, the pod is in Snapshot (plugins that
+// connect meanwhile see it), and the rollback sends RemovePodSandbox: some
+// plugins may have seen the pod even when a later one failed, and a pod
+// that never came into being gets only that one teardown event.
+func (s *Service) runPodHook(ctx context.Context, view *api.PodSandbox, undo *rollback) error {
+	h := s.hooks()
+	if h == nil {
+		return nil
+	}
+	id := view.GetId()
+	undo.add("nri remove pod sandbox", func(ctx context.Context) error {
+		return h.RemovePodSandbox(ctx, proto.Clone(view).(*api.PodSandbox))
+	})
+	undo.add("forget pending pod", func(context.Context) error {
+		s.mu.Lock()
+		delete(s.pendingPods, id)
+		s.mu.Unlock()
+		return nil
+	})
+	s.mu.Lock()
+	s.pendingPods[id] = view
+	s.mu.Unlock()
+	if err := h.RunPodSandbox(ctx, proto.Clone(view).(*api.PodSandbox)); err != nil {
+		return fmt.Errorf("nri run pod sandbox %s: %w", id, err)
+	}
+	return nil
 }
 
 func validatePodConfig(cfg *runtimeapi.PodSandboxConfig) error {

@@ -14,10 +14,12 @@ import (
 	"github.com/crin-dev/crin/internal/store"
 )
 
-// StopPodSandbox stops every container of the pod, its infra process, and
-// tears its network down. Stopping an unknown or stopped pod succeeds: the
-// CRI contract says StopPodSandbox must be idempotent and must not return
-// an error if all relevant resources have already been reclaimed.
+// StopPodSandbox stops every container of the pod (each gets its NRI
+// StopContainer), its infra process, tears its network down and relays
+// NRI StopPodSandbox (once per pod; the pod stays visible meanwhile).
+// Stopping an unknown or stopped pod succeeds: the CRI contract says
+// StopPodSandbox must be idempotent and must not return an error if all
+// relevant resources have already been reclaimed.
 func (s *Service) StopPodSandbox(ctx context.Context, r *runtimeapi.StopPodSandboxRequest) (*runtimeapi.StopPodSandboxResponse, error) {
 	sb, err := s.getSandbox(r.GetPodSandboxId())
 	if errors.Is(err, errdefs.ErrNotFound) {
@@ -26,20 +28,26 @@ func (s *Service) StopPodSandbox(ctx context.Context, r *runtimeapi.StopPodSandb
 	if err != nil {
 		return nil, err
 	}
-	if err := s.stopSandbox(ctx, sb); err != nil {
+	sb.op.Lock()
+	defer sb.op.Unlock()
+	if sb.removed {
+		return &runtimeapi.StopPodSandboxResponse{}, nil
+	}
+	if err := s.stopSandboxLocked(ctx, sb); err != nil {
 		return nil, err
 	}
 	return &runtimeapi.StopPodSandboxResponse{}, nil
 }
 
-func (s *Service) stopSandbox(ctx context.Context, sb *sandbox) error {
+// stopSandboxLocked stops the pod; sb.op held (rec is read under it and
+// written under sb.mu too, see sandbox). Holding sb.op across the NRI
+// calls is safe: nothing a plugin can trigger takes it (nri.go).
+func (s *Service) stopSandboxLocked(ctx context.Context, sb *sandbox) error {
 	for _, c := range s.podContainers(sb.rec.ID) {
 		if err := s.stopContainer(ctx, c, 0); err != nil {
 			return fmt.Errorf("stop container %s: %w", c.rec.ID, err)
 		}
 	}
-	sb.mu.Lock()
-	defer sb.mu.Unlock()
 	rec := sb.rec
 	log := s.log.With("pod_id", rec.ID)
 	if rec.State == store.SandboxReady {
@@ -58,12 +66,31 @@ func (s *Service) stopSandbox(ctx context.Context, sb *sandbox) error {
 		if err := cni.RemoveNetNS(rec.NetNS); err != nil {
 			return err
 		}
+		sb.mu.Lock()
 		rec.NetworkTornDown = true
+		sb.mu.Unlock()
 	}
 	if rec.State != store.SandboxNotReady {
+		sb.mu.Lock()
 		rec.State = store.SandboxNotReady
+		sb.mu.Unlock()
 		log.InfoContext(ctx, "pod sandbox stopped")
 	}
+	if err := s.opts.Store.PutSandbox(rec); err != nil {
+		return err
+	}
+	h := s.hooks()
+	if h == nil || rec.NRIStopDelivered {
+		return nil
+	}
+	tctx, cancel := teardownContext(ctx)
+	defer cancel()
+	if err := h.StopPodSandbox(tctx, sb.nriView()); err != nil {
+		log.WarnContext(ctx, "nri stop pod sandbox", "error", err)
+	}
+	sb.mu.Lock()
+	rec.NRIStopDelivered = true
+	sb.mu.Unlock()
 	return s.opts.Store.PutSandbox(rec)
 }
 

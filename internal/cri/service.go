@@ -12,9 +12,11 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/containerd/errdefs"
+	"github.com/containerd/nri/pkg/api"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"github.com/opencontainers/runtime-spec/specs-go/features"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -93,32 +95,68 @@ type Service struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	// mu guards sandboxes and containers (the maps, not the objects).
+	// mu guards the maps below (not the objects) and closed. It is never
+	// held across a call into another component.
 	mu         sync.RWMutex
 	sandboxes  map[string]*sandbox
 	containers map[string]*container
+	// pendingPods and pendingCtrs are the NRI views of pods and containers
+	// whose RunPodSandbox / CreateContainer event is in progress or just
+	// done but that are not visible yet: Snapshot must include them.
+	pendingPods map[string]*api.PodSandbox
+	pendingCtrs map[string]*api.Container
+	// closed is set by Close; no owned goroutine starts after it.
+	closed bool
+
+	// nri is the attached adaptation; nil until AttachNRI.
+	nri atomic.Pointer[nriRef]
 
 	// stream hands out and serves streaming URLs; nil when disabled.
 	stream   streaming.Server
 	streamRT *streamRuntime
 }
 
-// sandbox is a pod crind knows. mu serializes lifecycle operations on the
-// pod and guards rec.
+// sandbox is a pod crind knows. See nri.go for the lock order and why it
+// cannot deadlock with NRI.
 type sandbox struct {
+	// op serializes lifecycle operations on the pod (create a container in
+	// it, stop, remove, update resources). It may be held across NRI
+	// calls, so nothing an NRI plugin can trigger ever takes it.
+	op sync.Mutex
+	// mu guards rec and config for short reads. Writers hold op and mu;
+	// readers hold either. Never held across a call into another component.
 	mu     sync.Mutex
 	rec    *store.Sandbox
 	config *runtimeapi.PodSandboxConfig
+	// nri is the pod as NRI plugins see it; immutable, replaced whole.
+	nri atomic.Pointer[api.PodSandbox]
+	// removed is set (under op) once RemovePodSandbox finished.
+	removed bool
 }
 
-// container is a container crind knows. mu serializes lifecycle operations
-// on it and guards rec and done.
+// container is a container crind knows. See nri.go for the lock order.
 type container struct {
+	// op serializes start, update and remove. It may be held across NRI
+	// calls, so nothing an NRI plugin can trigger ever takes it.
+	op sync.Mutex
+	// mu guards rec and the fields below. It is never held across an NRI
+	// call or a wait for an exit; it may be held across a runtime call.
 	mu     sync.Mutex
 	rec    *store.Container
-	config *runtimeapi.ContainerConfig
+	config *runtimeapi.ContainerConfig // immutable
+	// base is the spec-derived NRI view of the container; immutable.
+	base *api.Container
 	// done is closed when the exit monitor has recorded the exit.
 	done chan struct{}
+	// removed is set once the container was removed: nothing may persist
+	// its record again.
+	removed bool
+	// evictReason is a plugin's reason for evicting the running
+	// container; the exit is then recorded as Evicted with this message.
+	evictReason string
+	// stopNotify is made by whoever delivers NRI StopContainer for the
+	// container and closed when that is done (exactly-once delivery).
+	stopNotify chan struct{}
 }
 
 // New builds the service and recovers state from the store and the shims.
@@ -127,11 +165,13 @@ func New(ctx context.Context, o Options) (*Service, error) {
 		o.Logger = slog.Default()
 	}
 	s := &Service{
-		opts:       o,
-		log:        o.Logger,
-		features:   map[string]*features.Features{},
-		sandboxes:  map[string]*sandbox{},
-		containers: map[string]*container{},
+		opts:        o,
+		log:         o.Logger,
+		features:    map[string]*features.Features{},
+		sandboxes:   map[string]*sandbox{},
+		containers:  map[string]*container{},
+		pendingPods: map[string]*api.PodSandbox{},
+		pendingCtrs: map[string]*api.Container{},
 	}
 	s.ctx, s.cancel = context.WithCancel(ctx)
 	if o.StreamAddress != "" {
@@ -158,11 +198,32 @@ func New(ctx context.Context, o Options) (*Service, error) {
 	return s, nil
 }
 
-// Close stops the background exit monitors. Containers keep running.
+// Close stops the background exit monitors and evictions. Containers keep
+// running.
 func (s *Service) Close() error {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
 	s.cancel()
 	s.wg.Wait()
 	return nil
+}
+
+// goOwned runs fn on a goroutine the Service owns (Close waits for it),
+// unless the Service is closed.
+func (s *Service) goOwned(fn func()) bool {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return false
+	}
+	s.wg.Add(1)
+	s.mu.Unlock()
+	go func() {
+		defer s.wg.Done()
+		fn()
+	}()
+	return true
 }
 
 func newID() string {

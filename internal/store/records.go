@@ -1,5 +1,7 @@
 package store
 
+import "encoding/json"
+
 // SandboxState is the persisted state of a pod.
 type SandboxState string
 
@@ -25,6 +27,12 @@ type Sandbox struct {
 	PodDir          string   `json:"pod_dir"`       // hostname, hosts, resolv.conf, shm
 	NetworkTornDown bool     `json:"network_torn_down,omitempty"`
 	CreatedAt       int64    `json:"created_at"` // unix nanos
+	// NRILinux is the proto-encoded NRI LinuxPodSandbox derived from the
+	// infra spec (namespaces, cgroups path, resources), so plugins see the
+	// same pod after a restart.
+	NRILinux []byte `json:"nri_linux,omitempty"`
+	// NRIStopDelivered is set once NRI StopPodSandbox was delivered.
+	NRIStopDelivered bool `json:"nri_stop_delivered,omitempty"`
 }
 
 // ContainerState is the persisted state of a container as the engine last
@@ -64,4 +72,15 @@ type Container struct {
 	FinishedAt  int64             `json:"finished_at,omitempty"`
 	// Resources is the JSON of the container's current OCI LinuxResources.
 	Resources []byte `json:"resources,omitempty"`
+	// ImageDigest is the image's repo digest ("sha256:..."), if it has one.
+	ImageDigest string `json:"image_digest,omitempty"`
+	// Spec is the final OCI spec the container was created with (after NRI
+	// adjustments); NRI plugins are shown the container from it.
+	Spec json.RawMessage `json:"spec,omitempty"`
+	// NRIOwners tells which NRI plugin set which field of the container
+	// (nri.OwnersTable's form); nil when no plugin adjusted it.
+	NRIOwners map[string]string `json:"nri_owners,omitempty"`
+	// NRIStopDelivered is set once NRI StopContainer was delivered for the
+	// container's exit; it is delivered exactly once (docs/state-machines.md).
+	NRIStopDelivered bool `json:"nri_stop_delivered,omitempty"`
 }

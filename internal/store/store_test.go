@@ -61,8 +61,11 @@ func TestReserve(t *testing.T) {
 
 func TestRecordsSurviveReopen(t *testing.T) {
 	s, p := open(t)
-	sb := &Sandbox{ID: "p1", Name: "n", State: SandboxReady, Config: []byte{1, 2, 3}, IPs: []string{"10.0.0.2"}, CreatedAt: 42}
-	c := &Container{ID: "c1", SandboxID: "p1", State: ContainerRunning, ExitCode: 3, Annotations: map[string]string{"a": "b"}}
+	sb := &Sandbox{ID: "p1", Name: "n", State: SandboxReady, Config: []byte{1, 2, 3}, IPs: []string{"10.0.0.2"}, CreatedAt: 42,
+		NRILinux: []byte{4, 5}, NRIStopDelivered: true}
+	c := &Container{ID: "c1", SandboxID: "p1", State: ContainerRunning, ExitCode: 3, Annotations: map[string]string{"a": "b"},
+		ImageDigest: "sha256:abc", Spec: []byte(`{"ociVersion":"1.2.0","process":{"args":["sh"]}}`),
+		NRIOwners: map[string]string{"memory limit": "10-res", `env "FOO"`: "20-env"}, NRIStopDelivered: true}
 	if err := s.PutSandbox(sb); err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,239 @@
+package cri
+
+import (
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"strings"
+
+	"github.com/containerd/nri/pkg/api"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"google.golang.org/protobuf/proto"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/crin-dev/crin/internal/image"
+	"github.com/crin-dev/crin/internal/oci"
+	"github.com/crin-dev/crin/internal/store"
+)
+
+// This file renders pods and containers as NRI plugins see them.
+
+// nriPod is the NRI view of a pod. linux is the spec-derived part
+// (oci.NRIPodLinux of the infra spec; may be nil); the rest comes from the
+// record and the CRI config.
+func nriPod(rec *store.Sandbox, cfg *runtimeapi.PodSandboxConfig, linux *api.LinuxPodSandbox) *api.PodSandbox {
+	md := cfg.GetMetadata()
+	l := &api.LinuxPodSandbox{}
+	if linux != nil {
+		l = proto.Clone(linux).(*api.LinuxPodSandbox)
+	}
+	l.CgroupParent = rec.CgroupParent
+	if l.CgroupsPath == "" {
+		l.CgroupsPath = filepath.Join(rec.CgroupParent, rec.ID)
+	}
+	l.PodOverhead = nriResourcesFromCRI(cfg.GetLinux().GetOverhead())
+	l.PodResources = nriResourcesFromCRI(cfg.GetLinux().GetResources())
+	return &api.PodSandbox{
+		Id:             rec.ID,
+		Name:           md.GetName(),
+		Uid:            md.GetUid(),
+		Namespace:      md.GetNamespace(),
+		Labels:         copyMap(cfg.GetLabels()),
+		Annotations:    copyMap(cfg.GetAnnotations()),
+		RuntimeHandler: rec.RuntimeHandler,
+		Linux:          l,
+		Pid:            uint32(rec.Pid),
+		Ips:            append([]string(nil), rec.IPs...),
+	}
+}
+
+// decodePodLinux decodes a record's NRILinux (nil when absent or corrupt).
+func decodePodLinux(rec *store.Sandbox) *api.LinuxPodSandbox {
+	if len(rec.NRILinux) == 0 {
+		return nil
+	}
+	l := &api.LinuxPodSandbox{}
+	if proto.Unmarshal(rec.NRILinux, l) != nil {
+		return nil
+	}
+	return l
+}
+
+// podView is a copy of a pod's NRI view, for one event; a pod that is
+// gone is reduced to its id (the adaptation orders events by it).
+func (s *Service) podView(id string) *api.PodSandbox {
+	s.mu.RLock()
+	sb, ok := s.sandboxes[id]
+	pending := s.pendingPods[id]
+	s.mu.RUnlock()
+	if ok {
+		if p := sb.nri.Load(); p != nil {
+			return proto.Clone(p).(*api.PodSandbox)
+		}
+	}
+	if pending != nil {
+		return proto.Clone(pending).(*api.PodSandbox)
+	}
+	return &api.PodSandbox{Id: id}
+}
+
+// nriContainerBase is the part of a container's NRI view that does not
+// change after it was created: identity, labels, image, and everything
+// oci.NRIContainer derives from its spec (nil spec: only the rest).
+func nriContainerBase(rec *store.Container, cfg *runtimeapi.ContainerConfig, spec *specs.Spec) *api.Container {
+	c := &api.Container{}
+	if spec != nil {
+		oci.NRIContainer(spec, c)
+		c.Annotations = copyMap(spec.Annotations)
+	}
+	c.Id = rec.ID
+	c.PodSandboxId = rec.SandboxID
+	c.Name = cfg.GetMetadata().GetName()
+	c.Labels = copyMap(cfg.GetLabels())
+	if c.Annotations == nil {
+		c.Annotations = copyMap(rec.Annotations)
+	}
+	c.CreatedAt = rec.CreatedAt
+	if c.CDIDevices == nil {
+		for _, d := range cfg.GetCDIDevices() {
+			c.CDIDevices = append(c.CDIDevices, &api.CDIDevice{Name: d.GetName()})
+		}
+	}
+	c.Image = &api.Image{Name: rec.ImageName, Digest: rec.ImageDigest, ConfigDigest: rec.ImageID}
+	return c
+}
+
+// decodeSpec decodes a record's spec (nil when absent or corrupt).
+func decodeSpec(rec *store.Container) *specs.Spec {
+	if len(rec.Spec) == 0 {
+		return nil
+	}
+	sp := &specs.Spec{}
+	if json.Unmarshal(rec.Spec, sp) != nil {
+		return nil
+	}
+	return sp
+}
+
+// nriContainerLocked is a fresh NRI view of c as it is now; c.mu held.
+func nriContainerLocked(c *container) *api.Container {
+	out := &api.Container{}
+	if c.base != nil {
+		out = proto.Clone(c.base).(*api.Container)
+	}
+	rec := c.rec
+	out.State = nriState(rec.State)
+	out.Pid = uint32(rec.Pid)
+	out.StartedAt = rec.StartedAt
+	out.FinishedAt = rec.FinishedAt
+	if rec.State == store.ContainerExited {
+		out.ExitCode = rec.ExitCode
+		out.StatusReason = rec.Reason
+		out.StatusMessage = rec.Message
+	}
+	if cur, err := recordedResources(rec); err == nil {
+		if r := oci.NRIResources(cur); r != nil {
+			if out.Linux == nil {
+				out.Linux = &api.LinuxContainer{}
+			}
+			out.Linux.Resources = r
+		}
+	}
+	return out
+}
+
+func nriState(st store.ContainerState) api.ContainerState {
+	switch st {
+	case store.ContainerCreating, store.ContainerCreated:
+		return api.ContainerState_CONTAINER_CREATED
+	case store.ContainerRunning:
+		return api.ContainerState_CONTAINER_RUNNING
+	case store.ContainerExited:
+		return api.ContainerState_CONTAINER_STOPPED
+	}
+	return api.ContainerState_CONTAINER_UNKNOWN
+}
+
+// recordedResources decodes the container's current OCI resources (empty
+// when none were recorded).
+func recordedResources(rec *store.Container) (*specs.LinuxResources, error) {
+	cur := &specs.LinuxResources{}
+	if len(rec.Resources) > 0 {
+		if err := json.Unmarshal(rec.Resources, cur); err != nil {
+			return nil, fmt.Errorf("decode recorded resources of %s: %w", rec.ID, err)
+		}
+	}
+	return cur, nil
+}
+
+// persistResourcesLocked records new current resources; c.mu held.
+func (s *Service) persistResourcesLocked(rec *store.Container, res *specs.LinuxResources) error {
+	b, err := json.Marshal(res)
+	if err != nil {
+		return fmt.Errorf("encode resources of %s: %w", rec.ID, err)
+	}
+	rec.Resources = b
+	return s.opts.Store.PutContainer(rec)
+}
+
+// nriResourcesFromCRI converts CRI resources to NRI's; zero values mean
+// unset, as in CRI. nil gives nil.
+func nriResourcesFromCRI(in *runtimeapi.LinuxContainerResources) *api.LinuxResources {
+	if in == nil {
+		return nil
+	}
+	out := &api.LinuxResources{Memory: &api.LinuxMemory{}, Cpu: &api.LinuxCPU{}}
+	if in.CpuShares > 0 {
+		out.Cpu.Shares = api.UInt64(uint64(in.CpuShares))
+	}
+	if in.CpuQuota != 0 {
+		out.Cpu.Quota = api.Int64(in.CpuQuota)
+	}
+	if in.CpuPeriod > 0 {
+		out.Cpu.Period = api.UInt64(uint64(in.CpuPeriod))
+	}
+	out.Cpu.Cpus, out.Cpu.Mems = in.CpusetCpus, in.CpusetMems
+	if in.MemoryLimitInBytes > 0 {
+		out.Memory.Limit = api.Int64(in.MemoryLimitInBytes)
+	}
+	if in.MemorySwapLimitInBytes != 0 {
+		out.Memory.Swap = api.Int64(in.MemorySwapLimitInBytes)
+	}
+	for _, h := range in.HugepageLimits {
+		out.HugepageLimits = append(out.HugepageLimits, &api.HugepageLimit{PageSize: h.PageSize, Limit: h.Limit})
+	}
+	out.Unified = copyMap(in.Unified)
+	return out
+}
+
+// imageDigest is the manifest digest of an image ("sha256:..."), taken
+// from its first repo digest; "" when it has none.
+func imageDigest(img *image.Image) string {
+	for _, d := range img.RepoDigests {
+		if _, dg, ok := strings.Cut(d, "@"); ok {
+			return dg
+		}
+	}
+	return ""
+}
+
+// copyMap copies a string map (nil for an empty one), so NRI views never
+// share a map with a record or a config.
+func copyMap(m map[string]string) map[string]string {
+	if len(m) == 0 {
+		return nil
+	}
+	out := make(map[string]string, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+// nriView is a copy of the pod's NRI view, for one event.
+func (sb *sandbox) nriView() *api.PodSandbox {
+	if p := sb.nri.Load(); p != nil {
+		return proto.Clone(p).(*api.PodSandbox)
+	}
+	return &api.PodSandbox{Id: sb.rec.ID}
+}

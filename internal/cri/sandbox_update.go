@@ -1,0 +1,82 @@
+package cri
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/containerd/errdefs"
+	"github.com/containerd/nri/pkg/api"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"google.golang.org/protobuf/proto"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/crin-dev/crin/internal/store"
+)
+
+// UpdatePodSandboxResources records a ready pod's new overhead and total
+// resources (kubelet sizes the pod cgroup itself) and relays NRI
+// UpdatePodSandbox (a plugin's error fails the call, nothing is recorded)
+// and PostUpdatePodSandbox. A field the request leaves unset keeps its
+// value. Unknown is NotFound; a pod that is not ready is
+// FailedPrecondition.
+func (s *Service) UpdatePodSandboxResources(ctx context.Context, r *runtimeapi.UpdatePodSandboxResourcesRequest) (*runtimeapi.UpdatePodSandboxResourcesResponse, error) {
+	for _, f := range []struct {
+		name string
+		res  *runtimeapi.LinuxContainerResources
+	}{{"overhead", r.GetOverhead()}, {"resources", r.GetResources()}} {
+		if f.res == nil {
+			continue
+		}
+		if _, err := mergeResources(&specs.LinuxResources{}, f.res); err != nil {
+			return nil, fmt.Errorf("%s: %w", f.name, err)
+		}
+	}
+	sb, err := s.getSandbox(r.GetPodSandboxId())
+	if err != nil {
+		return nil, err
+	}
+	sb.op.Lock()
+	defer sb.op.Unlock()
+	rec := sb.rec
+	if sb.removed || rec.State != store.SandboxReady {
+		return nil, fmt.Errorf("pod sandbox %s is %s, not ready: %w", rec.ID, rec.State, errdefs.ErrFailedPrecondition)
+	}
+	cfg := proto.Clone(sb.config).(*runtimeapi.PodSandboxConfig)
+	if cfg.Linux == nil {
+		cfg.Linux = &runtimeapi.LinuxPodSandboxConfig{}
+	}
+	if r.GetOverhead() != nil {
+		cfg.Linux.Overhead = r.GetOverhead()
+	}
+	if r.GetResources() != nil {
+		cfg.Linux.Resources = r.GetResources()
+	}
+	b, err := proto.Marshal(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("encode pod config: %w", err)
+	}
+	view := nriPod(rec, cfg, decodePodLinux(rec))
+	h := s.hooks()
+	if h != nil {
+		err := h.UpdatePodSandbox(ctx, sb.nriView(), view.GetLinux().GetPodOverhead(), view.GetLinux().GetPodResources())
+		if err != nil {
+			return nil, fmt.Errorf("nri update pod sandbox %s: %w", rec.ID, err)
+		}
+	}
+	next := *rec
+	next.Config = b
+	if err := s.opts.Store.PutSandbox(&next); err != nil {
+		return nil, err
+	}
+	sb.mu.Lock()
+	rec.Config, sb.config = b, cfg
+	sb.mu.Unlock()
+	sb.nri.Store(view)
+	s.log.InfoContext(ctx, "pod sandbox resources updated", "pod_id", rec.ID)
+	if h != nil {
+		if err := h.PostUpdatePodSandbox(ctx, proto.Clone(view).(*api.PodSandbox)); err != nil {
+			s.log.WarnContext(ctx, "nri post update pod sandbox", "pod_id", rec.ID, "error", err)
+		}
+	}
+	return &runtimeapi.UpdatePodSandboxResourcesResponse{}, nil
+}
