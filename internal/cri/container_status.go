@@ -3,6 +3,8 @@ package cri
 import (
 	"context"
 	"encoding/json"
+	"maps"
+	"strings"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -33,7 +35,7 @@ func (s *Service) ContainerStatus(ctx context.Context, r *runtimeapi.ContainerSt
 		Reason:      rec.Reason,
 		Message:     rec.Message,
 		Labels:      cfg.GetLabels(),
-		Annotations: cfg.GetAnnotations(),
+		Annotations: statusAnnotations(rec, cfg),
 		Mounts:      cfg.GetMounts(),
 		LogPath:     rec.LogPath,
 		Resources:   containerResources(rec),
@@ -141,7 +143,7 @@ func (s *Service) ListContainers(ctx context.Context, r *runtimeapi.ListContaine
 				State:        containerState(rec.State),
 				CreatedAt:    rec.CreatedAt,
 				Labels:       cfg.GetLabels(),
-				Annotations:  cfg.GetAnnotations(),
+				Annotations:  statusAnnotations(rec, cfg),
 			})
 		}
 		c.mu.Unlock()
@@ -156,6 +158,35 @@ func (s *Service) allContainers() []*container {
 	out := make([]*container, 0, len(s.containers))
 	for _, c := range s.containers {
 		out = append(out, c)
+	}
+	return out
+}
+
+// statusAnnotations are the container's annotations as CRI clients see
+// them: the config's, with those NRI plugins set or removed applied, but
+// none of crin's own.
+func statusAnnotations(rec *store.Container, cfg *runtimeapi.ContainerConfig) map[string]string {
+	var out map[string]string
+	for field := range rec.NRIOwners {
+		key, ok := strings.CutPrefix(field, `annotation "`)
+		if !ok {
+			continue
+		}
+		key = strings.TrimSuffix(key, `"`)
+		if out == nil {
+			out = maps.Clone(cfg.GetAnnotations())
+			if out == nil {
+				out = map[string]string{}
+			}
+		}
+		if v, set := rec.Annotations[key]; set {
+			out[key] = v
+		} else {
+			delete(out, key)
+		}
+	}
+	if out == nil {
+		return cfg.GetAnnotations()
 	}
 	return out
 }

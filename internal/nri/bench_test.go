@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -67,6 +68,7 @@ func measure(b *testing.B, callers int, create createFn) {
 	lat := make([]time.Duration, b.N)
 	var next sync.Mutex
 	i := 0
+	cpu0 := processCPU(b)
 	b.ResetTimer()
 	var wg sync.WaitGroup
 	for c := range callers {
@@ -94,6 +96,7 @@ func measure(b *testing.B, callers int, create createFn) {
 	}
 	wg.Wait()
 	b.StopTimer()
+	cpu := processCPU(b) - cpu0
 	slices.Sort(lat)
 	pct := func(q float64) float64 {
 		return float64(lat[min(len(lat)-1, int(q*float64(len(lat))))].Microseconds())
@@ -107,6 +110,18 @@ func measure(b *testing.B, callers int, create createFn) {
 	// The mean shows what the median hides when one caller can pass the
 	// others (an unfair lock): by Little's law it is callers/throughput.
 	b.ReportMetric(float64(sum.Microseconds())/float64(len(lat)), "mean-µs")
+	// CPU time of the whole process (adaptation, stub plugins, harness,
+	// GC) per call: what the machine pays, whoever waits for it.
+	b.ReportMetric(float64(cpu.Microseconds())/float64(len(lat)), "cpu-µs/op")
+}
+
+// processCPU is the user and system time the process has used.
+func processCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // waitPlugins waits until n plugins are connected (crin only; the baseline

@@ -14,7 +14,7 @@ type defaultValidator struct {
 
 func newDefaultValidator(a *Adaptation, cfg DefaultValidatorConfig) *plugin {
 	p := &plugin{
-		a: a, name: "builtin.default-validator", kind: KindBuiltin, log: a.log,
+		a: a, kind: KindBuiltin, log: a.log,
 		builtin: &defaultValidator{cfg: cfg},
 		closed:  make(chan struct{}),
 		ready:   make(chan struct{}),
@@ -22,6 +22,7 @@ func newDefaultValidator(a *Adaptation, cfg DefaultValidatorConfig) *plugin {
 		timeout: a.cfg.RequestTimeout,
 		policy:  FailurePolicy{FailRequest: true, KeepConnected: true},
 	}
+	p.setIdent("", "builtin.default-validator")
 	p.events.Set(api.Event_VALIDATE_CONTAINER_ADJUSTMENT)
 	close(p.ready)
 	return p

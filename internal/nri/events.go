@@ -20,16 +20,29 @@ var ErrRequiredPluginMissing = fmt.Errorf("required nri plugin not connected: %w
 // active reports whether events should be relayed at all.
 func (a *Adaptation) active() bool { return a.cfg.Enable }
 
+// inEvent is an event in progress: its turn in its pod's order and its
+// epoch. done ends it.
+type inEvent struct {
+	a   *Adaptation
+	pod string
+	ep  *epoch
+}
+
+func (e inEvent) done() {
+	e.ep.wg.Done()
+	e.a.order.release(e.pod)
+}
+
 // enter orders the event after earlier events of the same pod and returns
-// the plugin list; done must be called when the event is over.
-func (a *Adaptation) enter(ctx context.Context, pod *api.PodSandbox) ([]*plugin, func(), error) {
-	release, err := a.order.acquire(ctx, pod.GetId())
-	if err != nil {
-		release()
-		return nil, nil, fmt.Errorf("wait for earlier events of pod %s: %w", pod.GetId(), err)
+// the plugin list; ev.done must be called when the event is over (not
+// when enter fails).
+func (a *Adaptation) enter(ctx context.Context, pod *api.PodSandbox) ([]*plugin, inEvent, error) {
+	id := pod.GetId()
+	if err := a.order.acquire(ctx, id); err != nil {
+		return nil, inEvent{}, fmt.Errorf("wait for earlier events of pod %s: %w", id, err)
 	}
-	ps, leave := a.begin()
-	return ps, func() { leave(); release() }, nil
+	ps, ep := a.begin()
+	return ps, inEvent{a: a, pod: id, ep: ep}, nil
 }
 
 // checkRequired fails if a required plugin is not connected and ready or
@@ -93,11 +106,11 @@ func (a *Adaptation) podRequest(ctx context.Context, ev api.Event, pod *api.PodS
 	if !a.active() {
 		return nil
 	}
-	ps, done, err := a.enter(ctx, pod)
+	ps, in, err := a.enter(ctx, pod)
 	if err != nil {
 		return err
 	}
-	defer done()
+	defer in.done()
 	if ev == api.Event_RUN_POD_SANDBOX {
 		if err := a.checkRequired(ps); err != nil {
 			return fmt.Errorf("run pod sandbox %s: %w", pod.GetId(), err)
@@ -184,11 +197,11 @@ func (a *Adaptation) broadcast(ctx context.Context, ev api.Event, pod *api.PodSa
 	if !a.active() {
 		return nil
 	}
-	ps, done, err := a.enter(ctx, pod)
+	ps, in, err := a.enter(ctx, pod)
 	if err != nil {
 		return err
 	}
-	defer done()
+	defer in.done()
 	var errs []error
 	for _, p := range ps {
 		if !p.subscribed(ev) || p.builtin != nil || p.enqueue(ev, pod, ctr) {
@@ -220,24 +233,35 @@ func (a *Adaptation) createContainer(ctx context.Context, pod *api.PodSandbox, c
 	if !a.active() {
 		return &api.ContainerAdjustment{}, nil, nil, nil
 	}
-	ps, done, err := a.enter(ctx, pod)
+	ps, in, err := a.enter(ctx, pod)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	defer done()
+	defer in.done()
 	if err := a.checkRequired(ps); err != nil {
 		return nil, nil, nil, fmt.Errorf("create container %s: %w", ctr.GetId(), err)
 	}
-	land := a.flights.start(ctr.GetId(), &flight{creating: true})
-	defer land()
+	f := &flight{creating: true}
+	a.flights.start(ctr.GetId(), f)
+	defer a.flights.land(ctr.GetId(), f)
 
+	const ev = api.Event_CREATE_CONTAINER
+	// A failed merge fails the request, so the merger keeps no copies to
+	// roll back to; the last plugin's changes need no adjusted container.
 	m := newMerger(pod, ctr)
+	m.oneShot = true
+	last := -1
+	for i, p := range ps {
+		if p.subscribed(ev) && p.builtin == nil {
+			last = i
+		}
+	}
+	vs := validators(ps)
 	var (
-		consulted []*api.PluginInstance
+		consulted []*api.PluginInstance // only sent to validators
 		evicts    []*api.ContainerEviction
 	)
-	const ev = api.Event_CREATE_CONTAINER
-	for _, p := range ps {
+	for i, p := range ps[:last+1] {
 		if !p.subscribed(ev) || p.builtin != nil {
 			continue
 		}
@@ -262,17 +286,22 @@ func (a *Adaptation) createContainer(ctx context.Context, pod *api.PodSandbox, c
 			}
 			continue
 		}
-		consulted = append(consulted, &api.PluginInstance{Name: p.name, Index: p.idx})
+		if len(vs) > 0 {
+			consulted = append(consulted, &api.PluginInstance{Name: p.name, Index: p.idx})
+		}
+		if i == last {
+			m.lastView()
+		}
 		if err := m.applyCreate(p.id(), rsp.GetAdjust(), rsp.GetUpdate()); err != nil {
 			return nil, nil, nil, fmt.Errorf("create container %s: %w", ctr.GetId(), err)
 		}
 		evicts = append(evicts, rsp.GetEvict()...)
 	}
-	adj, upds := m.adjustment(), m.updates()
-	var owners *api.OwningPlugins
-	vs := validators(ps)
-	if wantOwners || len(vs) > 0 {
-		owners = m.owners()
+	adj, upds, owners := m.result()
+	if !wantOwners && len(vs) == 0 {
+		owners = nil
+	} else if owners == nil {
+		owners = api.NewOwningPlugins()
 	}
 	if len(vs) > 0 {
 		if err := a.validate(ctx, vs, &api.ValidateContainerAdjustmentRequest{
@@ -336,17 +365,17 @@ func (a *Adaptation) UpdateContainer(ctx context.Context, pod *api.PodSandbox, c
 	if !a.active() {
 		return nil, nil
 	}
-	ps, done, err := a.enter(ctx, pod)
+	ps, in, err := a.enter(ctx, pod)
 	if err != nil {
 		return nil, err
 	}
-	defer done()
+	defer in.done()
 	if err := a.checkRequired(ps); err != nil {
 		return nil, fmt.Errorf("update container %s: %w", ctr.GetId(), err)
 	}
 	f := &flight{m: newMerger(pod, ctr)}
-	land := a.flights.start(ctr.GetId(), f)
-	defer land()
+	a.flights.start(ctr.GetId(), f)
+	defer a.flights.land(ctr.GetId(), f)
 	var evicts []*api.ContainerEviction
 	const ev = api.Event_UPDATE_CONTAINER
 	for _, p := range ps {
@@ -395,14 +424,14 @@ func (a *Adaptation) StopContainer(ctx context.Context, pod *api.PodSandbox, ctr
 	if !a.active() {
 		return nil, nil
 	}
-	ps, done, err := a.enter(ctx, pod)
+	ps, in, err := a.enter(ctx, pod)
 	if err != nil {
 		return nil, err
 	}
-	defer done()
+	defer in.done()
 	f := &flight{m: newMerger(pod, ctr)}
-	land := a.flights.start(ctr.GetId(), f)
-	defer land()
+	a.flights.start(ctr.GetId(), f)
+	defer a.flights.land(ctr.GetId(), f)
 	var errs []error
 	const ev = api.Event_STOP_CONTAINER
 	for _, p := range ps {

@@ -50,20 +50,20 @@ func (a *Adaptation) register(p *plugin, req *api.RegisterPluginRequest) error {
 	}
 	a.ids[id] = p
 	p.mu.Lock()
-	p.idx, p.name = idx, name
+	p.setIdent(idx, name)
 	p.mu.Unlock()
 	return nil
 }
 
-// begin enters an event: it returns the plugin list to use and a func to
-// call when the event is done.
-func (a *Adaptation) begin() ([]*plugin, func()) {
+// begin enters an event: it returns the plugin list to use and the epoch
+// whose wg.Done must be called when the event is done.
+func (a *Adaptation) begin() ([]*plugin, *epoch) {
 	a.mu.Lock()
 	ep := a.epoch
 	ep.wg.Add(1)
 	ps := a.plugins
 	a.mu.Unlock()
-	return ps, ep.wg.Done
+	return ps, ep
 }
 
 // handshake waits for registration and configures the plugin.

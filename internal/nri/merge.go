@@ -18,13 +18,18 @@ import (
 // merger (merge.go, validate.go):
 //
 //	m := newMerger(pod, ctr)          // pristine pod and container
+//	m.oneShot = true                  // an error fails the request: no rollback copies
 //	for each subscribed plugin in index order {
 //	    req.Container = m.view()       // the container as adjusted so far
 //	    rsp := call plugin
+//	    if it is the last one { m.lastView() }
 //	    if err := m.applyCreate(p.id(), rsp.Adjust, rsp.Update); err != nil { fail request }
 //	}
-//	adj, upds := m.adjustment(), m.updates()
-//	owners := m.owners()              // only when there are validators
+//	adj, upds, owners := m.result()   // handed over, not copied
+//
+// The merger allocates nothing until a plugin answers with a change, and
+// copies the container only when a plugin changes it and a later plugin
+// is to see the result.
 //
 // For UpdateContainer/StopContainer responses only updates are merged with
 // m.applyUpdates(pluginID, updates).
@@ -43,10 +48,18 @@ type merger struct {
 	orig *api.Container
 	// st is everything the applied plugin responses have changed.
 	st mergeState
+	// oneShot says a failed apply ends the merge (the request fails), so
+	// no copy of the state is kept to roll back to.
+	oneShot bool
+	// viewless says no plugin sees the container after the next apply
+	// (lastView): it is then not kept up to date.
+	viewless bool
 }
 
-// mergeState is the part of a merger that plugin responses change. It is
-// snapshotted before each response, so a rejected response leaves no trace.
+// mergeState is the part of a merger that plugin responses change. Unless
+// the merger is oneShot, it is snapshotted before each response, so a
+// rejected response leaves no trace. Its parts are nil until a response
+// needs them.
 type mergeState struct {
 	ctr   *api.Container           // the container as adjusted so far
 	adj   *api.ContainerAdjustment // merged adjustment, removal marks kept
@@ -65,44 +78,59 @@ func newMerger(pod *api.PodSandbox, ctr *api.Container) *merger {
 	if ctr == nil {
 		ctr = &api.Container{}
 	}
-	return &merger{
-		orig: ctr,
-		st: mergeState{
-			ctr:  ctr,
-			adj:  &api.ContainerAdjustment{},
-			own:  api.NewOwningPlugins(),
-			upds: map[string]*api.ContainerUpdate{},
-		},
-	}
+	return &merger{orig: ctr, st: mergeState{ctr: ctr}}
 }
 
 // snapshot copies the state for a rollback. The container is shared while
 // no plugin has adjusted it (it is then the pristine, read-only input).
 func (m *merger) snapshot() mergeState {
 	s := m.st
-	c := mergeState{
-		ctr:   s.ctr,
-		adj:   proto.Clone(s.adj).(*api.ContainerAdjustment),
-		own:   proto.Clone(s.own).(*api.OwningPlugins),
-		upds:  make(map[string]*api.ContainerUpdate, len(s.upds)),
-		order: slices.Clone(s.order),
+	if m.oneShot {
+		return s
+	}
+	c := mergeState{ctr: s.ctr, order: slices.Clone(s.order)}
+	if s.adj != nil {
+		c.adj = proto.Clone(s.adj).(*api.ContainerAdjustment)
+	}
+	if s.own != nil {
+		c.own = proto.Clone(s.own).(*api.OwningPlugins)
 	}
 	if s.ctr != m.orig {
 		c.ctr = proto.Clone(s.ctr).(*api.Container)
 	}
-	for id, u := range s.upds {
-		c.upds[id] = proto.Clone(u).(*api.ContainerUpdate)
+	if s.upds != nil {
+		c.upds = make(map[string]*api.ContainerUpdate, len(s.upds))
+		for id, u := range s.upds {
+			c.upds[id] = proto.Clone(u).(*api.ContainerUpdate)
+		}
 	}
 	return c
 }
 
 // liveCtr returns the adjusted container for writing, copying the pristine
-// input on the first write.
+// input on the first write. After lastView it is a scratch container that
+// nobody reads, so the copy is not made.
 func (m *merger) liveCtr() *api.Container {
 	if m.st.ctr == m.orig {
-		m.st.ctr = proto.Clone(m.orig).(*api.Container)
+		if m.viewless {
+			m.st.ctr = &api.Container{Id: m.orig.GetId()}
+		} else {
+			m.st.ctr = proto.Clone(m.orig).(*api.Container)
+		}
 	}
 	return m.st.ctr
+}
+
+// lastView tells the merger that no plugin will see the container after
+// the next apply: view and container are not to be used any more.
+func (m *merger) lastView() { m.viewless = true }
+
+// adjusting returns the merged adjustment for writing.
+func (m *merger) adjusting() *api.ContainerAdjustment {
+	if m.st.adj == nil {
+		m.st.adj = &api.ContainerAdjustment{}
+	}
+	return m.st.adj
 }
 
 // container returns the container as adjusted by the plugins applied so far
@@ -121,7 +149,10 @@ func (m *merger) view() *api.Container {
 // applyCreate merges one plugin's CreateContainer response. A field (or map
 // key / keyed list item) already owned by another plugin is an error naming
 // both plugins and the field; an update targeting the container being
-// created is an error. On error nothing of the response is merged.
+// created is an error. On error nothing of the response is merged (unless
+// the merger is oneShot: it is then not to be used any more). The merger
+// takes adj over: parts of it become parts of the result, so the caller
+// must not modify it afterwards.
 //
 // Errors: a *mergeConflictError (errdefs.ErrConflict) for a field owned by
 // another plugin, errdefs.ErrInvalidArgument for a malformed response or an
@@ -170,11 +201,14 @@ func (m *merger) applyUpdates(plugin string, upds []*api.ContainerUpdate) error 
 // ("-KEY" keys, Rdt.Remove) so the spec applier can drop them; a removal
 // followed by a set of the same key is given as the mark, then the item.
 func (m *merger) adjustment() *api.ContainerAdjustment {
-	if m == nil {
+	if m == nil || m.st.adj == nil {
 		return &api.ContainerAdjustment{}
 	}
-	a := proto.Clone(m.st.adj).(*api.ContainerAdjustment).Strip()
-	if a == nil {
+	return stripAdjustment(proto.Clone(m.st.adj).(*api.ContainerAdjustment))
+}
+
+func stripAdjustment(a *api.ContainerAdjustment) *api.ContainerAdjustment {
+	if a = a.Strip(); a == nil {
 		return &api.ContainerAdjustment{}
 	}
 	return a
@@ -183,13 +217,21 @@ func (m *merger) adjustment() *api.ContainerAdjustment {
 // updates returns the merged updates, one per container, in the order the
 // containers were first updated.
 func (m *merger) updates() []*api.ContainerUpdate {
-	if m == nil || len(m.st.order) == 0 {
+	if m == nil {
 		return nil
 	}
-	out := make([]*api.ContainerUpdate, 0, len(m.st.order))
-	for _, id := range m.st.order {
-		u := proto.Clone(m.st.upds[id]).(*api.ContainerUpdate).Strip()
-		if u != nil {
+	return m.st.updateList(func(u *api.ContainerUpdate) *api.ContainerUpdate {
+		return proto.Clone(u).(*api.ContainerUpdate)
+	})
+}
+
+func (s *mergeState) updateList(cp func(*api.ContainerUpdate) *api.ContainerUpdate) []*api.ContainerUpdate {
+	if len(s.order) == 0 {
+		return nil
+	}
+	out := make([]*api.ContainerUpdate, 0, len(s.order))
+	for _, id := range s.order {
+		if u := cp(s.upds[id]).Strip(); u != nil {
 			out = append(out, u)
 		}
 	}
@@ -198,10 +240,24 @@ func (m *merger) updates() []*api.ContainerUpdate {
 
 // owners returns which plugin owns which field, as sent to validators.
 func (m *merger) owners() *api.OwningPlugins {
-	if m == nil {
+	if m == nil || m.st.own == nil {
 		return api.NewOwningPlugins()
 	}
 	return proto.Clone(m.st.own).(*api.OwningPlugins)
+}
+
+// result is adjustment, updates and owners without copies: the merged
+// state is handed over, and the merger must not be used afterwards. The
+// owners are nil when no plugin changed anything.
+func (m *merger) result() (*api.ContainerAdjustment, []*api.ContainerUpdate, *api.OwningPlugins) {
+	adj := &api.ContainerAdjustment{}
+	if m.st.adj != nil {
+		adj = stripAdjustment(m.st.adj)
+	}
+	upds := m.st.updateList(func(u *api.ContainerUpdate) *api.ContainerUpdate { return u })
+	own := m.st.own
+	m.st = mergeState{}
+	return adj, upds, own
 }
 
 // mergeConflictError reports two plugins adjusting the same field (or the
@@ -338,6 +394,9 @@ func (m *merger) updateCall(id, plugin string) *mergeCall {
 
 // fieldOwners returns the (created if missing) owners of container id.
 func (m *merger) fieldOwners(id string) *api.FieldOwners {
+	if m.st.own == nil {
+		m.st.own = api.NewOwningPlugins()
+	}
 	fo, ok := m.st.own.Owners[id]
 	if !ok || fo == nil {
 		fo = api.NewFieldOwners()

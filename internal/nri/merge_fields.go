@@ -13,13 +13,13 @@ import (
 // mergeAdjustment merges one plugin's adjustment of the container being
 // created into the merged adjustment and the adjusted container.
 func (m *merger) mergeAdjustment(plugin string, in *api.ContainerAdjustment) error {
-	if in == nil {
+	if in == nil || proto.Size(in) == 0 {
 		return nil
 	}
-	// The response is the plugin's; the merged state keeps its own copy.
-	in = proto.Clone(in).(*api.ContainerAdjustment)
+	// The merger owns in (applyCreate's contract): its parts are kept
+	// without copies.
 	c := m.createCall(plugin)
-	ctr, out := m.liveCtr(), m.st.adj
+	ctr, out := m.liveCtr(), m.adjusting()
 
 	// Plain steps, not a slice of closures, and the list helpers only for
 	// fields the plugin set: this runs once per plugin and CreateContainer,
@@ -418,6 +418,9 @@ func (m *merger) mergeUpdates(plugin string, upds []*api.ContainerUpdate) error 
 		out, ok := m.st.upds[id]
 		if !ok {
 			out = &api.ContainerUpdate{ContainerId: id, IgnoreFailure: u.IgnoreFailure}
+			if m.st.upds == nil {
+				m.st.upds = make(map[string]*api.ContainerUpdate)
+			}
 			m.st.upds[id] = out
 			m.st.order = append(m.st.order, id)
 		} else if !u.IgnoreFailure {

@@ -37,9 +37,14 @@ const (
 var ErrProtocol = errors.New("nri mux protocol error")
 
 // mux carries several logical stream connections over one trunk connection.
-// Each Write becomes one or more frames; a reader goroutine, owned by the
-// mux, splits incoming frames onto their connections. Closing the mux closes
-// every logical connection and waits for the reader to exit.
+// Each Write becomes one or more frames. Incoming frames are read either by
+// a reader goroutine the mux owns, or, when the mux has a driver connection,
+// by whoever reads that connection: its Read takes its own frames straight
+// from the trunk and queues the frames of the other connections for them.
+// A driver saves a goroutine handoff per message on the busy connection
+// (crin's calls to the plugin); it suits a connection that is read all the
+// time, like a ttrpc client's. Closing the mux closes every logical
+// connection and waits for its reader goroutine, if any.
 type mux struct {
 	trunk net.Conn
 
@@ -47,36 +52,69 @@ type mux struct {
 	wmu  sync.Mutex
 	wbuf []byte
 
-	// mu guards conns and err.
+	// rmu serializes reading the trunk and guards in; the driver's Read
+	// or the reader goroutine holds it while it reads.
+	rmu sync.Mutex
+	in  inbound
+
+	// mu guards conns, err and driver.
 	mu    sync.Mutex
 	conns map[uint32]*muxConn
 	err   error
+	// driver reads the trunk from its own Read; nil once it is closed, or
+	// when the reader goroutine does the reading.
+	driver *muxConn
 
-	closeOnce  sync.Once
-	done       chan struct{} // closed when the mux is closed
-	readerDone chan struct{} // closed when the reader goroutine exits
-	onClose    func(error)
+	closeOnce sync.Once
+	done      chan struct{} // closed when the mux is closed
+	readers   sync.WaitGroup
+	onClose   func(error)
 }
 
-// newMux starts demultiplexing trunk with the connections ids already
-// open, so no early frame for them is dropped. onClose, if set, runs once,
-// from the reader goroutine or Close, with the reason the mux closed
-// (io.EOF for an orderly close); it must not call Close.
-func newMux(trunk net.Conn, onClose func(error), ids ...uint32) *mux {
+// inbound is the frame being read from the trunk. Reads can be interrupted
+// (a driver connection being closed sets a past read deadline), so what a
+// read got of a header or payload is kept here until the frame is whole.
+type inbound struct {
+	br  *bufio.Reader
+	hdr [muxHeaderLen]byte
+	hn  int    // header bytes read
+	id  uint32 // connection of the frame, once the header is whole
+	rem int    // payload bytes not read yet
+	to  *muxConn
+	buf []byte // payload for another connection than the reader's
+}
+
+// newMux starts demultiplexing trunk with the connection ids already open,
+// so no early frame for them is dropped. driver, if not 0, is one of ids:
+// its Read reads the trunk, and no reader goroutine runs until it is
+// closed. onClose, if set, runs once, from a reader or Close, with the
+// reason the mux closed (io.EOF for an orderly close); it must not call
+// Close.
+func newMux(trunk net.Conn, onClose func(error), driver uint32, ids ...uint32) *mux {
 	m := &mux{
-		trunk:      trunk,
-		conns:      make(map[uint32]*muxConn),
-		done:       make(chan struct{}),
-		readerDone: make(chan struct{}),
-		onClose:    onClose,
+		trunk:   trunk,
+		conns:   make(map[uint32]*muxConn),
+		done:    make(chan struct{}),
+		onClose: onClose,
 	}
+	m.in.br = bufio.NewReaderSize(trunk, 64<<10)
 	for _, id := range ids {
 		if id != muxReservedConn {
-			m.conns[id] = &muxConn{id: id, m: m, ready: make(chan struct{}, 1), closed: make(chan struct{})}
+			m.conns[id] = newMuxConn(m, id)
 		}
 	}
-	go m.reader()
+	m.driver = m.conns[driver]
+	if m.driver != nil {
+		m.driver.drives = true
+	} else {
+		m.readers.Add(1)
+		go m.reader()
+	}
 	return m
+}
+
+func newMuxConn(m *mux, id uint32) *muxConn {
+	return &muxConn{id: id, m: m, ready: make(chan struct{}, 1), closed: make(chan struct{})}
 }
 
 // open returns the logical connection id, creating it on first use. Frames
@@ -92,17 +130,17 @@ func (m *mux) open(id uint32) (*muxConn, error) {
 	}
 	c, ok := m.conns[id]
 	if !ok {
-		c = &muxConn{id: id, m: m, ready: make(chan struct{}, 1), closed: make(chan struct{})}
+		c = newMuxConn(m, id)
 		m.conns[id] = c
 	}
 	return c, nil
 }
 
 // Close closes the trunk and all logical connections and waits until the
-// reader goroutine is gone.
+// reader goroutine, if one runs, is gone.
 func (m *mux) Close() error {
 	m.closeWith(io.EOF)
-	<-m.readerDone
+	m.readers.Wait()
 	return nil
 }
 
@@ -133,44 +171,140 @@ func (m *mux) closeWith(reason error) {
 	})
 }
 
+// reader reads the trunk when no driver does.
 func (m *mux) reader() {
-	defer close(m.readerDone)
-	br := bufio.NewReaderSize(m.trunk, 64<<10)
-	var hdr [muxHeaderLen]byte
+	defer m.readers.Done()
+	m.rmu.Lock()
+	defer m.rmu.Unlock()
 	for {
-		if _, err := io.ReadFull(br, hdr[:]); err != nil {
+		if _, err := m.readFrames(nil, nil); err != nil {
 			m.closeWith(readErr(err))
-			return
-		}
-		id := binary.BigEndian.Uint32(hdr[0:4])
-		n := binary.BigEndian.Uint32(hdr[4:8])
-		if n > muxMaxPayload {
-			m.closeWith(fmt.Errorf("%w: conn %d: frame payload %d bytes, limit %d", ErrProtocol, id, n, muxMaxPayload))
-			return
-		}
-		if id == muxReservedConn {
-			m.closeWith(fmt.Errorf("%w: frame for reserved conn %d", ErrProtocol, id))
-			return
-		}
-		buf := make([]byte, n)
-		if _, err := io.ReadFull(br, buf); err != nil {
-			m.closeWith(readErr(err))
-			return
-		}
-		m.mu.Lock()
-		c := m.conns[id]
-		m.mu.Unlock()
-		if c == nil || n == 0 {
-			continue
-		}
-		if err := c.push(buf); err != nil {
-			m.closeWith(err)
 			return
 		}
 	}
 }
 
+// readFrames reads frames until some payload for self has been copied
+// into p, and hands the frames for other connections to them. Called with
+// rmu held; self and p may be nil. An error leaves the partial frame in
+// m.in, so that a read interrupted by a deadline can be resumed.
+func (m *mux) readFrames(self *muxConn, p []byte) (int, error) {
+	in := &m.in
+	for {
+		if in.hn < muxHeaderLen {
+			n, err := io.ReadFull(in.br, in.hdr[in.hn:])
+			in.hn += n
+			if err != nil {
+				return 0, err
+			}
+			id := binary.BigEndian.Uint32(in.hdr[0:4])
+			size := binary.BigEndian.Uint32(in.hdr[4:8])
+			if size > muxMaxPayload {
+				return 0, fmt.Errorf("%w: conn %d: frame payload %d bytes, limit %d", ErrProtocol, id, size, muxMaxPayload)
+			}
+			if id == muxReservedConn {
+				return 0, fmt.Errorf("%w: frame for reserved conn %d", ErrProtocol, id)
+			}
+			in.id, in.rem = id, int(size)
+			m.mu.Lock()
+			in.to = m.conns[id]
+			m.mu.Unlock()
+			if in.to != nil && in.to != self && in.rem > 0 {
+				in.buf = make([]byte, in.rem)
+			}
+		}
+		switch {
+		case in.rem == 0:
+		case self != nil && in.to == self:
+			if len(p) == 0 {
+				return 0, nil
+			}
+			n, err := in.br.Read(p[:min(len(p), in.rem)])
+			in.rem -= n
+			if in.rem == 0 {
+				in.hn, in.to = 0, nil
+			}
+			if n > 0 {
+				return n, nil
+			}
+			return 0, err
+		case in.buf != nil:
+			n, err := io.ReadFull(in.br, in.buf[len(in.buf)-in.rem:])
+			in.rem -= n
+			if err != nil {
+				return 0, err
+			}
+			if err := in.to.push(in.buf); err != nil {
+				return 0, err
+			}
+			in.buf = nil
+		default:
+			// Nobody opened the connection (or its driver was closed
+			// in the middle of the frame): drop the payload.
+			n, err := in.br.Discard(in.rem)
+			in.rem -= n
+			if err != nil {
+				return 0, err
+			}
+		}
+		in.hn, in.to = 0, nil
+	}
+}
+
+// drive is the Read of the driver connection c: it reads the trunk.
+func (m *mux) drive(c *muxConn, p []byte) (int, error) {
+	m.rmu.Lock()
+	defer m.rmu.Unlock()
+	for {
+		if err := c.closedErr(); err != nil {
+			return 0, err
+		}
+		n, err := m.readFrames(c, p)
+		if err == nil || n > 0 {
+			return n, nil
+		}
+		if isTimeout(err) {
+			// Close of c interrupted the read; the loop reports it.
+			continue
+		}
+		m.closeWith(readErr(err))
+		return 0, c.closedErr()
+	}
+}
+
+// undrive hands the reading of the trunk over to a reader goroutine once
+// the driver connection c is closed: it interrupts c's Read if blocked,
+// waits until it has left and starts the reader if the mux is open.
+func (m *mux) undrive(c *muxConn) {
+	m.mu.Lock()
+	if m.driver != c {
+		m.mu.Unlock()
+		return
+	}
+	m.driver = nil
+	m.mu.Unlock()
+	_ = m.trunk.SetReadDeadline(time.Now())
+	m.rmu.Lock()
+	_ = m.trunk.SetReadDeadline(time.Time{})
+	m.rmu.Unlock()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.err == nil {
+		// Under mu, ordered before Close's Wait by closeWith's m.err.
+		m.readers.Add(1)
+		go m.reader()
+	}
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
 func readErr(err error) error {
+	if errors.Is(err, ErrProtocol) {
+		return err
+	}
 	if errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) {
 		return io.EOF
 	}
@@ -217,6 +351,8 @@ func (m *mux) write(id uint32, b []byte) (int, error) {
 type muxConn struct {
 	id uint32
 	m  *mux
+	// drives is set for the mux's driver: Read reads the trunk.
+	drives bool
 
 	// mu guards queue, cur, queued and err.
 	mu     sync.Mutex
@@ -267,6 +403,9 @@ func (c *muxConn) shut(reason error) {
 // Read reads buffered data; it blocks until data arrives or the conn is
 // closed. Data queued before a close is still returned.
 func (c *muxConn) Read(p []byte) (int, error) {
+	if c.drives {
+		return c.m.drive(c, p)
+	}
 	for {
 		c.mu.Lock()
 		if len(c.cur) == 0 && len(c.queue) > 0 {
@@ -311,7 +450,17 @@ func (c *muxConn) Close() error {
 	}
 	c.m.mu.Unlock()
 	c.shut(net.ErrClosed)
+	if c.drives {
+		c.m.undrive(c)
+	}
 	return nil
+}
+
+// closedErr is the reason c is closed, or nil.
+func (c *muxConn) closedErr() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
 }
 
 // LocalAddr returns the trunk's local address.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -37,7 +38,8 @@ func socketPair(t *testing.T) (net.Conn, net.Conn) {
 func TestMuxRoundTrip(t *testing.T) {
 	before := runtime.NumGoroutine()
 	a, b := socketPair(t)
-	ma, mb := newMux(a, nil, 1, 2), newMux(b, nil, 1, 2)
+	// a is read by a reader goroutine, b by the reader of its conn 1.
+	ma, mb := newMux(a, nil, 0, 1, 2), newMux(b, nil, 1, 1, 2)
 	a1, _ := ma.open(1)
 	a2, _ := ma.open(2)
 	b1, _ := mb.open(1)
@@ -89,42 +91,113 @@ func TestMuxProtocolErrors(t *testing.T) {
 		{name: "largest frame", id: 1, size: muxMaxPayload, valid: true},
 	}
 	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			before := runtime.NumGoroutine()
-			raw, end := socketPair(t)
-			closed := make(chan error, 1)
-			m := newMux(end, func(err error) { closed <- err }, 1)
-			c, _ := m.open(1)
-			hdr := make([]byte, muxHeaderLen)
-			binary.BigEndian.PutUint32(hdr[0:4], tc.id)
-			binary.BigEndian.PutUint32(hdr[4:8], tc.size)
-			go func() {
-				_, _ = raw.Write(hdr)
-				if tc.valid {
-					_, _ = raw.Write(make([]byte, tc.size))
-				}
-			}()
-			if tc.valid {
-				buf := make([]byte, tc.size)
-				if _, err := io.ReadFull(c, buf); err != nil {
-					t.Fatalf("read largest frame: %v", err)
-				}
-				_ = raw.Close()
-			}
-			select {
-			case err := <-closed:
-				if tc.valid != !errors.Is(err, ErrProtocol) {
-					t.Errorf("mux closed with %v, want protocol error: %v", err, !tc.valid)
-				}
-			case <-time.After(5 * time.Second):
-				t.Fatal("mux not closed")
-			}
-			if _, err := c.Read(hdr); err == nil {
-				t.Error("read on closed mux succeeded")
-			}
-			_ = m.Close()
-			_ = raw.Close()
-			checkGoroutines(t, before)
-		})
+		for _, driver := range []uint32{0, 1} {
+			t.Run(fmt.Sprintf("%s/driver=%d", tc.name, driver), func(t *testing.T) {
+				testMuxProtocolError(t, tc.id, tc.size, tc.valid, driver)
+			})
+		}
 	}
+}
+
+func testMuxProtocolError(t *testing.T, id, size uint32, valid bool, driver uint32) {
+	before := runtime.NumGoroutine()
+	raw, end := socketPair(t)
+	closed := make(chan error, 1)
+	m := newMux(end, func(err error) { closed <- err }, driver, 1)
+	c, _ := m.open(1)
+	hdr := make([]byte, muxHeaderLen)
+	binary.BigEndian.PutUint32(hdr[0:4], id)
+	binary.BigEndian.PutUint32(hdr[4:8], size)
+	go func() {
+		_, _ = raw.Write(hdr)
+		if valid {
+			_, _ = raw.Write(make([]byte, size))
+		}
+	}()
+	if valid {
+		buf := make([]byte, size)
+		if _, err := io.ReadFull(c, buf); err != nil {
+			t.Fatalf("read largest frame: %v", err)
+		}
+		_ = raw.Close()
+	}
+	if driver != 0 {
+		// A driven mux reads the trunk only while its driver reads.
+		go func() { _, _ = io.Copy(io.Discard, c) }()
+	}
+	select {
+	case err := <-closed:
+		if valid != !errors.Is(err, ErrProtocol) {
+			t.Errorf("mux closed with %v, want protocol error: %v", err, !valid)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("mux not closed")
+	}
+	if _, err := c.Read(hdr); err == nil {
+		t.Error("read on closed mux succeeded")
+	}
+	_ = m.Close()
+	_ = raw.Close()
+	checkGoroutines(t, before)
+}
+
+// TestMuxDriverClose closes the driver connection while its Read waits on
+// the trunk, in the middle of a frame for the other connection: the Read
+// returns, and the other connection still gets its frames whole.
+func TestMuxDriverClose(t *testing.T) {
+	before := runtime.NumGoroutine()
+	raw, end := socketPair(t)
+	m := newMux(end, nil, 1, 1, 2)
+	c1, _ := m.open(1)
+	c2, _ := m.open(2)
+
+	frame := func(id uint32, payload string) []byte {
+		b := make([]byte, muxHeaderLen, muxHeaderLen+len(payload))
+		binary.BigEndian.PutUint32(b[0:4], id)
+		binary.BigEndian.PutUint32(b[4:8], uint32(len(payload)))
+		return append(b, payload...)
+	}
+	if _, err := raw.Write(frame(1, "to the driver")); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 64)
+	if n, err := c1.Read(buf); err != nil || string(buf[:n]) != "to the driver" {
+		t.Fatalf("driver read %q, %v", buf[:n], err)
+	}
+	// Half a frame for conn 2: the driver is stuck in the middle of it.
+	f2 := frame(2, "for conn two")
+	if _, err := raw.Write(f2[:10]); err != nil {
+		t.Fatal(err)
+	}
+	readErr := make(chan error, 1)
+	go func() {
+		_, err := c1.Read(buf)
+		readErr <- err
+	}()
+	time.Sleep(20 * time.Millisecond) // let the Read block on the trunk
+	_ = c1.Close()
+	select {
+	case err := <-readErr:
+		if !errors.Is(err, net.ErrClosed) {
+			t.Errorf("driver Read after Close: %v, want net.ErrClosed", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close did not unblock the driver's Read")
+	}
+	if _, err := raw.Write(append(f2[10:], frame(1, "dropped")...)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := raw.Write(frame(2, "and more")); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, len("for conn twoand more"))
+	if _, err := io.ReadFull(c2, got); err != nil || string(got) != "for conn twoand more" {
+		t.Errorf("conn 2 read %q, %v", got, err)
+	}
+	_ = m.Close()
+	_ = raw.Close()
+	if _, err := c2.Read(buf); !errors.Is(err, io.EOF) {
+		t.Errorf("read after Close: %v, want EOF", err)
+	}
+	checkGoroutines(t, before)
 }

@@ -7,69 +7,81 @@ import (
 )
 
 // podOrder runs the events of one pod one after another, in arrival order,
-// while events of different pods run in parallel. It is a chain of tickets,
-// not a lock: nothing is held across a plugin call that another pod's event
-// could need.
+// while events of different pods run in parallel. It is a queue of turns,
+// not a lock held across plugin calls: nothing another pod's event could
+// need is held while an event waits or runs. An event that finds its pod
+// idle takes its turn without allocating.
 type podOrder struct {
-	// mu guards tails.
-	mu    sync.Mutex
-	tails map[string]*podTail
+	// mu guards pods.
+	mu sync.Mutex
+	// pods holds the pods with an event in progress; the value, nil when
+	// nobody waits, queues the events waiting for their turn.
+	pods map[string]*podQueue
 }
 
-type podTail struct {
-	last chan struct{} // closed when the newest event of the pod is done
-	refs int
+type podQueue struct {
+	waiting []chan struct{} // closed to hand the turn over, oldest first
 }
 
-// acquire waits until every earlier event of pod is done. The returned
-// release must be called exactly once, also when acquire fails because ctx
-// ended; the ticket then passes on as soon as the earlier events are done.
-func (o *podOrder) acquire(ctx context.Context, pod string) (release func(), err error) {
+// acquire waits until every earlier event of pod is done. Unless it
+// returns an error (ctx ended first), release(pod) must be called when the
+// event is done. An empty pod id is not ordered.
+func (o *podOrder) acquire(ctx context.Context, pod string) error {
 	if pod == "" {
-		return func() {}, nil
+		return nil
 	}
-	mine := make(chan struct{})
 	o.mu.Lock()
-	if o.tails == nil {
-		o.tails = make(map[string]*podTail)
+	q, busy := o.pods[pod]
+	if !busy {
+		if o.pods == nil {
+			o.pods = make(map[string]*podQueue)
+		}
+		o.pods[pod] = nil
+		o.mu.Unlock()
+		return nil
 	}
-	t := o.tails[pod]
-	if t == nil {
-		t = &podTail{}
-		o.tails[pod] = t
+	if q == nil {
+		q = &podQueue{}
+		o.pods[pod] = q
 	}
-	prev := t.last
-	t.last = mine
-	t.refs++
+	turn := make(chan struct{})
+	q.waiting = append(q.waiting, turn)
 	o.mu.Unlock()
 
-	var once sync.Once
-	done := func() {
-		once.Do(func() {
-			close(mine)
-			o.mu.Lock()
-			t.refs--
-			if t.refs == 0 {
-				delete(o.tails, pod)
-			}
-			o.mu.Unlock()
-		})
-	}
-	if prev == nil {
-		return done, nil
-	}
 	select {
-	case <-prev:
-		return done, nil
+	case <-turn:
+		return nil
 	case <-ctx.Done():
-		// Keep the chain intact: pass the ticket on once prev is done.
-		// Earlier events are bounded by plugin timeouts, so this ends.
-		go func() {
-			<-prev
-			done()
-		}()
-		return func() {}, ctx.Err()
 	}
+	o.mu.Lock()
+	if i := slices.Index(q.waiting, turn); i >= 0 {
+		q.waiting = slices.Delete(q.waiting, i, i+1)
+		o.mu.Unlock()
+		return ctx.Err()
+	}
+	o.mu.Unlock()
+	// The turn came together with the end of ctx: pass it on.
+	o.release(pod)
+	return ctx.Err()
+}
+
+// release ends the running event of pod and hands the turn to the oldest
+// waiting one.
+func (o *podOrder) release(pod string) {
+	if pod == "" {
+		return
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	q := o.pods[pod]
+	if q == nil || len(q.waiting) == 0 {
+		delete(o.pods, pod)
+		return
+	}
+	next := q.waiting[0]
+	q.waiting[0] = nil
+	q.waiting = q.waiting[1:]
+	close(next)
 }
 
 // flight is an event in progress for one container, so that unsolicited
@@ -92,19 +104,23 @@ type flightTable struct {
 	m  map[string]*flight
 }
 
-func (ft *flightTable) start(id string, f *flight) (land func()) {
+// start records f as the event in progress for container id; land(id, f)
+// must follow when it is over.
+func (ft *flightTable) start(id string, f *flight) {
 	ft.mu.Lock()
 	defer ft.mu.Unlock()
 	if ft.m == nil {
 		ft.m = make(map[string]*flight)
 	}
 	ft.m[id] = f
-	return func() {
-		ft.mu.Lock()
-		defer ft.mu.Unlock()
-		if ft.m[id] == f {
-			delete(ft.m, id)
-		}
+}
+
+// land forgets f, unless a newer event of id replaced it.
+func (ft *flightTable) land(id string, f *flight) {
+	ft.mu.Lock()
+	defer ft.mu.Unlock()
+	if ft.m[id] == f {
+		delete(ft.m, id)
 	}
 }
 

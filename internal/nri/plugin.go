@@ -96,8 +96,10 @@ type plugin struct {
 	a    *Adaptation
 	idx  string
 	name string
-	kind PluginKind
-	log  *slog.Logger
+	// ident is "idx-name" (or name), kept with idx and name by setIdent.
+	ident string
+	kind  PluginKind
+	log   *slog.Logger
 
 	// Set during the handshake, read-only once the plugin is listed.
 	events   api.EventMask
@@ -141,11 +143,18 @@ type queuedEvent struct {
 	ctr *api.Container
 }
 
-func (p *plugin) id() string {
-	if p.idx == "" {
-		return p.name
+// id is the plugin's identity, "NN-name", as plugins see it in owners.
+func (p *plugin) id() string { return p.ident }
+
+// setIdent sets the index and name. It runs before the plugin is listed
+// (and under p.mu once other goroutines know it), so events read them
+// without the lock.
+func (p *plugin) setIdent(idx, name string) {
+	p.idx, p.name = idx, name
+	p.ident = name
+	if idx != "" {
+		p.ident = idx + "-" + name
 	}
-	return p.idx + "-" + p.name
 }
 
 func (p *plugin) subscribed(ev api.Event) bool { return p.events.IsSet(ev) }
@@ -175,7 +184,7 @@ func (p *plugin) info() PluginInfo {
 // for launched plugins and empty for external ones.
 func (a *Adaptation) newConnPlugin(conn net.Conn, kind PluginKind, idx, name string) (*plugin, error) {
 	p := &plugin{
-		a: a, idx: idx, name: name, kind: kind,
+		a: a, kind: kind,
 		log:       a.log.With("plugin_kind", string(kind)),
 		regC:      make(chan struct{}, 1),
 		serveDone: make(chan struct{}),
@@ -184,7 +193,8 @@ func (a *Adaptation) newConnPlugin(conn net.Conn, kind PluginKind, idx, name str
 		ready:     make(chan struct{}),
 		timeout:   a.cfg.RequestTimeout,
 	}
-	p.mux = newMux(conn, nil, pluginServiceConn, runtimeServiceConn)
+	p.setIdent(idx, name)
+	p.mux = newMux(conn, nil, pluginServiceConn, pluginServiceConn, runtimeServiceConn)
 	c1, err := p.mux.open(pluginServiceConn)
 	if err != nil {
 		p.mux.Close()

@@ -36,7 +36,7 @@ func dialRaw(t *testing.T, socket, idx, name string, p *rawPlugin) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := newMux(conn, nil, pluginServiceConn, runtimeServiceConn)
+	m := newMux(conn, nil, runtimeServiceConn, pluginServiceConn, runtimeServiceConn)
 	serveConn, err := m.open(pluginServiceConn)
 	if err != nil {
 		t.Fatal(err)
