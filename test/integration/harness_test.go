@@ -274,7 +274,10 @@ func (d *daemon) cleanupAll() {
 	}
 	d.stop()
 	d.checkNoLeaks()
-	_ = os.Remove(filepath.Join("/sys/fs/cgroup/memory", d.cgroup))
+	ctls, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup/*", d.cgroup))
+	for _, c := range ctls {
+		_ = os.Remove(c)
+	}
 }
 
 // checkNoLeaks fails the test when crind left mounts, processes or runtime
@@ -308,6 +311,17 @@ func (d *daemon) checkNoLeaks() {
 		if bytes.Contains(b, []byte(d.state)) {
 			t.Errorf("leaked process %s: %q", filepath.Dir(p), strings.ReplaceAll(string(b), "\x00", " "))
 		}
+	}
+	// Every cgroup crind made lives under the daemon's parent, in every
+	// controller hierarchy (and on the cgroup2 mount of a hybrid host).
+	bases, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup/*", d.cgroup))
+	for _, base := range bases {
+		_ = filepath.WalkDir(base, func(path string, e os.DirEntry, err error) error {
+			if err == nil && e.IsDir() && path != base {
+				t.Errorf("leaked cgroup: %s", path)
+			}
+			return nil
+		})
 	}
 }
 
