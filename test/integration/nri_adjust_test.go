@@ -317,11 +317,16 @@ func TestNRIUpdateOtherContainer(t *testing.T) {
 	}
 }
 
-// TestNRIEviction checks that a plugin's eviction stops the container, with
-// the plugin's reason in its status, and nothing else.
+// TestNRIEviction checks that a plugin's eviction stops the container with
+// reason Evicted and the plugin's reason as message, that a logging plugin
+// gets exactly one StopContainer for it (also when CRI stops and removes it
+// afterwards), and that nothing else is touched.
 func TestNRIEviction(t *testing.T) {
 	n := newNRISetup(t)
+	n.install(t, "10", "obs", pluginConfig{})
 	d := nriDaemon(t, n, "")
+	waitConfigured(t, d, n, "10-obs")
+	obs := n.eventLog("10", "obs")
 	ref, _ := busybox(t)
 	d.pull(t, ref)
 	podCfg := podConfig("nrievict")
@@ -330,7 +335,7 @@ func TestNRIEviction(t *testing.T) {
 	bystander := d.runContainer(t, pod, podCfg, containerConfig("bystander", ref, "sleep", "1000"))
 
 	ev := dialEvictor(t, n.Socket, "50", "evictor")
-	waitPluginsReady(t, d, "50-evictor")
+	waitPluginsReady(t, d, "10-obs", "50-evictor")
 	const reason = "node under test pressure"
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -338,11 +343,39 @@ func TestNRIEviction(t *testing.T) {
 		t.Fatalf("evict %s: %v", doomed, err)
 	}
 	st := d.waitExited(t, doomed)
-	if !strings.Contains(st.Reason+"\n"+st.Message, reason) {
-		t.Errorf("evicted container status: reason %q message %q, want the plugin's reason %q", st.Reason, st.Message, reason)
+	// sleep dies of the image's default stop signal, SIGTERM.
+	if st.State != runtimeapi.ContainerState_CONTAINER_EXITED || st.Reason != "Evicted" || st.Message != reason || st.ExitCode != 143 {
+		t.Errorf("evicted container status: %v reason %q message %q exit %d, want EXITED, reason \"Evicted\", message %q, exit 143",
+			st.State, st.Reason, st.Message, st.ExitCode, reason)
 	}
 	if st := d.status(t, bystander); st.State != runtimeapi.ContainerState_CONTAINER_RUNNING {
 		t.Errorf("the other container of the pod is %v after the eviction", st.State)
+	}
+
+	// CRI stopping and removing the evicted container must not deliver a
+	// second StopContainer; RemoveContainer comes after the one there is.
+	waitEvents(t, obs, 30*time.Second, func(evs []pluginEvent) bool { return contractByID(evs, "StopContainer", doomed) != nil })
+	if _, err := d.rs.StopContainer(ctxT(t), &runtimeapi.StopContainerRequest{ContainerId: doomed, Timeout: 5}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.rs.RemoveContainer(ctxT(t), &runtimeapi.RemoveContainerRequest{ContainerId: doomed}); err != nil {
+		t.Fatal(err)
+	}
+	evs := waitEvents(t, obs, 30*time.Second, func(evs []pluginEvent) bool { return contractByID(evs, "RemoveContainer", doomed) != nil })
+	if k := contractCount(evs, "StopContainer", doomed); k != 1 {
+		t.Fatalf("10-obs got %d StopContainer for the evicted container, want exactly 1", k)
+	}
+	e := contractByID(evs, "StopContainer", doomed)
+	if c := e.container(t); c.GetState() != api.ContainerState_CONTAINER_STOPPED || c.GetStatusReason() != "Evicted" ||
+		c.GetStatusMessage() != reason || c.GetExitCode() != st.ExitCode || c.GetFinishedAt() != st.FinishedAt {
+		t.Errorf("StopContainer of the evicted container: %v reason %q message %q exit %d finished %d, want STOPPED %q %q %d %d",
+			c.GetState(), c.GetStatusReason(), c.GetStatusMessage(), c.GetExitCode(), c.GetFinishedAt(), "Evicted", reason, st.ExitCode, st.FinishedAt)
+	}
+	if r := contractByID(evs, "RemoveContainer", doomed); r.Seq < e.Seq {
+		t.Errorf("RemoveContainer #%d of the evicted container came before its StopContainer #%d", r.Seq, e.Seq)
+	}
+	if k := contractCount(evs, "StopContainer", bystander); k != 0 {
+		t.Errorf("10-obs got %d StopContainer for the running bystander, want none", k)
 	}
 }
 

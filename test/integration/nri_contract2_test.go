@@ -3,13 +3,9 @@
 package integration
 
 import (
-	"context"
 	"encoding/json"
-	"fmt"
-	"os"
 	"strings"
-	"sync"
-	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -31,225 +27,6 @@ func contractSessions(evs []pluginEvent) [][]pluginEvent {
 		}
 	}
 	return out
-}
-
-// TestNRIContractStopPodHook checks that while a pod's StopPodSandbox hook
-// runs its containers are already stopped (and their StopContainer
-// delivered before it), and the pod can still be queried.
-func TestNRIContractStopPodHook(t *testing.T) {
-	const hookSleep = 5 * time.Second
-	n := newNRISetup(t)
-	n.install(t, "10", "slowstop", pluginConfig{Rules: []pluginRule{{Event: "StopPodSandbox", Pod: "stopping", Sleep: hookSleep.String()}}})
-	d := nriDaemon(t, n, contractSlowPlugin("10-slowstop"))
-	waitConfigured(t, d, n, "10-slowstop")
-	log := n.eventLog("10", "slowstop")
-	ref, _ := busybox(t)
-	d.pull(t, ref)
-	podCfg := podConfig("stopping")
-	pod := d.runPod(t, podCfg)
-	a := d.runContainer(t, pod, podCfg, containerConfig("a", ref, "sleep", "1000"))
-	b := d.runContainer(t, pod, podCfg, containerConfig("b", ref, "sh", "-c", "trap 'exit 7' TERM; while true; do sleep 1; done"))
-
-	done := make(chan error, 1)
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		_, err := d.rs.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: pod})
-		done <- err
-	}()
-	evs := waitEvents(t, log, 60*time.Second, func(evs []pluginEvent) bool {
-		return contractFindPod(evs, "StopPodSandbox", "stopping") != nil
-	})
-	hook := contractFindPod(evs, "StopPodSandbox", "stopping")
-	for _, id := range []string{a, b} {
-		if st := d.status(t, id); st.State != runtimeapi.ContainerState_CONTAINER_EXITED {
-			t.Errorf("container %s while the pod's StopPodSandbox hook runs: %v, want EXITED", st.GetMetadata().GetName(), st.State)
-		}
-	}
-	ps, err := d.rs.PodSandboxStatus(ctxT(t), &runtimeapi.PodSandboxStatusRequest{PodSandboxId: pod})
-	if err != nil {
-		t.Errorf("PodSandboxStatus while the StopPodSandbox hook runs: %v", err)
-	} else {
-		t.Logf("pod state while its StopPodSandbox hook runs: %v", ps.Status.State)
-	}
-	var stopErr error
-	select {
-	case stopErr = <-done:
-		if time.Now().Before(hook.Time.Add(hookSleep)) {
-			t.Errorf("StopPodSandbox returned before its %v hook could have ended", hookSleep)
-		}
-	default:
-		stopErr = <-done
-	}
-	if stopErr != nil {
-		t.Fatalf("StopPodSandbox: %v", stopErr)
-	}
-	evs = readEvents(t, log)
-	for _, c := range []struct{ name, id string }{{"a", a}, {"b", b}} {
-		e := contractByID(evs, "StopContainer", c.id)
-		if e == nil || e.Seq > hook.Seq {
-			t.Errorf("StopContainer of %s: %v, want it before StopPodSandbox #%d", c.name, e, hook.Seq)
-		}
-	}
-	ps, err = d.rs.PodSandboxStatus(ctxT(t), &runtimeapi.PodSandboxStatusRequest{PodSandboxId: pod})
-	if err != nil || ps.Status.State != runtimeapi.PodSandboxState_SANDBOX_NOTREADY {
-		t.Errorf("pod after StopPodSandbox: %v %v, want NOTREADY", ps, err)
-	}
-}
-
-// TestNRIContractSyncUnderLoad connects an external plugin while four
-// clients create and start pods and containers: the plugin must learn of
-// every pod and container exactly once, either in its Synchronize or as a
-// later RunPodSandbox / CreateContainer.
-func TestNRIContractSyncUnderLoad(t *testing.T) {
-	const workers, maxRounds = 4, 6
-	n := newNRISetup(t)
-	var (
-		created atomic.Int32
-		stop    atomic.Bool
-		wg      sync.WaitGroup
-		mu      sync.Mutex
-		logDirs []string
-	)
-	t.Cleanup(func() { // after the daemon's cleanup
-		for _, dir := range logDirs {
-			_ = os.RemoveAll(dir)
-		}
-	})
-	d := nriDaemon(t, n, "")
-	ref, _ := busybox(t)
-	d.pull(t, ref)
-
-	for g := range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-			defer cancel()
-			for i := 0; i < maxRounds && !stop.Load(); i++ {
-				podCfg := podConfig(fmt.Sprintf("load-%d-%d", g, i))
-				mu.Lock()
-				logDirs = append(logDirs, podCfg.LogDirectory)
-				mu.Unlock()
-				r, err := d.rs.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: podCfg})
-				if err != nil {
-					t.Errorf("RunPodSandbox %s: %v", podCfg.Metadata.Name, err)
-					return
-				}
-				for _, name := range []string{"a", "b"} {
-					c, err := d.rs.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{
-						PodSandboxId: r.PodSandboxId, Config: containerConfig(name, ref, "sleep", "1000"), SandboxConfig: podCfg,
-					})
-					if err != nil {
-						t.Errorf("CreateContainer %s/%s: %v", podCfg.Metadata.Name, name, err)
-						return
-					}
-					if _, err := d.rs.StartContainer(ctx, &runtimeapi.StartContainerRequest{ContainerId: c.ContainerId}); err != nil {
-						t.Errorf("StartContainer %s/%s: %v", podCfg.Metadata.Name, name, err)
-						return
-					}
-					created.Add(1)
-				}
-			}
-		}()
-	}
-	allDone := make(chan struct{})
-	go func() { wg.Wait(); close(allDone) }()
-	waitCreated := func(atLeast int32) {
-		deadline := time.Now().Add(3 * time.Minute)
-		for created.Load() < atLeast && time.Now().Before(deadline) {
-			select {
-			case <-allDone:
-				return
-			case <-time.After(20 * time.Millisecond):
-			}
-		}
-	}
-
-	waitCreated(4)
-	ext := n.startExternal(t, "50", "late", pluginConfig{})
-	waitCreated(created.Load() + 8)
-	stop.Store(true)
-	<-allDone
-	if t.Failed() {
-		t.FailNow()
-	}
-
-	ctrs, err := d.rs.ListContainers(ctxT(t), &runtimeapi.ListContainersRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pods, err := d.rs.ListPodSandbox(ctxT(t), &runtimeapi.ListPodSandboxRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	log := n.eventLog("50", "late")
-	podSeen := func(evs []pluginEvent, id string) (nSync, nRun int) {
-		for _, e := range evs {
-			if e.PodID == id && e.Event == "Synchronize" && e.ContainerID == "" {
-				nSync++
-			}
-			if e.PodID == id && e.Event == "RunPodSandbox" {
-				nRun++
-			}
-		}
-		return nSync, nRun
-	}
-	unseen := func(evs []pluginEvent) []string {
-		var out []string
-		for _, c := range ctrs.Containers {
-			if contractCount(evs, "Synchronize", c.Id)+contractCount(evs, "CreateContainer", c.Id) == 0 {
-				out = append(out, "container "+c.Id)
-			}
-		}
-		for _, p := range pods.Items {
-			if s, r := podSeen(evs, p.Id); s+r == 0 {
-				out = append(out, "pod "+p.Id)
-			}
-		}
-		return out
-	}
-	var evs []pluginEvent
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		evs = readEvents(t, log)
-		if len(unseen(evs)) == 0 || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	if missing := unseen(evs); len(missing) > 0 {
-		t.Errorf("the late plugin never heard of %d of %d containers+pods: %v", len(missing), len(ctrs.Containers)+len(pods.Items), missing)
-	}
-
-	known := map[string]bool{}
-	var bySync, byEvent int
-	for _, c := range ctrs.Containers {
-		known[c.Id] = true
-		s, cr := contractCount(evs, "Synchronize", c.Id), contractCount(evs, "CreateContainer", c.Id)
-		switch {
-		case s+cr > 1:
-			t.Errorf("container %s (%s) seen %d times in Synchronize and %d times as CreateContainer, want once", c.Id, c.GetMetadata().GetName(), s, cr)
-		case s == 1:
-			bySync++
-		case cr == 1:
-			byEvent++
-		}
-	}
-	for _, p := range pods.Items {
-		if s, r := podSeen(evs, p.Id); s+r > 1 {
-			t.Errorf("pod %s (%s) seen %d times in Synchronize and %d times as RunPodSandbox, want once", p.Id, p.GetMetadata().GetName(), s, r)
-		}
-	}
-	for _, e := range evs {
-		if (e.Event == "Synchronize" || e.Event == "CreateContainer") && e.ContainerID != "" && !known[e.ContainerID] {
-			t.Errorf("the late plugin was told of container %s, which is not listed: %s", e.ContainerID, e)
-		}
-	}
-	t.Logf("%d pods, %d containers: %d learnt in Synchronize, %d from CreateContainer", len(pods.Items), len(ctrs.Containers), bySync, byEvent)
-	if ext.Exited() {
-		t.Errorf("the late plugin exited (was it dropped?)")
-	}
 }
 
 // TestNRIContractConflicts checks that two plugins adjusting the same env
@@ -324,7 +101,12 @@ func TestNRIContractConflicts(t *testing.T) {
 // pre-installed and an external plugin, and restarts it: the pre-installed
 // plugin is launched again and resynchronized with the surviving pod and
 // running container, a new external plugin connects and is synchronized
-// too, and the container ran throughout and still gets its events.
+// too, and the container ran throughout and still gets its events. A
+// second container exits while crind is down: the pre-installed plugin
+// gets exactly one StopContainer for it, with its exit code, once it is
+// resynchronized (crind's AttachNRI, before CRI serves), the external
+// plugin that connects afterwards sees it stopped in its Synchronize, and
+// a second restart delivers no StopContainer again.
 func TestNRIContractRestart(t *testing.T) {
 	n := newNRISetup(t)
 	n.install(t, "10", "pre", pluginConfig{})
@@ -337,15 +119,29 @@ func TestNRIContractRestart(t *testing.T) {
 	podCfg := podConfig("survive")
 	pod := d.runPod(t, podCfg)
 	id := d.runContainer(t, pod, podCfg, containerConfig("long", ref, "sleep", "1000"))
-	evs := waitEvents(t, pre, 30*time.Second, hasEvent("PostStartContainer", "long"))
+	dies := d.runContainer(t, pod, podCfg, containerConfig("dies", ref, "sh", "-c", "trap 'exit 5' TERM; while true; do sleep 1; done"))
+	evs := waitEvents(t, pre, 30*time.Second, func(evs []pluginEvent) bool {
+		return contractByID(evs, "PostStartContainer", id) != nil && contractByID(evs, "PostStartContainer", dies) != nil
+	})
 	pid := findEvent(evs, "PostStartContainer", "long").Pid
 	before := d.status(t, id)
 	if got := d.containerPid(t, id); got != pid {
 		t.Fatalf("PostStartContainer pid %d, runtime pid %d", pid, got)
 	}
+	diesPid := d.containerPid(t, dies)
 
 	d.kill()
+	// dies exits with 5 while crind is down; its shim records the exit.
+	if err := syscall.Kill(diesPid, syscall.SIGTERM); err != nil {
+		t.Fatalf("SIGTERM container dies (pid %d): %v", diesPid, err)
+	}
 	deadline := time.Now().Add(15 * time.Second)
+	for syscall.Kill(diesPid, 0) == nil && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if syscall.Kill(diesPid, 0) == nil {
+		t.Fatalf("container dies (pid %d) still there 15s after SIGTERM", diesPid)
+	}
 	for !ext.Exited() && time.Now().Before(deadline) {
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -381,11 +177,43 @@ func TestNRIContractRestart(t *testing.T) {
 			t.Errorf("%s: no Synchronize line for pod %s after restart", name, pod)
 		}
 	}
+	// stopped checks the session's view of a container that stopped: a
+	// Synchronize line and stops StopContainer events, the last one STOPPED
+	// with exit code exit.
+	stopped := func(name string, session []pluginEvent, ctrID, ctrName string, stops, exit int) {
+		t.Helper()
+		if k := contractCount(session, "StopContainer", ctrID); k != stops {
+			t.Errorf("%s: %d StopContainer for %s in this session, want %d", name, k, ctrName, stops)
+		}
+		s := contractByID(session, "Synchronize", ctrID)
+		if s == nil {
+			t.Errorf("%s: no Synchronize line for %s", name, ctrName)
+			return
+		}
+		if stops == 0 && (s.State != "CONTAINER_STOPPED" || s.ExitCode != exit) {
+			t.Errorf("%s: Synchronize shows %s: %s exit %d, want STOPPED %d", name, ctrName, s.State, s.ExitCode, exit)
+		}
+		if e := contractByID(session, "StopContainer", ctrID); e != nil {
+			if e.State != "CONTAINER_STOPPED" || e.ExitCode != exit || e.Seq < s.Seq {
+				t.Errorf("%s: StopContainer for %s: #%d %s exit %d, want STOPPED %d after Synchronize #%d", name, ctrName, e.Seq, e.State, e.ExitCode, exit, s.Seq)
+			}
+		}
+	}
 	evs = waitEvents(t, pre, 60*time.Second, resynced(2))
 	if ss := contractSessions(evs); len(ss) != 2 {
 		t.Errorf("10-pre configured %d times, want 2 (launch and relaunch after the restart)", len(ss))
 	}
 	checkSync("10-pre", evs)
+	// CRI serves once AttachNRI delivered the exits recorded while crind
+	// was down, so the StopContainer is in the log by now.
+	if st := d.status(t, dies); st.State != runtimeapi.ContainerState_CONTAINER_EXITED || st.ExitCode != 5 {
+		t.Errorf("container dies after the restart: %v exit %d, want EXITED 5", st.State, st.ExitCode)
+	}
+	if k := contractCount(contractSessions(readEvents(t, pre))[0], "StopContainer", dies); k != 0 {
+		t.Errorf("10-pre got %d StopContainer for dies before the restart, want none", k)
+	}
+	ss := contractSessions(readEvents(t, pre))
+	stopped("10-pre after the restart", ss[len(ss)-1], dies, "dies", 1, 5)
 
 	n.startExternal(t, "20", "ext", pluginConfig{})
 	evs = waitEvents(t, extLog, 30*time.Second, resynced(2))
@@ -393,6 +221,8 @@ func TestNRIContractRestart(t *testing.T) {
 	t.Logf("after the restart: 10-pre in run %d, 20-ext in run %d, both resynchronized with %s",
 		len(contractSessions(readEvents(t, pre))), len(contractSessions(evs)), id)
 	waitPluginsReady(t, d, "10-pre", "20-ext")
+	ss = contractSessions(readEvents(t, extLog))
+	stopped("20-ext, connected after the restart", ss[len(ss)-1], dies, "dies", 0, 5)
 
 	st := d.status(t, id)
 	if st.State != runtimeapi.ContainerState_CONTAINER_RUNNING || st.StartedAt != before.StartedAt || d.containerPid(t, id) != pid {
@@ -414,6 +244,31 @@ func TestNRIContractRestart(t *testing.T) {
 		}
 		if e := contractByID(ss[len(ss)-1], "StopContainer", id); e.ExitCode != 143 {
 			t.Errorf("%s: StopContainer exit code %d, want 143", l, e.ExitCode)
+		}
+		if k := contractCount(ss[len(ss)-1], "StopContainer", dies); k > 1 {
+			t.Errorf("%s: %d StopContainer for dies after restart, want at most 1", l, k)
+		}
+	}
+
+	// A second restart delivers no StopContainer again: both exits were
+	// delivered and recorded as such.
+	d.kill()
+	d.start()
+	waitEvents(t, pre, 60*time.Second, func(evs []pluginEvent) bool {
+		ss := contractSessions(evs)
+		return len(ss) >= 3 && contractByID(ss[len(ss)-1], "Synchronize", id) != nil
+	})
+	waitPluginsReady(t, d, "10-pre")
+	ss = contractSessions(readEvents(t, pre))
+	if len(ss) != 3 {
+		t.Errorf("10-pre configured %d times, want 3", len(ss))
+	}
+	last := ss[len(ss)-1]
+	stopped("10-pre after the second restart", last, dies, "dies", 0, 5)
+	stopped("10-pre after the second restart", last, id, "long", 0, 143)
+	for _, e := range last {
+		if contractLifecycleEvents[e.Event] {
+			t.Errorf("10-pre after the second restart got %s, want no lifecycle event", e)
 		}
 	}
 }

@@ -3,11 +3,12 @@
 package integration
 
 // The NRI contract of crind, as DESIGN.md's "Lifecycle and NRI hook points"
-// table states it, checked through the test plugin's event logs: the order
-// of the hooks and what they carry, failing hooks, visibility while a hook
-// runs, StopContainer exactly once (this file); teardown order, plugins
-// connecting under load, conflicting adjustments and restarts
-// (nri_contract2_test.go).
+// table and docs/state-machines.md state it, checked through the test
+// plugin's event logs: the order of the hooks and what they carry, failing
+// hooks, visibility while a hook runs (this file); StopContainer exactly
+// once and the StopPodSandbox hook (nri_contract_stop_test.go); plugins
+// connecting while events are in progress (nri_contract_sync_test.go);
+// conflicting adjustments and restarts (nri_contract2_test.go).
 
 import (
 	"context"
@@ -155,10 +156,13 @@ func contractHasKV(m, want map[string]string) bool {
 	return true
 }
 
-// TestNRIContractHookOrder drives one pod and one container through every
+// TestNRIContractHookOrder drives one pod and two containers through every
 // CRI call that has a hook and checks that a plugin subscribed to
 // everything sees exactly the hooks of DESIGN.md, in order, each carrying
-// the pod's and the container's metadata and state at that point.
+// the pod's and the container's metadata and state at that point: a
+// container stopped by CRI, the pod's resources updated in between, and a
+// container that exits by itself at once (its StopContainer after its
+// PostStartContainer and before its RemoveContainer, with its exit code).
 func TestNRIContractHookOrder(t *testing.T) {
 	n := newNRISetup(t)
 	n.install(t, "10", "obs", pluginConfig{})
@@ -193,12 +197,27 @@ func TestNRIContractHookOrder(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
+	podOverhead := &runtimeapi.LinuxContainerResources{MemoryLimitInBytes: 32 << 20, CpuShares: 64}
+	podResources := &runtimeapi.LinuxContainerResources{MemoryLimitInBytes: 512 << 20, CpuShares: 768, CpuQuota: 150000, CpuPeriod: 100000}
+	if _, err := d.rs.UpdatePodSandboxResources(ctxT(t), &runtimeapi.UpdatePodSandboxResourcesRequest{
+		PodSandboxId: pod, Overhead: podOverhead, Resources: podResources,
+	}); err != nil {
+		t.Fatal(err)
+	}
 	running := d.status(t, id)
 	if _, err := d.rs.StopContainer(ctxT(t), &runtimeapi.StopContainerRequest{ContainerId: id, Timeout: 10}); err != nil {
 		t.Fatal(err)
 	}
 	exited := d.status(t, id)
 	if _, err := d.rs.RemoveContainer(ctxT(t), &runtimeapi.RemoveContainerRequest{ContainerId: id}); err != nil {
+		t.Fatal(err)
+	}
+
+	// The quitter exits at once; it is removed as soon as CRI shows it
+	// exited, without waiting for its StopContainer.
+	quitter := d.runContainer(t, pod, podCfg, containerConfig("quitter", ref, "sh", "-c", "exit 3"))
+	quitStatus := d.waitExited(t, quitter)
+	if _, err := d.rs.RemoveContainer(ctxT(t), &runtimeapi.RemoveContainerRequest{ContainerId: quitter}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := d.rs.StopPodSandbox(ctxT(t), &runtimeapi.StopPodSandboxRequest{PodSandboxId: pod}); err != nil {
@@ -214,14 +233,24 @@ func TestNRIContractHookOrder(t *testing.T) {
 	got := contractPodEvents(evs, pod)
 	var names []string
 	for _, e := range got {
-		names = append(names, e.Event)
+		s := e.Event
+		if e.Container != "" {
+			s += "/" + e.Container
+		}
+		names = append(names, s)
 	}
-	want := []string{"RunPodSandbox", "CreateContainer", "PostCreateContainer", "StartContainer", "PostStartContainer",
-		"UpdateContainer", "PostUpdateContainer", "StopContainer", "RemoveContainer", "StopPodSandbox", "RemovePodSandbox"}
+	want := []string{"RunPodSandbox",
+		"CreateContainer/worker", "PostCreateContainer/worker", "StartContainer/worker", "PostStartContainer/worker",
+		"UpdateContainer/worker", "PostUpdateContainer/worker", "UpdatePodSandbox", "PostUpdatePodSandbox",
+		"StopContainer/worker", "RemoveContainer/worker",
+		"CreateContainer/quitter", "PostCreateContainer/quitter", "StartContainer/quitter", "PostStartContainer/quitter",
+		"StopContainer/quitter", "RemoveContainer/quitter",
+		"StopPodSandbox", "RemovePodSandbox"}
 	if !slices.Equal(names, want) {
 		t.Fatalf("hooks for pod %s:\n got  %v\n want %v", pod, names, want)
 	}
 
+	updated := false // the pod's resources were updated (PostUpdatePodSandbox seen)
 	for _, e := range got {
 		p := e.pod(t)
 		if p.GetId() != pod || p.GetName() != "order" || p.GetUid() != podCfg.Metadata.Uid || p.GetNamespace() != "default" ||
@@ -237,73 +266,152 @@ func TestNRIContractHookOrder(t *testing.T) {
 				t.Errorf("%s: pod pid %d ips %v, want a pid and ips %v", e, p.GetPid(), p.GetIps(), podIPs)
 			}
 		}
-		if e.ContainerID == "" {
+		switch e.Event {
+		case "UpdatePodSandbox":
+			var res api.LinuxResources
+			if err := protojson.Unmarshal(e.Resources, &res); err != nil || !contractSameResources(&res, podResources) {
+				t.Errorf("%s: resources %s (%v), want the requested %v", e, e.Resources, err, podResources)
+			}
+		case "PostUpdatePodSandbox":
+			updated = true
+		}
+		// From PostUpdatePodSandbox on, the pod carries its new resources.
+		if updated {
+			l := p.GetLinux()
+			if !contractSameResources(l.GetPodResources(), podResources) || !contractSameResources(l.GetPodOverhead(), podOverhead) {
+				t.Errorf("%s: pod resources %v overhead %v, want the updated %v and %v", e, l.GetPodResources(), l.GetPodOverhead(), podResources, podOverhead)
+			}
+		}
+		switch e.ContainerID {
+		case "":
 			if strings.Contains(e.Event, "Container") {
 				t.Errorf("%s: no container", e)
 			}
-			continue
-		}
-		c := e.container(t)
-		if c.GetId() != id || c.GetPodSandboxId() != pod || c.GetName() != "worker" {
-			t.Errorf("%s: container id %q pod %q name %q, want %s %s worker", e, c.GetId(), c.GetPodSandboxId(), c.GetName(), id, pod)
-		}
-		if !contractHasKV(c.GetLabels(), cfg.Labels) || !contractHasKV(c.GetAnnotations(), cfg.Annotations) {
-			t.Errorf("%s: labels %v annotations %v, want %v and %v among them", e, c.GetLabels(), c.GetAnnotations(), cfg.Labels, cfg.Annotations)
-		}
-		if !slices.Equal(c.GetArgs(), []string{"sh", "-c", "exec sleep 1000"}) || !slices.Contains(c.GetEnv(), "CONTRACT_ENV=contract-value") {
-			t.Errorf("%s: args %q env %q", e, c.GetArgs(), c.GetEnv())
-		}
-		if !slices.ContainsFunc(c.GetMounts(), func(m *api.Mount) bool {
-			return m.GetDestination() == "/contract" && m.GetSource() == hostDir
-		}) {
-			t.Errorf("%s: no mount of %s at /contract in %v", e, hostDir, c.GetMounts())
-		}
-		if c.GetImage().GetName() != running.GetImage().GetImage() || c.GetCreatedAt() != running.CreatedAt {
-			t.Errorf("%s: image %q created %d, want %q %d", e, c.GetImage().GetName(), c.GetCreatedAt(), running.GetImage().GetImage(), running.CreatedAt)
-		}
-		switch e.Event {
-		case "CreateContainer", "PostCreateContainer":
-			if c.GetState() != api.ContainerState_CONTAINER_CREATED || c.GetPid() != 0 || c.GetStartedAt() != 0 {
-				t.Errorf("%s: state %v pid %d started %d, want CREATED, no pid, not started", e, c.GetState(), c.GetPid(), c.GetStartedAt())
+		case id:
+			contractCheckWorker(t, e, id, pod, hostDir, cfg, running, exited)
+		case quitter:
+			c := e.container(t)
+			if c.GetPodSandboxId() != pod || c.GetName() != "quitter" {
+				t.Errorf("%s: container pod %q name %q, want %s quitter", e, c.GetPodSandboxId(), c.GetName(), pod)
 			}
-		case "PostStartContainer", "UpdateContainer", "PostUpdateContainer":
-			if c.GetState() != api.ContainerState_CONTAINER_RUNNING || c.GetPid() == 0 || c.GetStartedAt() != running.StartedAt || c.GetFinishedAt() != 0 {
-				t.Errorf("%s: state %v pid %d started %d finished %d, want RUNNING with a pid, started %d", e,
-					c.GetState(), c.GetPid(), c.GetStartedAt(), c.GetFinishedAt(), running.StartedAt)
+			if e.Event == "StopContainer" || e.Event == "RemoveContainer" {
+				if c.GetState() != api.ContainerState_CONTAINER_STOPPED || c.GetExitCode() != 3 || c.GetStatusReason() != quitStatus.Reason ||
+					c.GetFinishedAt() != quitStatus.FinishedAt {
+					t.Errorf("%s: state %v exit %d reason %q finished %d, want STOPPED 3 %q %d", e,
+						c.GetState(), c.GetExitCode(), c.GetStatusReason(), c.GetFinishedAt(), quitStatus.Reason, quitStatus.FinishedAt)
+				}
 			}
-		case "StopContainer", "RemoveContainer":
-			if c.GetState() != api.ContainerState_CONTAINER_STOPPED || c.GetExitCode() != exited.ExitCode ||
-				c.GetStatusReason() != exited.Reason || c.GetFinishedAt() != exited.FinishedAt || c.GetStartedAt() != running.StartedAt {
-				t.Errorf("%s: state %v exit %d reason %q started %d finished %d; want STOPPED %d %q %d %d", e,
-					c.GetState(), c.GetExitCode(), c.GetStatusReason(), c.GetStartedAt(), c.GetFinishedAt(),
-					exited.ExitCode, exited.Reason, running.StartedAt, exited.FinishedAt)
-			}
-		}
-		if e.Event == "UpdateContainer" {
-			var res api.LinuxResources
-			if err := protojson.Unmarshal(e.Resources, &res); err != nil || res.GetMemory().GetLimit().GetValue() != 64<<20 {
-				t.Errorf("%s: resources %s (%v), want the requested 64Mi memory limit", e, e.Resources, err)
-			}
+		default:
+			t.Errorf("%s: unknown container %s", e, e.ContainerID)
 		}
 	}
 	if exited.ExitCode != 143 || exited.Reason == "" {
 		t.Errorf("stopped container: exit %d reason %q, want 143 and a reason", exited.ExitCode, exited.Reason)
+	}
+	if quitStatus.ExitCode != 3 || quitStatus.Reason != "Error" {
+		t.Errorf("self-exited container: exit %d reason %q, want 3 Error", quitStatus.ExitCode, quitStatus.Reason)
+	}
+}
+
+// contractSameResources tells whether NRI resources hold the memory limit
+// and CPU shares, quota and period of CRI resources (unset fields on both
+// sides compare equal).
+func contractSameResources(got *api.LinuxResources, want *runtimeapi.LinuxContainerResources) bool {
+	return got.GetMemory().GetLimit().GetValue() == want.GetMemoryLimitInBytes() &&
+		int64(got.GetCpu().GetShares().GetValue()) == want.GetCpuShares() &&
+		got.GetCpu().GetQuota().GetValue() == want.GetCpuQuota() &&
+		int64(got.GetCpu().GetPeriod().GetValue()) == want.GetCpuPeriod()
+}
+
+// contractCheckWorker checks what an event of TestNRIContractHookOrder's
+// worker container carries.
+func contractCheckWorker(t *testing.T, e pluginEvent, id, pod, hostDir string, cfg *runtimeapi.ContainerConfig, running, exited *runtimeapi.ContainerStatus) {
+	t.Helper()
+	c := e.container(t)
+	if c.GetId() != id || c.GetPodSandboxId() != pod || c.GetName() != "worker" {
+		t.Errorf("%s: container id %q pod %q name %q, want %s %s worker", e, c.GetId(), c.GetPodSandboxId(), c.GetName(), id, pod)
+	}
+	if !contractHasKV(c.GetLabels(), cfg.Labels) || !contractHasKV(c.GetAnnotations(), cfg.Annotations) {
+		t.Errorf("%s: labels %v annotations %v, want %v and %v among them", e, c.GetLabels(), c.GetAnnotations(), cfg.Labels, cfg.Annotations)
+	}
+	if !slices.Equal(c.GetArgs(), []string{"sh", "-c", "exec sleep 1000"}) || !slices.Contains(c.GetEnv(), "CONTRACT_ENV=contract-value") {
+		t.Errorf("%s: args %q env %q", e, c.GetArgs(), c.GetEnv())
+	}
+	if !slices.ContainsFunc(c.GetMounts(), func(m *api.Mount) bool {
+		return m.GetDestination() == "/contract" && m.GetSource() == hostDir
+	}) {
+		t.Errorf("%s: no mount of %s at /contract in %v", e, hostDir, c.GetMounts())
+	}
+	if c.GetImage().GetName() != running.GetImage().GetImage() || c.GetCreatedAt() != running.CreatedAt {
+		t.Errorf("%s: image %q created %d, want %q %d", e, c.GetImage().GetName(), c.GetCreatedAt(), running.GetImage().GetImage(), running.CreatedAt)
+	}
+	switch e.Event {
+	case "CreateContainer", "PostCreateContainer":
+		if c.GetState() != api.ContainerState_CONTAINER_CREATED || c.GetPid() != 0 || c.GetStartedAt() != 0 {
+			t.Errorf("%s: state %v pid %d started %d, want CREATED, no pid, not started", e, c.GetState(), c.GetPid(), c.GetStartedAt())
+		}
+	case "PostStartContainer", "UpdateContainer", "PostUpdateContainer":
+		if c.GetState() != api.ContainerState_CONTAINER_RUNNING || c.GetPid() == 0 || c.GetStartedAt() != running.StartedAt || c.GetFinishedAt() != 0 {
+			t.Errorf("%s: state %v pid %d started %d finished %d, want RUNNING with a pid, started %d", e,
+				c.GetState(), c.GetPid(), c.GetStartedAt(), c.GetFinishedAt(), running.StartedAt)
+		}
+	case "StopContainer", "RemoveContainer":
+		if c.GetState() != api.ContainerState_CONTAINER_STOPPED || c.GetExitCode() != exited.ExitCode ||
+			c.GetStatusReason() != exited.Reason || c.GetFinishedAt() != exited.FinishedAt || c.GetStartedAt() != running.StartedAt {
+			t.Errorf("%s: state %v exit %d reason %q started %d finished %d; want STOPPED %d %q %d %d", e,
+				c.GetState(), c.GetExitCode(), c.GetStatusReason(), c.GetStartedAt(), c.GetFinishedAt(),
+				exited.ExitCode, exited.Reason, running.StartedAt, exited.FinishedAt)
+		}
+	}
+	if e.Event == "UpdateContainer" {
+		var res api.LinuxResources
+		if err := protojson.Unmarshal(e.Resources, &res); err != nil || res.GetMemory().GetLimit().GetValue() != 64<<20 {
+			t.Errorf("%s: resources %s (%v), want the requested 64Mi memory limit", e, e.Resources, err)
+		}
 	}
 }
 
 // TestNRIContractFailingHooks makes a RunPodSandbox and a CreateContainer
 // hook fail: each call fails with the plugin's message and name, leaves
 // nothing behind (no pod or container listed, no netns, IP, mount, shim,
-// rootfs or cgroup), and a retry with the same name succeeds.
+// rootfs or cgroup), and a retry with the same name succeeds. As
+// docs/state-machines.md says, the rollback tells every plugin to forget
+// the refused object: RemovePodSandbox / RemoveContainer (and nothing else)
+// to the failing plugin, which saw the create, and to a later plugin, which
+// never did.
 func TestNRIContractFailingHooks(t *testing.T) {
 	n := newNRISetup(t)
 	n.install(t, "10", "fail", pluginConfig{Rules: []pluginRule{
 		{Event: "RunPodSandbox", Pod: "bad", Once: true, Fail: "contract refuses pod bad"},
 		{Event: "CreateContainer", Container: "badctr", Once: true, Fail: "contract refuses container badctr"},
 	}})
+	n.install(t, "20", "obs", pluginConfig{})
 	d := nriDaemon(t, n, "")
-	waitConfigured(t, d, n, "10-fail")
-	log := n.eventLog("10", "fail")
+	waitConfigured(t, d, n, "10-fail", "20-obs")
+	log, obs := n.eventLog("10", "fail"), n.eventLog("20", "obs")
+	// forgot checks the lifecycle events each plugin got about the refused
+	// pod or container with the given id.
+	forgot := func(what, id string, want map[string][]string) {
+		t.Helper()
+		for plugin, names := range want {
+			path := n.eventLog(plugin[:2], plugin[3:])
+			last := names[len(names)-1]
+			evs := waitEvents(t, path, 10*time.Second, func(evs []pluginEvent) bool {
+				return slices.ContainsFunc(evs, func(e pluginEvent) bool {
+					return e.Event == last && (e.ContainerID == id || (e.ContainerID == "" && e.PodID == id))
+				})
+			})
+			var got []string
+			for _, e := range evs {
+				if contractLifecycleEvents[e.Event] && (e.ContainerID == id || (e.ContainerID == "" && e.PodID == id)) {
+					got = append(got, e.Event)
+				}
+			}
+			if !slices.Equal(got, names) {
+				t.Errorf("%s: %s got %v about %s, want %v", what, plugin, got, id, names)
+			}
+		}
+	}
 	ref, _ := busybox(t)
 	d.pull(t, ref)
 	ipamDir := filepath.Join(filepath.Dir(d.root), "ipam", "crintest")
@@ -324,6 +432,13 @@ func TestNRIContractFailingHooks(t *testing.T) {
 	}
 	d.assertEmpty(t, ipamDir)
 	contractNoNewLeaks(t, "refused RunPodSandbox", before, contractLeakState(d))
+	forgot("refused pod", hook.PodID, map[string][]string{
+		"10-fail": {"RunPodSandbox", "RemovePodSandbox"},
+		"20-obs":  {"RemovePodSandbox"},
+	})
+	if e := contractFindPod(readEvents(t, obs), "RemovePodSandbox", "bad"); e.PodID != hook.PodID || e.pod(t).GetUid() != podCfg.Metadata.Uid {
+		t.Errorf("20-obs RemovePodSandbox of the refused pod: id %s uid %s, want %s %s", e.PodID, e.pod(t).GetUid(), hook.PodID, podCfg.Metadata.Uid)
+	}
 
 	pod := d.runPod(t, podCfg)
 	ps, err := d.rs.PodSandboxStatus(ctxT(t), &runtimeapi.PodSandboxStatusRequest{PodSandboxId: pod})
@@ -348,6 +463,14 @@ func TestNRIContractFailingHooks(t *testing.T) {
 		t.Errorf("ContainerStatus of the refused container %s: %v, want NotFound", cHook.ContainerID, err)
 	}
 	contractNoNewLeaks(t, "refused CreateContainer", before, contractLeakState(d))
+	// A container that never came into being gets no StopContainer.
+	forgot("refused container", cHook.ContainerID, map[string][]string{
+		"10-fail": {"CreateContainer", "RemoveContainer"},
+		"20-obs":  {"RemoveContainer"},
+	})
+	if e := contractByID(readEvents(t, obs), "RemoveContainer", cHook.ContainerID); e.Container != "badctr" || e.PodID != pod {
+		t.Errorf("20-obs RemoveContainer of the refused container: %s in pod %s, want badctr in %s", e, e.PodID, pod)
+	}
 
 	id := d.runContainer(t, pod, podCfg, cfg)
 	if got := d.execOut(t, id, "echo", "alive"); got != "alive" {
@@ -446,93 +569,5 @@ func TestNRIContractPodHiddenDuringRunHook(t *testing.T) {
 		if c.GetMetadata().GetName() == "early" {
 			t.Errorf("container early, created while the pod's hook ran, is listed (%v)", c.State)
 		}
-	}
-}
-
-// TestNRIContractStopOnce checks that every container gets exactly one
-// StopContainer: one that exits by itself (also when CRI stops and removes
-// it later), one stopped by CRI twice, one that exited before its pod was
-// stopped and one stopped with its pod.
-func TestNRIContractStopOnce(t *testing.T) {
-	n := newNRISetup(t)
-	n.install(t, "10", "obs", pluginConfig{})
-	d := nriDaemon(t, n, "")
-	waitConfigured(t, d, n, "10-obs")
-	obs := n.eventLog("10", "obs")
-	ref, _ := busybox(t)
-	d.pull(t, ref)
-	podCfg := podConfig("stoponce")
-	pod := d.runPod(t, podCfg)
-	stop := func(id string) {
-		t.Helper()
-		if _, err := d.rs.StopContainer(ctxT(t), &runtimeapi.StopContainerRequest{ContainerId: id, Timeout: 5}); err != nil {
-			t.Fatalf("StopContainer %s: %v", id, err)
-		}
-	}
-	remove := func(id string) {
-		t.Helper()
-		if _, err := d.rs.RemoveContainer(ctxT(t), &runtimeapi.RemoveContainerRequest{ContainerId: id}); err != nil {
-			t.Fatalf("RemoveContainer %s: %v", id, err)
-		}
-	}
-	final := map[string]*runtimeapi.ContainerStatus{}
-
-	self := d.runContainer(t, pod, podCfg, containerConfig("self", ref, "sh", "-c", "exit 3"))
-	final[self] = d.waitExited(t, self)
-	waitEvents(t, obs, 30*time.Second, hasEvent("StopContainer", "self"))
-	stop(self)
-	remove(self)
-
-	byCRI := d.runContainer(t, pod, podCfg, containerConfig("bycri", ref, "sleep", "1000"))
-	stop(byCRI)
-	stop(byCRI)
-	final[byCRI] = d.status(t, byCRI)
-	remove(byCRI)
-
-	left := d.runContainer(t, pod, podCfg, containerConfig("left", ref, "sh", "-c", "exit 4"))
-	final[left] = d.waitExited(t, left)
-	waitEvents(t, obs, 30*time.Second, hasEvent("StopContainer", "left"))
-	withPod := d.runContainer(t, pod, podCfg, containerConfig("withpod", ref, "sleep", "1000"))
-	if _, err := d.rs.StopPodSandbox(ctxT(t), &runtimeapi.StopPodSandboxRequest{PodSandboxId: pod}); err != nil {
-		t.Fatal(err)
-	}
-	final[withPod] = d.status(t, withPod)
-	if _, err := d.rs.StopPodSandbox(ctxT(t), &runtimeapi.StopPodSandboxRequest{PodSandboxId: pod}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := d.rs.RemovePodSandbox(ctxT(t), &runtimeapi.RemovePodSandboxRequest{PodSandboxId: pod}); err != nil {
-		t.Fatal(err)
-	}
-	evs := waitEvents(t, obs, 30*time.Second, func(evs []pluginEvent) bool {
-		return contractFindPod(evs, "RemovePodSandbox", "stoponce") != nil
-	})
-
-	for _, tc := range []struct {
-		name, id string
-		exit     int32
-	}{{"self", self, 3}, {"bycri", byCRI, 143}, {"left", left, 4}, {"withpod", withPod, final[withPod].ExitCode}} {
-		st := final[tc.id]
-		if st.State != runtimeapi.ContainerState_CONTAINER_EXITED || st.ExitCode != tc.exit {
-			t.Errorf("%s: status %v exit %d, want EXITED %d", tc.name, st.State, st.ExitCode, tc.exit)
-		}
-		if got := contractCount(evs, "StopContainer", tc.id); got != 1 {
-			t.Errorf("%s: %d StopContainer events, want exactly 1", tc.name, got)
-			continue
-		}
-		e := contractByID(evs, "StopContainer", tc.id)
-		c := e.container(t)
-		if c.GetState() != api.ContainerState_CONTAINER_STOPPED || c.GetExitCode() != st.ExitCode || c.GetStatusReason() != st.Reason {
-			t.Errorf("%s: StopContainer shows %v exit %d reason %q, want STOPPED %d %q", tc.name, c.GetState(), c.GetExitCode(), c.GetStatusReason(), st.ExitCode, st.Reason)
-		}
-		if r := contractByID(evs, "RemoveContainer", tc.id); r == nil || r.Seq < e.Seq {
-			t.Errorf("%s: RemoveContainer %v, want one after StopContainer #%d", tc.name, r, e.Seq)
-		}
-	}
-	if s := contractFindPod(evs, "StopPodSandbox", "stoponce"); s != nil {
-		if e := contractByID(evs, "StopContainer", withPod); e != nil && e.Seq > s.Seq {
-			t.Errorf("StopContainer of withpod (#%d) came after StopPodSandbox (#%d)", e.Seq, s.Seq)
-		}
-	} else {
-		t.Errorf("no StopPodSandbox event")
 	}
 }
