@@ -72,7 +72,10 @@ func (s *Service) createHook(ctx context.Context, h nriHooks, sb *sandbox, rec *
 		s.pendingCtrs[id] = adjusted
 		s.mu.Unlock()
 	}
-	if err := failedUpdatesError(s.applyUpdates(ctx, res.Update, id)); err != nil {
+	// The merge's owners cover its updates of other containers too (keyed
+	// by their ids), so errors name the plugin behind each field.
+	src := updateSource{request: "CreateContainer", owners: res.Owners}
+	if err := failedUpdatesError(s.applyUpdates(ctx, res.Update, id, src)); err != nil {
 		return nil, fmt.Errorf("create container %s: %w", id, err)
 	}
 	return nri.OwnersTable(res.Owners, id), nil

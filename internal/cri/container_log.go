@@ -17,17 +17,19 @@ func (s *Service) ReopenContainerLog(ctx context.Context, r *runtimeapi.ReopenCo
 	if err != nil {
 		return nil, err
 	}
+	// c.mu only for the state: it is never held across a shim call.
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.rec.State != store.ContainerRunning {
-		return nil, fmt.Errorf("container %s is %s, not running: %w", c.rec.ID, c.rec.State, errdefs.ErrFailedPrecondition)
+	rec, state := c.rec, c.rec.State
+	c.mu.Unlock()
+	if state != store.ContainerRunning {
+		return nil, fmt.Errorf("container %s is %s, not running: %w", rec.ID, state, errdefs.ErrFailedPrecondition)
 	}
-	rt, err := s.containerRuntime(c.rec)
+	rt, err := s.containerRuntime(rec)
 	if err != nil {
 		return nil, err
 	}
-	if err := rt.ReopenLog(ctx, c.rec.ID); err != nil {
-		return nil, fmt.Errorf("reopen log of %s: %w", c.rec.ID, err)
+	if err := rt.ReopenLog(ctx, rec.ID); err != nil {
+		return nil, fmt.Errorf("reopen log of %s: %w", rec.ID, err)
 	}
 	return &runtimeapi.ReopenContainerLogResponse{}, nil
 }

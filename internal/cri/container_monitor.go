@@ -39,7 +39,8 @@ func (s *Service) monitor(c *container) {
 				}
 			}
 			s.recordExit(c, st)
-			s.deliverStop(s.ctx, c)
+			// An error here is Close cutting a wait for another delivery.
+			_ = s.deliverStop(s.ctx, c)
 			return
 		}
 	})
@@ -63,11 +64,13 @@ func (s *Service) recordExit(c *container, st runtime.Status) {
 	if rec.FinishedAt < rec.StartedAt {
 		rec.FinishedAt = rec.StartedAt
 	}
+	evicted := rec.Evicting
+	rec.Evicting = false // done: a restart has nothing left to finish
 	switch {
 	case rec.Reason != "":
 		// set by whoever stopped it (start error, lost runtime state)
-	case c.evictReason != "":
-		rec.Reason, rec.Message = ReasonEvicted, c.evictReason
+	case evicted:
+		rec.Reason, rec.Message = ReasonEvicted, rec.EvictMessage
 	case st.OOMKilled:
 		rec.Reason = "OOMKilled"
 	case st.ExitCode == 0:

@@ -3,19 +3,26 @@ package cri
 import (
 	"context"
 	"fmt"
+	"syscall"
 	"time"
 
 	"github.com/containerd/errdefs"
 	"github.com/containerd/nri/pkg/api"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/crin-dev/crin/internal/runtime"
 	"github.com/crin-dev/crin/internal/store"
 )
+
+// startSettleTimeout bounds finding out what a failed runtime start left
+// (status, kill, wait), on a context that survives the caller's.
+const startSettleTimeout = 30 * time.Second
 
 // StartContainer starts a created container and begins watching for its
 // exit: NRI StartContainer, runtime start, NRI PostStartContainer. Only a
 // container in state created can start; a plugin's StartContainer error
-// fails the call and leaves the container created.
+// fails the call and leaves the container created. The runtime start runs
+// under c.op only: status, list and NRI Snapshot do not wait for it.
 func (s *Service) StartContainer(ctx context.Context, r *runtimeapi.StartContainerRequest) (*runtimeapi.StartContainerResponse, error) {
 	c, err := s.getContainer(r.GetContainerId())
 	if err != nil {
@@ -40,32 +47,32 @@ func (s *Service) StartContainer(ctx context.Context, r *runtimeapi.StartContain
 			return nil, fmt.Errorf("nri start container %s: %w", rec.ID, err)
 		}
 	}
-
-	c.mu.Lock()
 	// Checked again: a stop or an eviction may have come during the hook.
-	if err := checkStartableLocked(c); err != nil {
-		c.mu.Unlock()
+	if err := checkStartable(c); err != nil {
 		return nil, err
 	}
+
 	// Taken before the start: a process that exits at once must not look
 	// as if it finished before it started.
 	startedAt := time.Now()
 	pid, err := rt.Start(ctx, rec.ID)
 	if err != nil {
-		// The runtime may have left the container dead; record that so the
-		// user sees an exited container with the reason, as kubelet expects.
-		rec.State = store.ContainerExited
-		rec.ExitCode = 128
-		rec.Reason = "StartError"
-		rec.Message = err.Error()
-		rec.FinishedAt = time.Now().UnixNano()
-		close(c.done)
-		if perr := s.opts.Store.PutContainer(rec); perr != nil {
-			s.log.WarnContext(ctx, "persist start failure", "container_id", rec.ID, "error", perr)
+		var ok bool
+		if pid, startedAt, ok = s.settleFailedStart(ctx, rt, rec.ID, startedAt, err); !ok {
+			return nil, s.recordStartError(ctx, c, err)
 		}
+	}
+
+	c.mu.Lock()
+	if c.removed || rec.State != store.ContainerCreated {
+		// A stop (CRI, eviction, pod stop) killed it while it started and
+		// recorded the exit; make sure nothing of it runs.
+		state := rec.State
 		c.mu.Unlock()
-		s.deliverStop(ctx, c)
-		return nil, fmt.Errorf("start container %s: %w", rec.ID, err)
+		if err := rt.Signal(context.WithoutCancel(ctx), rec.ID, syscall.SIGKILL, runtime.SignalOptions{All: true}); err != nil && !errdefs.IsNotFound(err) {
+			s.log.WarnContext(ctx, "kill container stopped while starting", "container_id", rec.ID, "error", err)
+		}
+		return nil, fmt.Errorf("container %s was stopped while it started (now %s): %w", rec.ID, state, errdefs.ErrFailedPrecondition)
 	}
 	rec.State = store.ContainerRunning
 	rec.Pid = pid
@@ -89,6 +96,62 @@ func (s *Service) StartContainer(ctx context.Context, r *runtimeapi.StartContain
 		}
 	}
 	return &runtimeapi.StartContainerResponse{}, nil
+}
+
+// settleFailedStart finds out what a failed runtime start left behind. A
+// start can fail after the process started (the reply was lost, or ctx
+// expired while the shim answered): then the container runs, and it is
+// kept (ok, with its pid and start time) and the error only logged.
+// Otherwise whatever is left of it is killed and waited for, so that the
+// exit recorded next is final and nothing runs unwatched.
+func (s *Service) settleFailedStart(ctx context.Context, rt runtime.Runtime, id string, startedAt time.Time, startErr error) (pid int, at time.Time, ok bool) {
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), startSettleTimeout)
+	defer cancel()
+	log := s.log.With("container_id", id)
+	st, err := rt.Status(sctx, id)
+	if err == nil && st.State == runtime.StateRunning {
+		log.WarnContext(ctx, "runtime start reported an error but the container runs; keeping it", "start_error", startErr)
+		if !st.StartedAt.IsZero() {
+			startedAt = st.StartedAt
+		}
+		return st.Pid, startedAt, true
+	}
+	if errdefs.IsNotFound(err) || (err == nil && st.State == runtime.StateStopped) {
+		return 0, startedAt, false
+	}
+	if err := rt.Signal(sctx, id, syscall.SIGKILL, runtime.SignalOptions{All: true}); err != nil && !errdefs.IsNotFound(err) {
+		log.WarnContext(ctx, "kill container after a failed start", "error", err)
+		return 0, startedAt, false
+	}
+	if _, err := rt.Wait(sctx, id); err != nil && !errdefs.IsNotFound(err) {
+		log.WarnContext(ctx, "wait for container after a failed start", "error", err)
+	}
+	return 0, startedAt, false
+}
+
+// recordStartError records a container whose start failed as exited with
+// reason StartError and the runtime's message, as kubelet expects, and
+// delivers its NRI StopContainer. It returns the error for the caller.
+func (s *Service) recordStartError(ctx context.Context, c *container, startErr error) error {
+	rec := c.rec
+	c.mu.Lock()
+	// A concurrent stop may have recorded the exit already.
+	if !c.removed && rec.State == store.ContainerCreated {
+		rec.State = store.ContainerExited
+		rec.ExitCode = 128
+		rec.Reason = "StartError"
+		rec.Message = startErr.Error()
+		rec.FinishedAt = time.Now().UnixNano()
+		close(c.done)
+		if perr := s.opts.Store.PutContainer(rec); perr != nil {
+			s.log.WarnContext(ctx, "persist start failure", "container_id", rec.ID, "error", perr)
+		}
+	}
+	c.mu.Unlock()
+	if err := s.deliverStop(ctx, c); err != nil {
+		s.log.WarnContext(ctx, "nri stop container after a failed start", "container_id", rec.ID, "error", err)
+	}
+	return fmt.Errorf("start container %s: %w", rec.ID, startErr)
 }
 
 func checkStartable(c *container) error {

@@ -19,9 +19,11 @@ import (
 
 // StopContainer sends the container its stop signal, waits up to the
 // request's timeout, then kills it, and relays NRI StopContainer (unless it
-// was delivered already: it is delivered once per container). Stopping an unknown or exited container
-// succeeds: the CRI contract says StopContainer "must not return an error if
-// the container has already been stopped".
+// was delivered already: it is delivered once per container; when another
+// goroutine is delivering it and ctx ends first, the error is ctx's).
+// Stopping an unknown or exited container succeeds: the CRI contract says
+// StopContainer "must not return an error if the container has already
+// been stopped".
 func (s *Service) StopContainer(ctx context.Context, r *runtimeapi.StopContainerRequest) (*runtimeapi.StopContainerResponse, error) {
 	c, err := s.getContainer(r.GetContainerId())
 	if errors.Is(err, errdefs.ErrNotFound) {
@@ -40,13 +42,14 @@ func (s *Service) StopContainer(ctx context.Context, r *runtimeapi.StopContainer
 }
 
 // stopContainer stops c (see stopProcess), then makes sure NRI
-// StopContainer was delivered for it, exactly once, before returning.
+// StopContainer was delivered for it, exactly once, before returning: when
+// ctx ends while another goroutine is still delivering it, the error is
+// ctx's, so no caller reports a stop plugins may not have heard of yet.
 func (s *Service) stopContainer(ctx context.Context, c *container, grace time.Duration) error {
 	if err := s.stopProcess(ctx, c, grace); err != nil {
 		return err
 	}
-	s.deliverStop(ctx, c)
-	return nil
+	return s.deliverStop(ctx, c)
 }
 
 // stopProcess stops c: the stop signal, then SIGKILL after grace. It does

@@ -16,6 +16,13 @@ import (
 // UpdateContainerResources changes a created or running container's
 // resources: NRI UpdateContainer (plugins may change the update and update
 // other containers), runtime update, record, NRI PostUpdateContainer.
+//
+// Plugins' updates of other containers are applied first; their failures
+// are logged and never fail this call (kubelet's resize of this container
+// must not fail because a side update of another one did). A plugin's
+// update of this container that cannot be applied fails the call, unless
+// it is marked IgnoreFailure: then the request's resources alone are
+// applied (docs/nri-engine.md).
 func (s *Service) UpdateContainerResources(ctx context.Context, r *runtimeapi.UpdateContainerResourcesRequest) (*runtimeapi.UpdateContainerResourcesResponse, error) {
 	c, err := s.getContainer(r.GetContainerId())
 	if err != nil {
@@ -57,23 +64,18 @@ func (s *Service) UpdateContainerResources(ctx context.Context, r *runtimeapi.Up
 			}
 		}
 		// Others first: a plugin making room for this container's growth
-		// shrinks them before this one grows.
-		if err := failedUpdatesError(s.applyUpdates(ctx, upds, rec.ID)); err != nil {
-			return nil, fmt.Errorf("update container %s: %w", rec.ID, err)
-		}
+		// shrinks them before this one grows. Failures are logged only.
+		s.applyUpdates(ctx, upds, rec.ID, updateSource{request: "UpdateContainer"})
 	}
 
-	c.mu.Lock()
-	err = s.updateResourcesLocked(ctx, c, r.GetLinux(), own)
-	if err == nil && h != nil {
-		view = nriContainerLocked(c)
-	}
-	c.mu.Unlock()
-	if err != nil {
+	if err := s.updateWithPlugins(ctx, c, r.GetLinux(), own); err != nil {
 		return nil, err
 	}
 	s.log.InfoContext(ctx, "container resources updated", "container_id", rec.ID)
 	if h != nil {
+		c.mu.Lock()
+		view = nriContainerLocked(c)
+		c.mu.Unlock()
 		if err := h.PostUpdateContainer(ctx, s.podView(rec.SandboxID), view); err != nil {
 			s.log.WarnContext(ctx, "nri post update container", "container_id", rec.ID, "error", err)
 		}
@@ -81,38 +83,39 @@ func (s *Service) UpdateContainerResources(ctx context.Context, r *runtimeapi.Up
 	return &runtimeapi.UpdateContainerResourcesResponse{}, nil
 }
 
-// updateResourcesLocked merges the request into the recorded resources
-// (read now, so a plugin's update that landed meanwhile is kept), lets the
-// plugins' update for this container supersede the fields it sets, and
-// updates the runtime and the record. c.mu held.
-func (s *Service) updateResourcesLocked(ctx context.Context, c *container, in *runtimeapi.LinuxContainerResources, own *api.ContainerUpdate) error {
-	rec := c.rec
-	// Checked again: the container may have exited during the NRI hook.
-	if err := checkUpdatableLocked(c); err != nil {
-		return err
+// updateWithPlugins merges the request into the recorded resources (read
+// under c.upd, so a plugin's update that landed meanwhile is kept), lets
+// the plugins' update for this container supersede the fields it sets, and
+// updates the runtime and the record. When the plugins' part cannot be
+// applied (refused, or the runtime update with it fails) and it is marked
+// IgnoreFailure, the request alone is applied.
+func (s *Service) updateWithPlugins(ctx context.Context, c *container, in *runtimeapi.LinuxContainerResources, own *api.ContainerUpdate) error {
+	id := c.rec.ID
+	res := own.GetLinux().GetResources()
+	requestOnly := func(cur *specs.LinuxResources) (*specs.LinuxResources, error) { return mergeResources(cur, in) }
+	if res == nil {
+		return s.updateResources(ctx, c, requestOnly)
 	}
-	cur, err := recordedResources(rec)
-	if err != nil {
-		return err
-	}
-	next, err := mergeResources(cur, in)
-	if err != nil {
-		return err
-	}
-	if res := own.GetLinux().GetResources(); res != nil {
-		handler := s.handlerOf(rec.SandboxID)
-		if next, err = oci.ApplyUpdate(next, res, s.updateOptions(rec.ID, handler)); err != nil {
-			return fmt.Errorf("nri update of container %s: %w", rec.ID, err)
+	opts := s.updateOptions(id, s.handlerOf(c.rec.SandboxID))
+	opts.Request = "UpdateContainer"
+	var merged bool // the container was updatable and the plugins' part was tried
+	err := s.updateResources(ctx, c, func(cur *specs.LinuxResources) (*specs.LinuxResources, error) {
+		merged = true
+		next, err := mergeResources(cur, in)
+		if err != nil {
+			return nil, err
 		}
-	}
-	rt, err := s.containerRuntime(rec)
-	if err != nil {
+		if next, err = oci.ApplyUpdate(next, res, opts); err != nil {
+			return nil, fmt.Errorf("nri update of container %s: %w", id, err)
+		}
+		return next, nil
+	})
+	if err == nil || !merged || !own.GetIgnoreFailure() {
 		return err
 	}
-	if err := rt.Update(ctx, rec.ID, next); err != nil {
-		return fmt.Errorf("update container %s: %w", rec.ID, err)
-	}
-	return s.persistResourcesLocked(rec, next)
+	s.log.WarnContext(ctx, "nri container update failed, applying the request alone", "container_id", id,
+		"nri_request", opts.Request, "ignore_failure", true, "error", err)
+	return s.updateResources(ctx, c, requestOnly)
 }
 
 func checkUpdatableLocked(c *container) error {

@@ -26,10 +26,38 @@ import (
 )
 
 // fakeRuntime keeps containers in memory; a signal ends the process.
+// The fields after pid are set by tests under mu.
 type fakeRuntime struct {
 	mu   sync.Mutex
 	ctrs map[string]*fakeCtr
 	pid  int
+
+	// block, when set, makes Start and Update wait until it is closed;
+	// each waiting call first sends "start ID" or "update ID" to blocked.
+	block   chan struct{}
+	blocked chan string
+	// startErr makes Start fail; with startRuns the process starts anyway
+	// (as when the reply is lost).
+	startErr  error
+	startRuns bool
+	// ignoreTerm makes the process ignore SIGTERM.
+	ignoreTerm bool
+	// onDelete is called for each Delete.
+	onDelete func(id string)
+}
+
+// wait blocks while the test holds the runtime's calls (see block).
+func (f *fakeRuntime) wait(op, id string) {
+	f.mu.Lock()
+	b, bl := f.block, f.blocked
+	f.mu.Unlock()
+	if b == nil {
+		return
+	}
+	if bl != nil {
+		bl <- op + " " + id
+	}
+	<-b
 }
 
 type fakeCtr struct {
@@ -58,14 +86,24 @@ func (f *fakeRuntime) Create(ctx context.Context, req runtime.CreateRequest) err
 }
 
 func (f *fakeRuntime) Start(ctx context.Context, id string) (int, error) {
+	f.wait("start", id)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	c, err := f.get(id)
 	if err != nil {
 		return 0, err
 	}
+	if f.startErr != nil && !f.startRuns {
+		return 0, f.startErr
+	}
+	if c.st.State != runtime.StateCreated {
+		return 0, fmt.Errorf("fake container %s is %s: %w", id, c.st.State, errdefs.ErrFailedPrecondition)
+	}
 	f.pid++
 	c.st.State, c.st.Pid, c.st.StartedAt = runtime.StateRunning, f.pid, time.Now()
+	if f.startErr != nil {
+		return 0, f.startErr
+	}
 	return f.pid, nil
 }
 
@@ -82,8 +120,9 @@ func (f *fakeRuntime) exit(id string, code int32) {
 func (f *fakeRuntime) Signal(ctx context.Context, id string, sig syscall.Signal, o runtime.SignalOptions) error {
 	f.mu.Lock()
 	_, err := f.get(id)
+	ignore := sig == syscall.SIGTERM && f.ignoreTerm
 	f.mu.Unlock()
-	if err != nil {
+	if err != nil || ignore {
 		return err
 	}
 	f.exit(id, 128+int32(sig))
@@ -119,10 +158,14 @@ func (f *fakeRuntime) Delete(ctx context.Context, id string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	delete(f.ctrs, id)
+	if f.onDelete != nil {
+		f.onDelete(id)
+	}
 	return nil
 }
 
 func (f *fakeRuntime) Update(ctx context.Context, id string, res *specs.LinuxResources) error {
+	f.wait("update", id)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	c, err := f.get(id)
@@ -219,6 +262,9 @@ type fakeNRI struct {
 	during map[string]func(pod *api.PodSandbox, ctr *api.Container)
 	// updates is what UpdateContainer and StopContainer return.
 	updates []*api.ContainerUpdate
+	// createUpdates is what CreateContainerOwned returns as updates of
+	// other containers (claim may fill their owners).
+	createUpdates []*api.ContainerUpdate
 	// seen keeps the last container view each event carried.
 	seen map[string]*api.Container
 }
@@ -290,7 +336,7 @@ func (f *fakeNRI) CreateContainerOwned(ctx context.Context, pod *api.PodSandbox,
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	res := &nri.CreateResult{Adjust: &api.ContainerAdjustment{}, Owners: api.NewOwningPlugins()}
+	res := &nri.CreateResult{Adjust: &api.ContainerAdjustment{}, Owners: api.NewOwningPlugins(), Update: f.createUpdates}
 	if f.claim != nil {
 		f.claim(res.Owners, ctr.GetId())
 	}

@@ -11,21 +11,29 @@ package cri
 //
 // Locks, outermost first (a goroutine only takes them in this order):
 //
-//	sandbox.op   lifecycle of a pod; MAY be held across NRI calls
-//	container.op lifecycle of a container; MAY be held across NRI calls
+//	sandbox.op    lifecycle of a pod; MAY be held across NRI calls
+//	container.op  lifecycle of a container; MAY be held across NRI calls
+//	              and runtime calls
+//	container.upd resource updates; held across the runtime update only,
+//	              NEVER across an NRI call
 //	sandbox.mu, container.mu   record fields; NEVER held across an NRI call,
-//	             a wait for an exit, or a wait for another lock above
-//	Service.mu   the maps; held only for map access
+//	              a runtime call, a wait for an exit, or a wait for another
+//	              lock above
+//	Service.mu    the maps; held only for map access
 //
-// The Engine methods take only container.mu and Service.mu, briefly, and
-// read pods through sandbox.nri (an atomic pointer), so they never wait for
-// an *.op lock, and therefore never for an NRI event: whoever holds a
-// container.mu or Service.mu is making progress without NRI. EvictContainer
-// does not wait for the container to stop either: it sends the stop signal
-// and leaves the grace period, the kill and the NRI StopContainer to an
-// owned goroutine. (A synchronous stop would deliver StopContainer, which
-// waits behind the pod's in-progress event, which waits for the plugin
-// handler that asked for the eviction.)
+// The Engine methods take only container.upd (UpdateContainers),
+// container.mu and Service.mu, and read pods through sandbox.nri (an
+// atomic pointer), so they never wait for an *.op lock, and therefore
+// never for an NRI event: whoever holds a container.upd is in a runtime
+// update, whoever holds a container.mu or Service.mu is reading or writing
+// a record, both making progress without NRI. Since no mu is held across a
+// runtime call, Snapshot (a plugin's Synchronize), status and list do not
+// wait for a slow shim either. EvictContainer does not wait for the
+// container to stop: it records the eviction, sends the stop signal and
+// leaves the grace period, the kill and the NRI StopContainer to an owned
+// goroutine. (A synchronous stop would deliver StopContainer, which waits
+// behind the pod's in-progress event, which waits for the plugin handler
+// that asked for the eviction.)
 //
 // NRI StopContainer is delivered exactly once per container that existed
 // (reached created): whoever ends it (CRI stop, eviction, the exit
@@ -33,16 +41,21 @@ package cri
 // the first caller claims it under container.mu (stopNotify), delivers with
 // no lock held, then persists NRIStopDelivered; later callers wait for the
 // claim or return. An exit recorded while no adaptation was attached (also
-// by the restart recovery) is delivered by AttachNRI.
+// by the restart recovery) is delivered by AttachNRI. A CRI call that
+// waited for another goroutine's delivery and ran out of time fails with
+// its context's error rather than report a stop whose StopContainer may
+// not have reached the plugins.
 
 import (
 	"context"
 	"fmt"
 	"maps"
+	"slices"
 	"time"
 
 	"github.com/containerd/errdefs"
 	"github.com/containerd/nri/pkg/api"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/crin-dev/crin/internal/nri"
@@ -106,7 +119,9 @@ func (s *Service) AttachNRI(ctx context.Context, a *nri.Adaptation) {
 func (s *Service) attach(ctx context.Context, h nriHooks) {
 	s.nri.Store(&nriRef{h: h})
 	for _, c := range s.allContainers() {
-		s.deliverStop(ctx, c)
+		if err := s.deliverStop(ctx, c); err != nil {
+			s.log.WarnContext(ctx, "nri stop container at attach", "container_id", c.rec.ID, "error", err)
+		}
 	}
 }
 
@@ -167,26 +182,55 @@ func (s *Service) Snapshot(ctx context.Context) ([]*api.PodSandbox, []*api.Conta
 // UpdateContainers implements nri.Engine: it applies each update to the
 // container's recorded resources and the runtime and returns the failed
 // ones; a failure the update marks IgnoreFailure is logged, not returned.
-// It takes only container.mu (see the top of this file).
+// It takes only container.upd and container.mu (see the top of this file).
+// The api.ContainerUpdate does not say which plugin sent it (the
+// adaptation logs that), so errors say "an NRI plugin's UpdateContainers".
 func (s *Service) UpdateContainers(ctx context.Context, updates []*api.ContainerUpdate) ([]*api.ContainerUpdate, error) {
-	return s.applyUpdates(ctx, updates, ""), nil
+	return s.applyUpdates(ctx, updates, "", updateSource{request: "UpdateContainers"}), nil
+}
+
+// updateSource says which NRI call plugin updates came with, for errors
+// and logs.
+type updateSource struct {
+	// request is the NRI call: CreateContainer, UpdateContainer,
+	// StopContainer or UpdateContainers.
+	request string
+	// owners name the plugin behind each field, keyed by container id;
+	// nil when the call does not say (only CreateContainer's result does).
+	owners *api.OwningPlugins
+}
+
+// plugins lists the plugins that own fields of container id's update.
+func (u updateSource) plugins(id string) []string {
+	var out []string
+	for _, p := range nri.OwnersTable(u.owners, id) {
+		if !slices.Contains(out, p) {
+			out = append(out, p)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // applyUpdates applies plugin updates, skipping any for container skip
-// (the one whose event produced them), and returns the failed ones that
-// are not IgnoreFailure.
-func (s *Service) applyUpdates(ctx context.Context, updates []*api.ContainerUpdate, skip string) []*api.ContainerUpdate {
+// (the one whose event produced them), logs each failure at warn level
+// and returns the failed ones that are not IgnoreFailure.
+func (s *Service) applyUpdates(ctx context.Context, updates []*api.ContainerUpdate, skip string, src updateSource) []*api.ContainerUpdate {
 	var failed []*api.ContainerUpdate
 	for _, u := range updates {
-		if u.GetContainerId() == skip && skip != "" {
+		id := u.GetContainerId()
+		if id == skip && skip != "" {
 			continue
 		}
-		err := s.applyUpdate(ctx, u)
+		err := s.applyUpdate(ctx, u, src)
 		if err == nil {
 			continue
 		}
-		s.log.WarnContext(ctx, "nri container update failed", "container_id", u.GetContainerId(),
-			"ignore_failure", u.GetIgnoreFailure(), "error", err)
+		attrs := []any{"container_id", id, "nri_request", src.request, "ignore_failure", u.GetIgnoreFailure(), "error", err}
+		if ps := src.plugins(id); len(ps) > 0 {
+			attrs = append(attrs, "plugins", ps)
+		}
+		s.log.WarnContext(ctx, "nri container update failed", attrs...)
 		if !u.GetIgnoreFailure() {
 			failed = append(failed, u)
 		}
@@ -195,7 +239,7 @@ func (s *Service) applyUpdates(ctx context.Context, updates []*api.ContainerUpda
 }
 
 // applyUpdate applies one plugin update to a created or running container.
-func (s *Service) applyUpdate(ctx context.Context, u *api.ContainerUpdate) error {
+func (s *Service) applyUpdate(ctx context.Context, u *api.ContainerUpdate, src updateSource) error {
 	id := u.GetContainerId()
 	s.mu.RLock()
 	c, ok := s.containers[id]
@@ -207,27 +251,47 @@ func (s *Service) applyUpdate(ctx context.Context, u *api.ContainerUpdate) error
 	if res == nil {
 		return nil
 	}
+	opts := s.updateOptions(id, s.handlerOf(c.rec.SandboxID))
+	opts.Owners, opts.Request = src.owners, src.request
+	return s.updateResources(ctx, c, func(cur *specs.LinuxResources) (*specs.LinuxResources, error) {
+		return oci.ApplyUpdate(cur, res, opts)
+	})
+}
+
+// updateResources changes a created or running container's resources to
+// change(recorded ones): runtime update, then record. It holds c.upd
+// throughout, so updates do not interleave, and c.mu only to read and to
+// record, so status, list and NRI Snapshot never wait for the runtime.
+func (s *Service) updateResources(ctx context.Context, c *container, change func(*specs.LinuxResources) (*specs.LinuxResources, error)) error {
 	rt, err := s.containerRuntime(c.rec)
 	if err != nil {
 		return err
 	}
-	handler := s.handlerOf(c.rec.SandboxID)
+	c.upd.Lock()
+	defer c.upd.Unlock()
+	c.mu.Lock()
+	rec := c.rec
+	err = checkUpdatableLocked(c)
+	var cur *specs.LinuxResources
+	if err == nil {
+		cur, err = recordedResources(rec)
+	}
+	c.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	next, err := change(cur)
+	if err != nil {
+		return err
+	}
+	if err := rt.Update(ctx, rec.ID, next); err != nil {
+		return fmt.Errorf("update container %s: %w", rec.ID, err)
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	rec := c.rec
-	if c.removed || (rec.State != store.ContainerCreated && rec.State != store.ContainerRunning) {
-		return fmt.Errorf("nri update: container %s is %s: %w", id, rec.State, errdefs.ErrFailedPrecondition)
-	}
-	cur, err := recordedResources(rec)
-	if err != nil {
-		return err
-	}
-	next, err := oci.ApplyUpdate(cur, res, s.updateOptions(id, handler))
-	if err != nil {
-		return err
-	}
-	if err := rt.Update(ctx, id, next); err != nil {
-		return fmt.Errorf("update container %s: %w", id, err)
+	if c.removed {
+		// Removed during the runtime update: nothing may write its record.
+		return nil
 	}
 	return s.persistResourcesLocked(rec, next)
 }
@@ -245,11 +309,13 @@ func failedUpdatesError(failed []*api.ContainerUpdate) error {
 	return fmt.Errorf("nri: updating containers %v as plugins required failed (see the log): %w", ids, errdefs.ErrFailedPrecondition)
 }
 
-// EvictContainer implements nri.Engine: it sends the container its stop
-// signal and returns; an owned goroutine kills it after evictGrace and
-// delivers NRI StopContainer. The container's status then shows reason
-// "Evicted" and the plugin's reason as message. Evicting an exited
-// container is a no-op; an unknown one is NotFound.
+// EvictContainer implements nri.Engine: it records the eviction, sends
+// the container its stop signal and returns; an owned goroutine kills it
+// after evictGrace and delivers NRI StopContainer. The container's status
+// then shows reason "Evicted" and the plugin's reason as message. The
+// eviction is persisted before the signal, so a crind that dies during the
+// grace period kills the container when it recovers (docs/recovery.md).
+// Evicting an exited container is a no-op; an unknown one is NotFound.
 func (s *Service) EvictContainer(ctx context.Context, containerID, reason string) error {
 	s.mu.RLock()
 	c, ok := s.containers[containerID]
@@ -261,45 +327,57 @@ func (s *Service) EvictContainer(ctx context.Context, containerID, reason string
 		reason = "evicted by an NRI plugin"
 	}
 	c.mu.Lock()
-	if c.removed || c.rec.State == store.ContainerExited || c.evictReason != "" {
+	rec := c.rec
+	if c.removed || rec.State == store.ContainerExited || rec.Evicting {
 		c.mu.Unlock()
 		return nil
 	}
-	c.evictReason = reason
+	rec.Evicting, rec.EvictMessage = true, reason
+	if err := s.opts.Store.PutContainer(rec); err != nil {
+		rec.Evicting, rec.EvictMessage = false, ""
+		c.mu.Unlock()
+		return fmt.Errorf("evict container %s: record the eviction: %w", containerID, err)
+	}
 	c.mu.Unlock()
 	s.log.InfoContext(ctx, "evicting container on nri plugin request", "container_id", containerID, "reason", reason)
-	if !s.goOwned(func() {
-		if err := s.stopContainer(s.ctx, c, evictGrace); err != nil {
-			s.log.WarnContext(s.ctx, "evict container", "container_id", containerID, "error", err)
-		}
-	}) {
+	if !s.goOwned(func() { s.evict(c, evictGrace) }) {
+		// Recorded: the next crind finishes it.
 		return fmt.Errorf("evict container %s: crind is shutting down: %w", containerID, errdefs.ErrUnavailable)
 	}
 	return nil
 }
 
+// evict stops an evicted container (on an owned goroutine).
+func (s *Service) evict(c *container, grace time.Duration) {
+	if err := s.stopContainer(s.ctx, c, grace); err != nil {
+		s.log.WarnContext(s.ctx, "evict container", "container_id", c.rec.ID, "error", err)
+	}
+}
+
 // deliverStop delivers NRI StopContainer for an exited container, exactly
 // once (see the top of this file). It returns at once when no adaptation
 // is attached, the container has not exited or was delivered; when another
-// goroutine is delivering it waits for that (or ctx). It must not be
-// called with any container or sandbox mu held.
-func (s *Service) deliverStop(ctx context.Context, c *container) {
+// goroutine is delivering it waits for that, and returns ctx's error if
+// ctx ends first (the event was then not necessarily delivered yet). It
+// must not be called with any container or sandbox mu held.
+func (s *Service) deliverStop(ctx context.Context, c *container) error {
 	h := s.hooks()
 	if h == nil {
-		return
+		return nil
 	}
 	c.mu.Lock()
 	if c.removed || c.rec.State != store.ContainerExited || c.rec.NRIStopDelivered {
 		c.mu.Unlock()
-		return
+		return nil
 	}
 	if ch := c.stopNotify; ch != nil {
 		c.mu.Unlock()
 		select {
 		case <-ch:
+			return nil
 		case <-ctx.Done():
+			return fmt.Errorf("wait for nri stop container of %s: %w", c.rec.ID, ctx.Err())
 		}
-		return
 	}
 	ch := make(chan struct{})
 	c.stopNotify = ch
@@ -315,17 +393,20 @@ func (s *Service) deliverStop(ctx context.Context, c *container) {
 	if err != nil {
 		s.log.WarnContext(dctx, "nri stop container", "container_id", ctr.GetId(), "error", err)
 	}
-	s.applyUpdates(dctx, upds, ctr.GetId())
+	// Failures are logged (applyUpdates): the container is stopped
+	// whatever a side update of another container did.
+	s.applyUpdates(dctx, upds, ctr.GetId(), updateSource{request: "StopContainer"})
 
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.rec.NRIStopDelivered = true
 	if c.removed {
-		return
+		return nil
 	}
 	if err := s.opts.Store.PutContainer(c.rec); err != nil {
 		s.log.WarnContext(dctx, "persist nri stop delivered", "container_id", ctr.GetId(), "error", err)
 	}
+	return nil
 }
 
 // teardownContext is the context a teardown event (StopContainer,

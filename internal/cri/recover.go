@@ -21,7 +21,8 @@ import (
 // (docs/recovery.md): pods and containers that were half-made when crind
 // died are undone; running containers are watched again; containers that
 // exited meanwhile get their real exit status; leftovers nobody owns (runtime
-// containers, netns pins, name reservations) are removed. No NRI event is
+// containers, netns pins, name reservations) are removed; evictions a
+// previous crind recorded but did not finish are finished. No NRI event is
 // sent here: no adaptation is attached yet. AttachNRI later delivers the
 // StopContainer events of exits that no plugin heard of.
 func (s *Service) recover(ctx context.Context) error {
@@ -44,6 +45,14 @@ func (s *Service) recover(ctx context.Context) error {
 		}
 	}
 	s.removeOrphans(ctx)
+	for _, c := range s.containers {
+		c.mu.Lock()
+		evicting := c.rec.Evicting && c.rec.State != store.ContainerExited
+		c.mu.Unlock()
+		if evicting {
+			s.resumeEviction(ctx, c)
+		}
+	}
 	s.log.InfoContext(ctx, "state recovered", "pods", len(s.sandboxes), "containers", len(s.containers))
 	return nil
 }
@@ -150,6 +159,16 @@ func (s *Service) recoverContainer(ctx context.Context, rec *store.Container) er
 		s.monitor(c)
 	}
 	return nil
+}
+
+// resumeEviction finishes an NRI plugin's eviction that a previous crind
+// recorded but did not see through (it died during the grace period): the
+// plugin was told the eviction succeeded, so the container is killed now,
+// without a second grace period. Its exit is recorded as Evicted; NRI
+// StopContainer is delivered by AttachNRI or after it, once.
+func (s *Service) resumeEviction(ctx context.Context, c *container) {
+	s.log.InfoContext(ctx, "finishing an interrupted eviction", "container_id", c.rec.ID, "reason", c.rec.EvictMessage)
+	s.goOwned(func() { s.evict(c, 0) })
 }
 
 // removeOrphans removes what no record owns: runtime containers, netns pins

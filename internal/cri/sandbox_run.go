@@ -42,6 +42,11 @@ func (s *Service) RunPodSandbox(ctx context.Context, r *runtimeapi.RunPodSandbox
 			undo.run(ctx, log)
 		}
 	}()
+	// Registered first so that it runs last: plugins hear of the removal
+	// of a pod whose RunPodSandbox they saw after its infra container,
+	// network and netns are gone, as in a normal removal.
+	var seen podHookUndo
+	undo.add("nri remove pod sandbox", seen.removePod)
 	if err := s.opts.Store.Reserve(store.KindSandbox, name, id); err != nil {
 		return nil, fmt.Errorf("metadata: %w", err)
 	}
@@ -135,7 +140,7 @@ func (s *Service) RunPodSandbox(ctx context.Context, r *runtimeapi.RunPodSandbox
 		}
 	}
 	view := nriPod(rec, cfg, linux)
-	if err := s.runPodHook(ctx, view, &undo); err != nil {
+	if err := s.runPodHook(ctx, view, &undo, &seen); err != nil {
 		return nil, err
 	}
 	rec.State = store.SandboxReady
@@ -158,18 +163,16 @@ func (s *Service) RunPodSandbox(ctx context.Context, r *runtimeapi.RunPodSandbox
 
 // runPodHook relays NRI RunPodSandbox for a pod that is set up but not
 // visible yet. From the call on, the pod is in Snapshot (plugins that
-// connect meanwhile see it), and the rollback sends RemovePodSandbox: some
-// plugins may have seen the pod even when a later one failed, and a pod
-// that never came into being gets only that one teardown event.
-func (s *Service) runPodHook(ctx context.Context, view *api.PodSandbox, undo *rollback) error {
+// connect meanwhile see it), and seen makes the rollback send
+// RemovePodSandbox: some plugins may have seen the pod even when a later
+// one failed. A pod that never came into being gets only that one
+// teardown event, no StopPodSandbox (docs/state-machines.md).
+func (s *Service) runPodHook(ctx context.Context, view *api.PodSandbox, undo *rollback, seen *podHookUndo) error {
 	h := s.hooks()
 	if h == nil {
 		return nil
 	}
 	id := view.GetId()
-	undo.add("nri remove pod sandbox", func(ctx context.Context) error {
-		return h.RemovePodSandbox(ctx, proto.Clone(view).(*api.PodSandbox))
-	})
 	undo.add("forget pending pod", func(context.Context) error {
 		s.mu.Lock()
 		delete(s.pendingPods, id)
@@ -179,10 +182,25 @@ func (s *Service) runPodHook(ctx context.Context, view *api.PodSandbox, undo *ro
 	s.mu.Lock()
 	s.pendingPods[id] = view
 	s.mu.Unlock()
+	seen.h, seen.view = h, view
 	if err := h.RunPodSandbox(ctx, proto.Clone(view).(*api.PodSandbox)); err != nil {
 		return fmt.Errorf("nri run pod sandbox %s: %w", id, err)
 	}
 	return nil
+}
+
+// podHookUndo is the rollback's NRI RemovePodSandbox for a pod whose
+// RunPodSandbox was sent (h set); it does nothing before that.
+type podHookUndo struct {
+	h    nriHooks
+	view *api.PodSandbox
+}
+
+func (u *podHookUndo) removePod(ctx context.Context) error {
+	if u.h == nil {
+		return nil
+	}
+	return u.h.RemovePodSandbox(ctx, proto.Clone(u.view).(*api.PodSandbox))
 }
 
 func validatePodConfig(cfg *runtimeapi.PodSandboxConfig) error {

@@ -41,7 +41,10 @@ func (s *Service) StopPodSandbox(ctx context.Context, r *runtimeapi.StopPodSandb
 
 // stopSandboxLocked stops the pod; sb.op held (rec is read under it and
 // written under sb.mu too, see sandbox). Holding sb.op across the NRI
-// calls is safe: nothing a plugin can trigger takes it (nri.go).
+// calls is safe: nothing a plugin can trigger takes it (nri.go). Every
+// container's NRI StopContainer is delivered before NRI StopPodSandbox: a
+// stop that cannot make sure of it (ctx ended while another goroutine
+// delivers it) fails the call before anything else is torn down.
 func (s *Service) stopSandboxLocked(ctx context.Context, sb *sandbox) error {
 	for _, c := range s.podContainers(sb.rec.ID) {
 		if err := s.stopContainer(ctx, c, 0); err != nil {

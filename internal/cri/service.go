@@ -137,10 +137,19 @@ type sandbox struct {
 // container is a container crind knows. See nri.go for the lock order.
 type container struct {
 	// op serializes start, update and remove. It may be held across NRI
-	// calls, so nothing an NRI plugin can trigger ever takes it.
+	// calls and runtime calls, so nothing an NRI plugin can trigger ever
+	// takes it.
 	op sync.Mutex
-	// mu guards rec and the fields below. It is never held across an NRI
-	// call or a wait for an exit; it may be held across a runtime call.
+	// upd serializes resource updates (kubelet's, plugins' through
+	// UpdateContainers or another container's event), from reading the
+	// recorded resources through the runtime update to recording the new
+	// ones. It is held across the runtime update, never across an NRI call
+	// or a wait for another lock but mu.
+	upd sync.Mutex
+	// mu guards rec and the fields below, for reads and record writes
+	// only: it is never held across a runtime call, an NRI call or a wait
+	// for an exit, so status, list and NRI Snapshot never wait for the
+	// runtime.
 	mu     sync.Mutex
 	rec    *store.Container
 	config *runtimeapi.ContainerConfig // immutable
@@ -151,9 +160,6 @@ type container struct {
 	// removed is set once the container was removed: nothing may persist
 	// its record again.
 	removed bool
-	// evictReason is a plugin's reason for evicting the running
-	// container; the exit is then recorded as Evicted with this message.
-	evictReason string
 	// stopNotify is made by whoever delivers NRI StopContainer for the
 	// container and closed when that is done (exactly-once delivery).
 	stopNotify chan struct{}

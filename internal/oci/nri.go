@@ -87,10 +87,17 @@ func ApplyAdjustment(s *specs.Spec, adj *api.ContainerAdjustment, o AdjustOption
 
 // UpdateOptions say how an NRI resources update reaches a runtime.
 type UpdateOptions struct {
-	// ContainerID and Plugin name the update in errors; Plugin may be a
-	// list ("10-a, 20-b") or empty.
-	ContainerID  string
+	// ContainerID is the container updated; Owners is keyed by it.
+	ContainerID string
+	// Owners, when set, names the plugin behind each field in errors (the
+	// owners a CreateContainer merge recorded, which cover its updates of
+	// other containers too). Without an owner for the field, Plugin names
+	// it; Plugin may be a list ("10-a, 20-b") or empty. With neither,
+	// errors say "an NRI plugin", or "an NRI plugin's <Request>" when
+	// Request names the NRI call the update came with ("UpdateContainers").
+	Owners       *api.OwningPlugins
 	Plugin       string
+	Request      string
 	Features     *features.Features
 	RuntimeName  string
 	Host         *Host
@@ -114,8 +121,11 @@ type UpdateOptions struct {
 // settings other than the weight, or the RDT class (CLOS): an update that
 // sets one of these to something other than its current value fails.
 // RDT classes are refused outright because OCI resources do not carry
-// RDT settings, so the result could not express them. Memory kernel
-// limits are refused as at creation (runtimes ignore them).
+// RDT settings, so the result could not express them. On cgroup v2 an
+// unset use_hierarchy is true (v2 is always hierarchical), so asking for
+// true there is no change. Memory kernel limits are refused as at
+// creation (runtimes ignore them); a kernel limit of 0 means "no limit"
+// and is accepted.
 func ApplyUpdate(cur *specs.LinuxResources, upd *api.LinuxResources, o UpdateOptions) (*specs.LinuxResources, error) {
 	return applyUpdate(cur, upd, &o)
 }
@@ -148,9 +158,18 @@ func NRIPodLinux(s *specs.Spec) *api.LinuxPodSandbox {
 // pluginError says which plugin did what to which field; err starts with
 // the field.
 func pluginError(plugin, verb string, err error) error {
+	return requestError(plugin, "", verb, err)
+}
+
+// requestError is pluginError for a change that came with NRI call
+// request (empty: unknown), naming the request when the plugin is unknown.
+func requestError(plugin, request, verb string, err error) error {
 	who := "an NRI plugin"
-	if plugin != "" {
+	switch {
+	case plugin != "":
 		who = fmt.Sprintf("nri plugin %q", plugin)
+	case request != "":
+		who = "an NRI plugin's " + request
 	}
 	return fmt.Errorf("%s %s %w", who, verb, err)
 }

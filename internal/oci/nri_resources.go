@@ -22,7 +22,10 @@ const defaultMemswFile = "/sys/fs/cgroup/memory/memory.memsw.limit_in_bytes"
 type resourceMerge struct {
 	verb string // "adjusts" or "updates"
 	// who names the plugin that set field (key for keyed fields).
-	who       func(field, key string) string
+	who func(field, key string) string
+	// request names the NRI call the change came with, for errors when
+	// who does not know the plugin; may be empty.
+	request   string
 	host      *Host
 	rt        *runtimeFeatures
 	memswFile string
@@ -30,7 +33,7 @@ type resourceMerge struct {
 }
 
 func (m *resourceMerge) fail(field, key string, err error) error {
-	return pluginError(m.who(field, key), m.verb, err)
+	return requestError(m.who(field, key), m.request, m.verb, err)
 }
 
 // Resource field names, as errors and owners know them.
@@ -83,16 +86,27 @@ var resourceOwners = map[string]func(*api.OwningPlugins, string) (string, bool){
 // resourceOwner names the plugin behind a resource field of an
 // adjustment.
 func (a *adjuster) resourceOwner(field, key string) string {
+	return resourceOwner(a.o.Owners, a.o.ContainerID, field, key)
+}
+
+// resourceOwner names the plugin that owns a resource field (key for keyed
+// fields) of container id; "" when o is nil or records none.
+func resourceOwner(o *api.OwningPlugins, id, field, key string) string {
+	if o == nil {
+		return ""
+	}
+	var p string
 	switch field {
 	case fHugepages:
-		return a.ownerOf((*api.OwningPlugins).HugepageLimitOwner, key)
+		p, _ = o.HugepageLimitOwner(id, key)
 	case fUnified:
-		return a.ownerOf((*api.OwningPlugins).CgroupsUnifiedOwner, key)
+		p, _ = o.CgroupsUnifiedOwner(id, key)
+	default:
+		if get, ok := resourceOwners[field]; ok {
+			p, _ = get(o, id)
+		}
 	}
-	if get, ok := resourceOwners[field]; ok {
-		return a.owner(get)
-	}
-	return ""
+	return api.ClearRemovalMarker(p)
 }
 
 func (a *adjuster) resources(adj *api.ContainerAdjustment) error {
@@ -277,9 +291,15 @@ func (m *resourceMerge) memory(dst *specs.LinuxResources, mem *api.LinuxMemory) 
 			return m.fail(fMemSwap, "", unsupportedf("%s: this host has no swap accounting (memory.memsw files)", fMemSwap))
 		}
 	}
-	if v := mem.Kernel; v != nil && v.Value != 0 {
-		// runc has ignored it since 1.0, and cgroup v2 has no such knob.
-		return m.fail(fMemKernel, "", unsupportedf("%s %d: kernel memory limits are obsolete (Linux 5.4) and not applied by runtimes", fMemKernel, v.Value))
+	if v := mem.Kernel; v != nil {
+		// runc has ignored a kernel memory limit since 1.0, and cgroup v2
+		// has no such knob, so a limit would be silently dropped: refused.
+		// 0 asks for no limit, which is what every container has: it is
+		// accepted and recorded as unset.
+		if v.Value != 0 {
+			return m.fail(fMemKernel, "", unsupportedf("%s %d: kernel memory limits are obsolete (Linux 5.4) and not applied by runtimes", fMemKernel, v.Value))
+		}
+		d.Kernel = nil
 	}
 	if mem.KernelTcp != nil {
 		if m.host.CgroupV2 {

@@ -21,9 +21,14 @@ func applyUpdate(cur *specs.LinuxResources, upd *api.LinuxResources, o *UpdateOp
 	if err != nil {
 		return nil, err
 	}
+	who := func(field, key string) string {
+		if p := resourceOwner(o.Owners, o.ContainerID, field, key); p != "" {
+			return p
+		}
+		return o.Plugin
+	}
 	m := &resourceMerge{
-		verb: "updates",
-		who:  func(string, string) string { return o.Plugin },
+		verb: "updates", who: who, request: o.Request,
 		host: hostOrDetect(o.Host), rt: rt, memswFile: o.memswFile, blockio: o.BlockioClass,
 	}
 	upd, err = frozenFields(out, upd, m, o)
@@ -73,8 +78,15 @@ func frozenFields(cur *specs.LinuxResources, upd *api.LinuxResources, m *resourc
 			return nil, frozen(fMemNoOOMKill, have, v.Value)
 		}
 	}
-	if v := upd.GetMemory().GetUseHierarchy(); v != nil && (mem.UseHierarchy == nil || *mem.UseHierarchy != v.Value) {
-		return nil, frozen(fMemHierarchy, mem.UseHierarchy, v.Value)
+	if v := upd.GetMemory().GetUseHierarchy(); v != nil {
+		have := mem.UseHierarchy
+		if have == nil && m.host.CgroupV2 {
+			// cgroup v2 is always hierarchical: unset means true.
+			have = new(true)
+		}
+		if have == nil || *have != v.Value {
+			return nil, frozen(fMemHierarchy, mem.UseHierarchy, v.Value)
+		}
 	}
 	for _, h := range upd.HugepageLimits {
 		if h == nil {
@@ -119,9 +131,8 @@ func frozenFields(cur *specs.LinuxResources, upd *api.LinuxResources, m *resourc
 	if c := upd.RdtClass; c != nil {
 		return nil, m.fail(fRdtClass, "", unsupportedf("%s %q: crin cannot change the RDT class of a running container", fRdtClass, c.Value))
 	}
-	if v := upd.GetMemory().GetKernel(); v != nil && v.Value != 0 && (mem.Kernel == nil || *mem.Kernel != v.Value) {
-		return nil, m.fail(fMemKernel, "", unsupportedf("%s %d: kernel memory limits are obsolete (Linux 5.4) and not applied by runtimes", fMemKernel, v.Value))
-	}
+	// A kernel memory limit is refused (and 0 accepted) by the merge, as
+	// at creation.
 	return upd, nil
 }
 

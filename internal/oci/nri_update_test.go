@@ -132,3 +132,61 @@ func TestApplyUpdateRefusals(t *testing.T) {
 	_, err := ApplyUpdate(curResources(), &api.LinuxResources{Memory: &api.LinuxMemory{Swappiness: api.UInt64(uint64(1))}}, UpdateOptions{Host: hostV1})
 	checkRefusal(t, err, errdefs.ErrNotImplemented, "an NRI plugin updates ", "the OCI runtime update cannot change")
 }
+
+// Errors name the plugin that owns the field when the update came with
+// owners, else Plugin, else the NRI request it came with.
+func TestApplyUpdateNamesThePlugin(t *testing.T) {
+	owners := api.NewOwningPlugins()
+	if err := owners.ClaimCPUShares(testCtr, "30-cpu"); err != nil {
+		t.Fatal(err)
+	}
+	if err := owners.ClaimCPUShares("other", "40-else"); err != nil {
+		t.Fatal(err)
+	}
+	bad := &api.LinuxResources{Cpu: &api.LinuxCPU{Shares: api.UInt64(uint64(1))}}
+	tests := []struct {
+		name string
+		o    UpdateOptions
+		who  string
+	}{
+		{"owner of the field", UpdateOptions{ContainerID: testCtr, Owners: owners, Plugin: "fallback", Request: "CreateContainer"}, `nri plugin "30-cpu" updates `},
+		{"no owner for this container", UpdateOptions{ContainerID: "third", Owners: owners, Plugin: "10-a"}, `nri plugin "10-a" updates `},
+		{"request only", UpdateOptions{ContainerID: testCtr, Request: "UpdateContainers"}, "an NRI plugin's UpdateContainers updates "},
+		{"nothing known", UpdateOptions{ContainerID: testCtr}, "an NRI plugin updates "},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.o.Host = hostV1
+			_, err := ApplyUpdate(curResources(), bad, tc.o)
+			checkRefusal(t, err, errdefs.ErrInvalidArgument, tc.who, "linux.resources.cpu.shares 1")
+		})
+	}
+}
+
+func TestApplyUpdateMemoryEdges(t *testing.T) {
+	t.Run("kernel 0 is no limit", func(t *testing.T) {
+		got, err := ApplyUpdate(curResources(), &api.LinuxResources{Memory: &api.LinuxMemory{Kernel: api.Int64(int64(0))}}, UpdateOptions{Host: hostV1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		diff(t, "resources", got, curResources())
+	})
+	t.Run("use_hierarchy true on cgroup v2 when unset", func(t *testing.T) {
+		cur := &specs.LinuxResources{Memory: &specs.LinuxMemory{Limit: new(int64(1 << 20))}}
+		got, err := ApplyUpdate(cur, &api.LinuxResources{Memory: &api.LinuxMemory{UseHierarchy: api.Bool(true)}}, UpdateOptions{Host: hostV2})
+		if err != nil {
+			t.Fatalf("use_hierarchy true on cgroup v2: %v", err)
+		}
+		if got.Memory.Limit == nil || *got.Memory.Limit != 1<<20 {
+			t.Errorf("memory limit = %v, want it kept", got.Memory.Limit)
+		}
+	})
+	t.Run("use_hierarchy false on cgroup v2 when unset", func(t *testing.T) {
+		_, err := ApplyUpdate(&specs.LinuxResources{}, &api.LinuxResources{Memory: &api.LinuxMemory{UseHierarchy: api.Bool(false)}}, UpdateOptions{Host: hostV2})
+		checkRefusal(t, err, errdefs.ErrNotImplemented, "an NRI plugin updates ", "linux.resources.memory.useHierarchy")
+	})
+	t.Run("use_hierarchy true on cgroup v1 when unset", func(t *testing.T) {
+		_, err := ApplyUpdate(&specs.LinuxResources{}, &api.LinuxResources{Memory: &api.LinuxMemory{UseHierarchy: api.Bool(true)}}, UpdateOptions{Host: hostV1})
+		checkRefusal(t, err, errdefs.ErrNotImplemented, "an NRI plugin updates ", "linux.resources.memory.useHierarchy")
+	})
+}

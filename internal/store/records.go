@@ -83,4 +83,11 @@ type Container struct {
 	// NRIStopDelivered is set once NRI StopContainer was delivered for the
 	// container's exit; it is delivered exactly once (docs/state-machines.md).
 	NRIStopDelivered bool `json:"nri_stop_delivered,omitempty"`
+	// Evicting is set, with EvictMessage (the plugin's reason), before the
+	// container is signalled for an NRI plugin's eviction, and cleared when
+	// its exit is recorded (with reason Evicted and that message). A
+	// restart that finds it set on a live container kills the container
+	// (docs/recovery.md).
+	Evicting     bool   `json:"evicting,omitempty"`
+	EvictMessage string `json:"evict_message,omitempty"`
 }

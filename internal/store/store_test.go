@@ -65,7 +65,8 @@ func TestRecordsSurviveReopen(t *testing.T) {
 		NRILinux: []byte{4, 5}, NRIStopDelivered: true}
 	c := &Container{ID: "c1", SandboxID: "p1", State: ContainerRunning, ExitCode: 3, Annotations: map[string]string{"a": "b"},
 		ImageDigest: "sha256:abc", Spec: []byte(`{"ociVersion":"1.2.0","process":{"args":["sh"]}}`),
-		NRIOwners: map[string]string{"memory limit": "10-res", `env "FOO"`: "20-env"}, NRIStopDelivered: true}
+		NRIOwners: map[string]string{"memory limit": "10-res", `env "FOO"`: "20-env"}, NRIStopDelivered: true,
+		Evicting: true, EvictMessage: "too hungry"}
 	if err := s.PutSandbox(sb); err != nil {
 		t.Fatal(err)
 	}
