@@ -71,3 +71,34 @@ func TestMetrics(t *testing.T) {
 		}
 	}
 }
+
+// TestNRIMetrics checks NRI plugin calls show on the metrics endpoint, per
+// plugin and event.
+func TestNRIMetrics(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	n := newNRISetup(t)
+	n.install(t, "10", "metered", pluginConfig{})
+	nriPluginBinary(t)
+	d := startDaemon(t, daemonOptions{metrics: addr, extraConfig: n.config()})
+	waitConfigured(t, d, n, "10-metered")
+	d.runPod(t, podConfig("metered"))
+	resp, err := http.Get(fmt.Sprintf("http://%s/metrics", addr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{
+		`crin_nri_plugin_calls_total{event="RunPodSandbox",plugin="10-metered"} 1`,
+		`crin_nri_plugin_call_seconds_count{event="RunPodSandbox",plugin="10-metered"} 1`,
+	} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
+}
