@@ -1,13 +1,17 @@
 package nri
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -36,27 +40,117 @@ func (p *benchPlugin) CreateContainer(context.Context, *api.PodSandbox, *api.Con
 	return adj, nil, nil
 }
 
-// runBenchPlugins connects n bench plugins to socket and returns a stop
-// func.
-func runBenchPlugins(b *testing.B, socket string, n int, work time.Duration) func() {
-	b.Helper()
+// benchHostEnv turns the test binary into the process that hosts the
+// bench plugins (runBenchHost); its value is "socket;count;work".
+const benchHostEnv = "CRIN_NRI_BENCH_PLUGINS"
+
+// benchOutOfProcEnv, when set, runs the bench plugins in a process of
+// their own, as NRI plugins run in production, instead of inside the test
+// process, where they share the Go runtime (GC, scheduler, timers) of the
+// adaptation under test.
+const benchOutOfProcEnv = "CRIN_NRI_BENCH_PLUGIN_PROCESS"
+
+// startStubs connects n bench plugins to socket.
+func startStubs(socket string, n int, work time.Duration) (stop func(), err error) {
 	var stubs []stub.Stub
-	for i := range n {
-		s, err := stub.New(&benchPlugin{key: fmt.Sprintf("K%d", i), work: work},
-			stub.WithSocketPath(socket), stub.WithPluginIdx(fmt.Sprintf("%02d", 10+i)), stub.WithPluginName("bench"))
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := s.Start(context.Background()); err != nil {
-			b.Fatal(err)
-		}
-		stubs = append(stubs, s)
-	}
-	return func() {
+	stop = func() {
 		for _, s := range stubs {
 			s.Stop()
 		}
 	}
+	for i := range n {
+		s, err := stub.New(&benchPlugin{key: fmt.Sprintf("K%d", i), work: work},
+			stub.WithSocketPath(socket), stub.WithPluginIdx(fmt.Sprintf("%02d", 10+i)), stub.WithPluginName("bench"))
+		if err == nil {
+			err = s.Start(context.Background())
+		}
+		if err != nil {
+			stop()
+			return nil, fmt.Errorf("start bench plugin %d: %w", i, err)
+		}
+		stubs = append(stubs, s)
+	}
+	return stop, nil
+}
+
+// runBenchPlugins connects n bench plugins to socket and returns a stop
+// func. The plugins run in the test process, unless benchOutOfProcEnv is
+// set.
+func runBenchPlugins(b *testing.B, socket string, n int, work time.Duration) func() {
+	b.Helper()
+	if n == 0 {
+		return func() {}
+	}
+	if os.Getenv(benchOutOfProcEnv) == "" {
+		stop, err := startStubs(socket, n, work)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return stop
+	}
+	host := exec.Command(os.Args[0], "-test.run=^$")
+	host.Env = append(os.Environ(), fmt.Sprintf("%s=%s;%d;%s", benchHostEnv, socket, n, work))
+	host.Stderr = os.Stderr
+	stdin, err := host.StdinPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	stdout, err := host.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := host.Start(); err != nil {
+		b.Fatal(err)
+	}
+	stop := func() {
+		_ = stdin.Close() // the host stops its plugins and exits
+		done := make(chan struct{})
+		go func() {
+			_ = host.Wait()
+			close(done)
+		}()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			_ = host.Process.Kill()
+			<-done
+		}
+	}
+	if line, err := bufio.NewReader(stdout).ReadString('\n'); err != nil || line != "ready\n" {
+		stop()
+		b.Fatalf("bench plugin host: %q, %v", line, err)
+	}
+	return stop
+}
+
+// runBenchHost runs the bench plugins of spec (see benchHostEnv), says
+// "ready" once they are connected and stops them when stdin closes.
+func runBenchHost(spec string) int {
+	logrus.SetOutput(io.Discard)
+	parts := strings.Split(spec, ";")
+	if len(parts) != 3 {
+		fmt.Fprintf(os.Stderr, "%s=%q: want socket;count;work\n", benchHostEnv, spec)
+		return 2
+	}
+	n, err := strconv.Atoi(parts[1])
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s count %q: %v\n", benchHostEnv, parts[1], err)
+		return 2
+	}
+	work, err := time.ParseDuration(parts[2])
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s work %q: %v\n", benchHostEnv, parts[2], err)
+		return 2
+	}
+	stop, err := startStubs(parts[0], n, work)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	fmt.Println("ready")
+	_, _ = io.Copy(io.Discard, os.Stdin)
+	stop()
+	return 0
 }
 
 type createFn func(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) error
@@ -110,8 +204,8 @@ func measure(b *testing.B, callers int, create createFn) {
 	// The mean shows what the median hides when one caller can pass the
 	// others (an unfair lock): by Little's law it is callers/throughput.
 	b.ReportMetric(float64(sum.Microseconds())/float64(len(lat)), "mean-µs")
-	// CPU time of the whole process (adaptation, stub plugins, harness,
-	// GC) per call: what the machine pays, whoever waits for it.
+	// CPU time of the test process per call: the adaptation under test,
+	// the harness and their GC, plus the plugins when they run in-process.
 	b.ReportMetric(float64(cpu.Microseconds())/float64(len(lat)), "cpu-µs/op")
 }
 
@@ -184,7 +278,8 @@ func benchCrin(b *testing.B, plugins, callers int, work time.Duration) {
 	stop := runBenchPlugins(b, cfg.SocketPath, plugins, work)
 	waitPlugins(b, a, plugins)
 	measure(b, callers, func(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) error {
-		_, _, err := a.CreateContainer(ctx, pod, ctr)
+		// What the hub calls: the owners come with the result.
+		_, err := a.CreateContainerOwned(ctx, pod, ctr)
 		return err
 	})
 	stop()

@@ -34,8 +34,8 @@ func (e inEvent) done() {
 }
 
 // enter orders the event after earlier events of the same pod and returns
-// the plugin list; ev.done must be called when the event is over (not
-// when enter fails).
+// the plugin list; the returned inEvent's done must be called when the
+// event is over (not when enter fails).
 func (a *Adaptation) enter(ctx context.Context, pod *api.PodSandbox) ([]*plugin, inEvent, error) {
 	id := pod.GetId()
 	if err := a.order.acquire(ctx, id); err != nil {

@@ -32,6 +32,9 @@ func TestMain(m *testing.M) {
 	if dir := os.Getenv(daemonEnv); dir != "" {
 		os.Exit(runTestDaemon(dir))
 	}
+	if spec := os.Getenv(benchHostEnv); spec != "" {
+		os.Exit(runBenchHost(spec))
+	}
 	dir, err := os.MkdirTemp("", "crin-nri-bin")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

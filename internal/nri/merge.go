@@ -250,9 +250,11 @@ func (m *merger) owners() *api.OwningPlugins {
 // state is handed over, and the merger must not be used afterwards. The
 // owners are nil when no plugin changed anything.
 func (m *merger) result() (*api.ContainerAdjustment, []*api.ContainerUpdate, *api.OwningPlugins) {
-	adj := &api.ContainerAdjustment{}
+	var adj *api.ContainerAdjustment
 	if m.st.adj != nil {
 		adj = stripAdjustment(m.st.adj)
+	} else {
+		adj = &api.ContainerAdjustment{}
 	}
 	upds := m.st.updateList(func(u *api.ContainerUpdate) *api.ContainerUpdate { return u })
 	own := m.st.own

@@ -187,8 +187,17 @@ func (m *mux) reader() {
 // readFrames reads frames until some payload for self has been copied
 // into p, and hands the frames for other connections to them. Called with
 // rmu held; self and p may be nil. An error leaves the partial frame in
-// m.in, so that a read interrupted by a deadline can be resumed.
+// m.in, so that a read interrupted by a deadline can be resumed; the end
+// of the trunk inside a frame is io.ErrUnexpectedEOF.
 func (m *mux) readFrames(self *muxConn, p []byte) (int, error) {
+	n, err := m.readFramesOnce(self, p)
+	if err == io.EOF && m.in.hn > 0 {
+		err = io.ErrUnexpectedEOF
+	}
+	return n, err
+}
+
+func (m *mux) readFramesOnce(self *muxConn, p []byte) (int, error) {
 	in := &m.in
 	for {
 		if in.hn < muxHeaderLen {

@@ -84,34 +84,40 @@ func TestMuxProtocolErrors(t *testing.T) {
 		name  string
 		id    uint32
 		size  uint32
+		sent  int // payload bytes sent before the peer closes; -1: none, no close
 		valid bool
 	}{
-		{name: "oversized frame", id: 1, size: muxMaxPayload + 1},
-		{name: "reserved conn id", id: 0, size: 4},
-		{name: "largest frame", id: 1, size: muxMaxPayload, valid: true},
+		{name: "oversized frame", id: 1, size: muxMaxPayload + 1, sent: -1},
+		{name: "reserved conn id", id: 0, size: 4, sent: -1},
+		{name: "truncated frame", id: 1, size: 10, sent: 3},
+		{name: "truncated frame for the other conn", id: 2, size: 10, sent: 0},
+		{name: "largest frame", id: 1, size: muxMaxPayload, sent: muxMaxPayload, valid: true},
 	}
 	for _, tc := range tests {
 		for _, driver := range []uint32{0, 1} {
 			t.Run(fmt.Sprintf("%s/driver=%d", tc.name, driver), func(t *testing.T) {
-				testMuxProtocolError(t, tc.id, tc.size, tc.valid, driver)
+				testMuxProtocolError(t, tc.id, tc.size, tc.sent, tc.valid, driver)
 			})
 		}
 	}
 }
 
-func testMuxProtocolError(t *testing.T, id, size uint32, valid bool, driver uint32) {
+func testMuxProtocolError(t *testing.T, id, size uint32, sent int, valid bool, driver uint32) {
 	before := runtime.NumGoroutine()
 	raw, end := socketPair(t)
 	closed := make(chan error, 1)
-	m := newMux(end, func(err error) { closed <- err }, driver, 1)
+	m := newMux(end, func(err error) { closed <- err }, driver, 1, 2)
 	c, _ := m.open(1)
 	hdr := make([]byte, muxHeaderLen)
 	binary.BigEndian.PutUint32(hdr[0:4], id)
 	binary.BigEndian.PutUint32(hdr[4:8], size)
 	go func() {
 		_, _ = raw.Write(hdr)
-		if valid {
-			_, _ = raw.Write(make([]byte, size))
+		if sent >= 0 {
+			_, _ = raw.Write(make([]byte, sent))
+			if !valid {
+				_ = raw.Close()
+			}
 		}
 	}()
 	if valid {
