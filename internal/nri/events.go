@@ -429,7 +429,7 @@ func (a *Adaptation) StopContainer(ctx context.Context, pod *api.PodSandbox, ctr
 		return nil, err
 	}
 	defer in.done()
-	f := &flight{m: newMerger(pod, ctr)}
+	f := &flight{m: newMerger(pod, ctr), stopping: true}
 	a.flights.start(ctr.GetId(), f)
 	defer a.flights.land(ctr.GetId(), f)
 	var errs []error
@@ -484,10 +484,10 @@ func (a *Adaptation) evict(evs []*api.ContainerEviction) {
 
 // unsolicited applies an UpdateContainers request a plugin sent on its
 // own. Updates are checked for conflicts (one update per container per
-// request); an update for a container with an UpdateContainer or
-// StopContainer event in progress is merged into that event's result, so it
-// neither races nor waits for it; one for a container being created is
-// refused; the rest go to the Engine under per-container gates. It never
+// request); an update for a container with an UpdateContainer event in
+// progress is merged into that event's result (its outcome is the event's),
+// so it neither races nor waits for it; one for a container being created
+// or stopped is refused (returned as failed); the rest go to the Engine under per-container gates. It never
 // waits for a plugin call, so a plugin may call it from any handler.
 func (a *Adaptation) unsolicited(ctx context.Context, p *plugin, req *api.UpdateContainersRequest) ([]*api.ContainerUpdate, error) {
 	var (
@@ -507,8 +507,8 @@ func (a *Adaptation) unsolicited(ctx context.Context, p *plugin, req *api.Update
 		if f := a.flights.get(id); f != nil {
 			f.mu.Lock()
 			switch {
-			case f.creating:
-				a.log.WarnContext(ctx, "nri unsolicited update refused: container is being created", "plugin", p.id(), "container_id", id)
+			case f.creating, f.stopping:
+				a.log.WarnContext(ctx, "nri unsolicited update refused: container is being created or stopped", "plugin", p.id(), "container_id", id)
 				failed = append(failed, u)
 				f.mu.Unlock()
 				continue

@@ -92,6 +92,9 @@ type flight struct {
 	// creating is set for CreateContainer: the container does not exist
 	// for the runtime yet, updates to it are refused.
 	creating bool
+	// stopping is set for StopContainer: the container is stopped, updates
+	// to it are refused.
+	stopping bool
 	// m collects the updates of an UpdateContainer or StopContainer event.
 	m      *merger
 	sealed bool
