@@ -507,30 +507,3 @@ func readPid(path string) int {
 	}
 	return pid
 }
-
-// alive reports whether pid runs (a zombie counts as gone: its reaper may
-// not be us).
-func alive(pid int) bool {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	// The state follows the command name in parentheses.
-	i := bytes.LastIndexByte(data, ')')
-	if i < 0 || i+2 >= len(data) {
-		return false
-	}
-	return data[i+2] != 'Z' && data[i+2] != 'X'
-}
-
-// waitGone polls until pid is gone, for at most d; it reports success.
-func waitGone(ctx context.Context, pid int, d time.Duration) bool {
-	deadline := time.Now().Add(d)
-	for alive(pid) {
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return false
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return true
-}

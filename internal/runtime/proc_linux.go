@@ -1,0 +1,81 @@
+package runtime
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// pollGoneEvery is how often waitGone looks at /proc when it cannot sleep
+// on a pidfd.
+const pollGoneEvery = 20 * time.Millisecond
+
+// alive reports whether pid runs (a zombie counts as gone: its reaper may
+// not be us).
+func alive(pid int) bool {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// The state follows the command name in parentheses.
+	i := bytes.LastIndexByte(data, ')')
+	if i < 0 || i+2 >= len(data) {
+		return false
+	}
+	return data[i+2] != 'Z' && data[i+2] != 'X'
+}
+
+// waitGone waits until pid is gone, for at most d or until ctx ends; it
+// reports success. pid need not be our child: it sleeps on a pidfd, which
+// the kernel makes readable when the process exits, so a shim that exits
+// at once is seen at once; without pidfds (Linux before 5.10) it polls
+// /proc.
+func waitGone(ctx context.Context, pid int, d time.Duration) bool {
+	if !alive(pid) {
+		return true
+	}
+	if gone, ok := waitPidfd(ctx, pid, d); ok {
+		return gone
+	}
+	deadline := time.Now().Add(d)
+	for alive(pid) {
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return false
+		}
+		time.Sleep(pollGoneEvery)
+	}
+	return true
+}
+
+// waitPidfd is waitGone on a pidfd in Go's poller. ok is false when pidfds
+// cannot be used here and the caller must poll.
+func waitPidfd(ctx context.Context, pid int, d time.Duration) (gone, ok bool) {
+	fd, err := unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK)
+	if errors.Is(err, unix.ESRCH) {
+		return true, true
+	}
+	if err != nil {
+		return false, false
+	}
+	f := os.NewFile(uintptr(fd), "pidfd")
+	defer f.Close()
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return false, false
+	}
+	// A file the poller does not take refuses deadlines.
+	if err := f.SetReadDeadline(time.Now().Add(d)); err != nil {
+		return false, false
+	}
+	stop := context.AfterFunc(ctx, func() { _ = f.SetReadDeadline(time.Now()) })
+	defer stop()
+	// The pidfd was registered with the poller when it was opened, so an
+	// exit after this first look still wakes the wait below.
+	err = rc.Read(func(uintptr) bool { return !alive(pid) })
+	return err == nil, true
+}
