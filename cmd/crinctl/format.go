@@ -8,30 +8,13 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
-)
 
-// plugin is one NRI plugin as crind's admin API reports it
-// (GET /v1/nri/plugins); durations are Go duration strings.
-type plugin struct {
-	Index         string   `json:"index"`
-	Name          string   `json:"name"`
-	Kind          string   `json:"kind"`
-	Events        []string `json:"events"`
-	State         string   `json:"state"`
-	FailurePolicy struct {
-		FailRequest   bool `json:"fail_request"`
-		KeepConnected bool `json:"keep_connected"`
-	} `json:"failure_policy"`
-	Required       bool   `json:"required"`
-	RequestTimeout string `json:"request_timeout"`
-	Calls          uint64 `json:"calls"`
-	Failures       uint64 `json:"failures"`
-	MeanLatency    string `json:"mean_latency"`
-}
+	"github.com/crin-dev/crin/internal/admin"
+)
 
 // writePlugins prints plugins as a table, in the order given (crind's
 // invocation order).
-func writePlugins(w io.Writer, ps []plugin) error {
+func writePlugins(w io.Writer, ps []admin.Plugin) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "INDEX\tNAME\tKIND\tSTATE\tEVENTS\tCALLS\tFAILURES\tLATENCY")
 	for _, p := range ps {
@@ -67,7 +50,7 @@ func eventList(events []string) string {
 
 // latency shows the mean call latency rounded for reading, or "-" before
 // the first call.
-func latency(p plugin) string {
+func latency(p admin.Plugin) string {
 	if p.Calls == 0 {
 		return "-"
 	}

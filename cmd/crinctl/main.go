@@ -19,11 +19,11 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"syscall"
 	"time"
 
+	"github.com/crin-dev/crin/internal/admin"
 	"github.com/crin-dev/crin/internal/config"
 )
 
@@ -104,18 +104,18 @@ func run(args []string, stdout io.Writer) error {
 	defer cancel()
 	switch {
 	case cmd == "plugins" && sub.NArg() == 0:
-		body, err := c.get(ctx, "/v1/nri/plugins")
+		body, err := c.get(ctx, admin.PluginsPath)
 		if err != nil || o.json {
 			return printRaw(stdout, body, err)
 		}
-		var ps []plugin
+		var ps []admin.Plugin
 		if err := json.Unmarshal(body, &ps); err != nil {
 			return fmt.Errorf("decode crind's plugin list: %w", err)
 		}
 		return writePlugins(stdout, ps)
 	case cmd == "owners" && sub.NArg() == 1:
 		id := sub.Arg(0)
-		body, err := c.get(ctx, "/v1/containers/"+url.PathEscape(id)+"/nri-owners")
+		body, err := c.get(ctx, admin.OwnersPath(id))
 		if err != nil || o.json {
 			return printRaw(stdout, body, err)
 		}
@@ -197,9 +197,7 @@ func (c *client) get(ctx context.Context, path string) ([]byte, error) {
 		return nil, fmt.Errorf("read crind's answer: %w", err)
 	}
 	if resp.StatusCode != http.StatusOK {
-		var e struct {
-			Error string `json:"error"`
-		}
+		var e admin.Error
 		if json.Unmarshal(body, &e) == nil && e.Error != "" {
 			return nil, fmt.Errorf("crind: %s", e.Error)
 		}

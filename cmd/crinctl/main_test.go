@@ -12,6 +12,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/crin-dev/crin/internal/admin"
 )
 
 // pluginsJSON is what crind's admin API answers (see cmd/crind/admin.go).
@@ -28,7 +30,7 @@ const pluginsJSON = `[
 ]`
 
 func TestWritePlugins(t *testing.T) {
-	var ps []plugin
+	var ps []admin.Plugin
 	if err := json.Unmarshal([]byte(pluginsJSON), &ps); err != nil {
 		t.Fatal(err)
 	}

@@ -12,17 +12,13 @@ import (
 
 	"github.com/containerd/errdefs"
 
+	"github.com/crin-dev/crin/internal/admin"
 	"github.com/crin-dev/crin/internal/nri"
 )
 
-// The admin API is crind's introspection for crinctl: plain HTTP with JSON
-// bodies on a unix socket only root can reach (0600 in the 0700 state dir).
-//
-//	GET /v1/nri/plugins                  [adminPlugin, ...] in invocation order
-//	GET /v1/containers/{id}/nri-owners   {"field": "NN-plugin", ...}
-//
-// Errors are {"error": "..."} with 404 (unknown container), 503 (NRI
-// disabled), 501 (not supported) or 500.
+// The admin API (internal/admin has the wire types and paths) is crind's
+// introspection for crinctl, on a unix socket only root can reach (0600 in
+// the 0700 state dir).
 
 // pluginLister lists the NRI plugins (*nri.Adaptation).
 type pluginLister interface {
@@ -35,41 +31,16 @@ type ownerSource interface {
 	NRIOwners(id string) (map[string]string, error)
 }
 
-// adminPlugin is one plugin on the wire. Durations are Go duration strings
-// ("2s", "1.5ms"); crinctl decodes the same shape.
-type adminPlugin struct {
-	Index          string             `json:"index"`
-	Name           string             `json:"name"`
-	Kind           string             `json:"kind"`
-	Events         []string           `json:"events"`
-	State          string             `json:"state"`
-	FailurePolicy  adminFailurePolicy `json:"failure_policy"`
-	Required       bool               `json:"required"`
-	RequestTimeout string             `json:"request_timeout"`
-	Calls          uint64             `json:"calls"`
-	Failures       uint64             `json:"failures"`
-	MeanLatency    string             `json:"mean_latency"`
-}
-
-type adminFailurePolicy struct {
-	FailRequest   bool `json:"fail_request"`
-	KeepConnected bool `json:"keep_connected"`
-}
-
-type adminError struct {
-	Error string `json:"error"`
-}
-
 // newAdminHandler serves the admin API. plugins is nil when NRI is off.
 func newAdminHandler(plugins pluginLister, owners ownerSource) http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /v1/nri/plugins", func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("GET "+admin.PluginsPath, func(w http.ResponseWriter, r *http.Request) {
 		if plugins == nil {
 			writeAdminError(w, http.StatusServiceUnavailable, "nri is disabled (nri.enable = false in crind's config)")
 			return
 		}
 		infos := plugins.Plugins()
-		out := make([]adminPlugin, 0, len(infos))
+		out := make([]admin.Plugin, 0, len(infos))
 		for _, p := range infos {
 			out = append(out, adminPluginFrom(p))
 		}
@@ -93,18 +64,18 @@ func newAdminHandler(plugins pluginLister, owners ownerSource) http.Handler {
 	return mux
 }
 
-func adminPluginFrom(p nri.PluginInfo) adminPlugin {
+func adminPluginFrom(p nri.PluginInfo) admin.Plugin {
 	events := p.Events
 	if events == nil {
 		events = []string{}
 	}
-	return adminPlugin{
+	return admin.Plugin{
 		Index:          p.Index,
 		Name:           p.Name,
 		Kind:           string(p.Kind),
 		Events:         events,
 		State:          string(p.State),
-		FailurePolicy:  adminFailurePolicy(p.FailurePolicy),
+		FailurePolicy:  admin.FailurePolicy(p.FailurePolicy),
 		Required:       p.Required,
 		RequestTimeout: p.RequestTimeout.String(),
 		Calls:          p.Calls,
@@ -129,7 +100,7 @@ func adminStatus(err error) int {
 }
 
 func writeAdminError(w http.ResponseWriter, status int, msg string) {
-	writeAdminJSON(w, status, adminError{Error: msg})
+	writeAdminJSON(w, status, admin.Error{Error: msg})
 }
 
 func writeAdminJSON(w http.ResponseWriter, status int, v any) {

@@ -6,7 +6,6 @@ import (
 	"maps"
 	"strings"
 
-	specs "github.com/opencontainers/runtime-spec/specs-go"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/crin-dev/crin/internal/store"
@@ -88,8 +87,8 @@ func containerResources(rec *store.Container) *runtimeapi.ContainerResources {
 	if len(rec.Resources) == 0 {
 		return nil
 	}
-	var r specs.LinuxResources
-	if json.Unmarshal(rec.Resources, &r) != nil {
+	r, err := recordedResources(rec)
+	if err != nil {
 		return nil
 	}
 	out := &runtimeapi.LinuxContainerResources{}
