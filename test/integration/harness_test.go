@@ -76,6 +76,7 @@ type daemon struct {
 	state   string
 	socket  string
 	cgroup  string
+	net     testNet
 	logBuf  *lockedBuffer
 	cmd     *exec.Cmd
 	conn    *grpc.ClientConn
@@ -115,17 +116,6 @@ func randHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
-// testSubnet is the pod network of the tests: private, bridged, no
-// masquerade and no default route off the machine.
-const testConflist = `{
-  "cniVersion": "1.0.0",
-  "name": "crintest",
-  "plugins": [
-    {"type": "bridge", "bridge": "crintest0", "isGateway": true, "ipMasq": false, "hairpinMode": true,
-     "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.99.0.0/24"}]], "dataDir": "%s"}}
-  ]
-}`
-
 func startDaemon(t *testing.T, o daemonOptions) *daemon {
 	t.Helper()
 	bin := buildBinaries(t)
@@ -142,13 +132,13 @@ func startDaemon(t *testing.T, o daemonOptions) *daemon {
 		cgroup: "/crintest-" + randHex(4),
 		logBuf: &lockedBuffer{},
 	}
+	d.net = pickTestNet(t, base)
 	confDir := filepath.Join(base, "net.d")
 	if err := os.MkdirAll(confDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	if !o.noCNI {
-		c := fmt.Sprintf(testConflist, filepath.Join(base, "ipam"))
-		if err := os.WriteFile(filepath.Join(confDir, "10-test.conflist"), []byte(c), 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(confDir, "10-test.conflist"), []byte(d.net.conflist()), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -274,6 +264,8 @@ func (d *daemon) cleanupAll() {
 	}
 	d.stop()
 	d.checkNoLeaks()
+	d.net.checkNoLeaks(t)
+	d.net.remove(t)
 	ctls, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup/*", d.cgroup))
 	for _, c := range ctls {
 		_ = os.Remove(c)

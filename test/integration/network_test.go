@@ -36,9 +36,8 @@ func TestPodNetwork(t *testing.T) {
 		t.Fatal(err)
 	}
 	ip := net.ParseIP(ps.Status.GetNetwork().GetIp())
-	_, subnet, _ := net.ParseCIDR("10.99.0.0/24")
-	if ip == nil || !subnet.Contains(ip) {
-		t.Fatalf("pod IP %q not in the test network 10.99.0.0/24", ps.Status.GetNetwork().GetIp())
+	if ip == nil || !d.net.subnet.Contains(ip) {
+		t.Fatalf("pod IP %q not in the test network %s", ps.Status.GetNetwork().GetIp(), d.net.subnet)
 	}
 	id := d.runContainer(t, pod, podCfg, containerConfig("httpd", ref, "sh", "-c",
 		"mkdir -p /tmp/www && echo hello-from-pod > /tmp/www/index.html && exec httpd -f -p 8080 -h /tmp/www"))

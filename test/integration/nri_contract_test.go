@@ -414,7 +414,7 @@ func TestNRIContractFailingHooks(t *testing.T) {
 	}
 	ref, _ := busybox(t)
 	d.pull(t, ref)
-	ipamDir := filepath.Join(filepath.Dir(d.root), "ipam", "crintest")
+	ipamDir := filepath.Join(d.net.ipamDir, "crintest")
 
 	before := contractLeakState(d)
 	podCfg := podConfig("bad")

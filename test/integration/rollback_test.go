@@ -59,7 +59,7 @@ path = %q
 `, filepath.Join(dir, "flaky-pod"), filepath.Join(dir, "flaky-ctr"))})
 	ref, _ := busybox(t)
 	d.pull(t, ref)
-	ipamDir := filepath.Join(filepath.Dir(d.root), "ipam", "crintest")
+	ipamDir := filepath.Join(d.net.ipamDir, "crintest")
 
 	podCfg := podConfig("rollback")
 	_, err = d.rs.RunPodSandbox(ctxT(t), &runtimeapi.RunPodSandboxRequest{Config: podCfg, RuntimeHandler: "flakypod"})
