@@ -3,7 +3,7 @@ GO ?= go
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 
-.PHONY: build test unit integration lint run bench clean deps
+.PHONY: build test unit integration lint run bench clean deps fuzz
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/crind ./cmd/crind
@@ -23,6 +23,11 @@ unit:
 
 integration:
 	$(GO) test -tags integration -count=1 -p 1 -timeout 20m ./...
+
+# Fuzz every Go native fuzz target for FUZZTIME each (default 30s); their
+# seed corpora run in every `make unit`.
+fuzz:
+	./scripts/fuzz.sh
 
 lint:
 	$(GO) vet ./...
