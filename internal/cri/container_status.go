@@ -38,6 +38,7 @@ func (s *Service) ContainerStatus(ctx context.Context, r *runtimeapi.ContainerSt
 		Mounts:      cfg.GetMounts(),
 		LogPath:     rec.LogPath,
 		Resources:   containerResources(rec),
+		User:        c.userLocked(),
 	}
 	if img, err := s.opts.Images.Get(rec.ImageID); err == nil && len(img.RepoDigests) > 0 {
 		st.ImageRef = img.RepoDigests[0]
@@ -136,13 +137,15 @@ func (s *Service) ListContainers(ctx context.Context, r *runtimeapi.ListContaine
 				Id:           rec.ID,
 				PodSandboxId: rec.SandboxID,
 				Metadata:     cfg.GetMetadata(),
-				Image:        &runtimeapi.ImageSpec{Image: rec.ImageName, UserSpecifiedImage: rec.ImageRef},
-				ImageRef:     rec.ImageID,
-				ImageId:      rec.ImageID,
-				State:        containerState(rec.State),
-				CreatedAt:    rec.CreatedAt,
-				Labels:       cfg.GetLabels(),
-				Annotations:  statusAnnotations(rec, cfg),
+				// kubelet reads the image id here (it matches it against
+				// ListImages ids), not the name the pod asked for.
+				Image:       &runtimeapi.ImageSpec{Image: rec.ImageID, UserSpecifiedImage: rec.ImageRef},
+				ImageRef:    rec.ImageID,
+				ImageId:     rec.ImageID,
+				State:       containerState(rec.State),
+				CreatedAt:   rec.CreatedAt,
+				Labels:      cfg.GetLabels(),
+				Annotations: statusAnnotations(rec, cfg),
 			})
 		}
 		c.mu.Unlock()
@@ -188,4 +191,37 @@ func statusAnnotations(rec *store.Container, cfg *runtimeapi.ContainerConfig) ma
 		return cfg.GetAnnotations()
 	}
 	return out
+}
+
+// userLocked is the identity the container's process runs as, from the
+// final OCI spec (after NRI adjustments): kubelet reports it as the
+// container's effective uid, gid and groups. Parsed once; c.mu is held.
+func (c *container) userLocked() *runtimeapi.ContainerUser {
+	if c.user != nil || len(c.rec.Spec) == 0 {
+		return c.user
+	}
+	var spec struct {
+		Process *struct {
+			User struct {
+				UID            uint32   `json:"uid"`
+				GID            uint32   `json:"gid"`
+				AdditionalGids []uint32 `json:"additionalGids"`
+			} `json:"user"`
+		} `json:"process"`
+	}
+	if err := json.Unmarshal(c.rec.Spec, &spec); err != nil || spec.Process == nil {
+		return nil
+	}
+	u := spec.Process.User
+	groups := make([]int64, 0, len(u.AdditionalGids)+1)
+	groups = append(groups, int64(u.GID))
+	for _, g := range u.AdditionalGids {
+		if int64(g) != int64(u.GID) {
+			groups = append(groups, int64(g))
+		}
+	}
+	c.user = &runtimeapi.ContainerUser{Linux: &runtimeapi.LinuxContainerUser{
+		Uid: int64(u.UID), Gid: int64(u.GID), SupplementalGroups: groups,
+	}}
+	return c.user
 }

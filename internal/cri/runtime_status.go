@@ -33,10 +33,13 @@ func (s *Service) Status(ctx context.Context, r *runtimeapi.StatusRequest) (*run
 			netCond,
 		}},
 	}
-	for _, name := range s.runtimeNames() {
+	// The CRI names the handler used for pods that name none "" (kubelet
+	// reads the default's features under that name); every configured
+	// handler is listed under its own name too.
+	for _, name := range append([]string{""}, s.runtimeNames()...) {
 		resp.RuntimeHandlers = append(resp.RuntimeHandlers, &runtimeapi.RuntimeHandler{
 			Name:     name,
-			Features: &runtimeapi.RuntimeHandlerFeatures{RecursiveReadOnlyMounts: false, UserNamespaces: false},
+			Features: s.handlerFeatures(name),
 		})
 	}
 	if r.GetVerbose() {
@@ -50,6 +53,14 @@ func (s *Service) Status(ctx context.Context, r *runtimeapi.StatusRequest) (*run
 		}
 	}
 	return resp, nil
+}
+
+// handlerFeatures is what a handler ("" for the default) supports. It says
+// only what crind really implements: recursive read-only mounts and user
+// namespaces are not implemented yet, so kubelet refuses pods that need
+// them instead of running them without.
+func (s *Service) handlerFeatures(name string) *runtimeapi.RuntimeHandlerFeatures {
+	return &runtimeapi.RuntimeHandlerFeatures{RecursiveReadOnlyMounts: false, UserNamespaces: false}
 }
 
 // RuntimeConfig reports the cgroup driver: crind drives cgroupfs.

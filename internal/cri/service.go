@@ -163,6 +163,8 @@ type container struct {
 	// stopNotify is made by whoever delivers NRI StopContainer for the
 	// container and closed when that is done (exactly-once delivery).
 	stopNotify chan struct{}
+	// user is the process identity parsed from rec.Spec (userLocked).
+	user *runtimeapi.ContainerUser
 }
 
 // New builds the service and recovers state from the store and the shims.
