@@ -42,6 +42,7 @@ func TestFaultUnresolvableRegistry(t *testing.T) {
 		if !strings.Contains(err.Error(), "nosuchhost.invalid") {
 			t.Errorf("pull %d: error %q does not name the host", i, err)
 		}
+		t.Logf("pull %d: %s: %v", i, code(err), err)
 		d.alive(t, "pulling nosuchhost.invalid/foo:1")
 	}
 	ref, _ := busybox(t)
