@@ -268,3 +268,28 @@ func panicCount(t *testing.T, m *Metrics, server, rpc string) float64 {
 	}
 	return 0
 }
+
+// TestRecoverSession checks that a panic in a streaming session becomes
+// the session's Internal error, logged and counted, on whatever goroutine
+// the streaming library runs it.
+func TestRecoverSession(t *testing.T) {
+	sink, log := newLogSink(slog.LevelInfo)
+	m := NewMetrics(prometheus.NewRegistry())
+	s := &Service{log: log, opts: Options{Metrics: m}}
+	session := func() (err error) {
+		defer s.recoverSession(context.Background(), "portforward", &err)
+		panic("session broke")
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- session() }()
+	err := <-errc
+	if !errdefs.IsInternal(err) || !strings.Contains(err.Error(), "session broke") {
+		t.Errorf("err %v, want Internal naming the panic", err)
+	}
+	if got := panicCount(t, m, "stream", "portforward"); got != 1 {
+		t.Errorf("panics{stream, portforward} = %v, want 1", got)
+	}
+	if !strings.Contains(sink.String(), "[running]") {
+		t.Errorf("no stack logged:\n%s", sink.String())
+	}
+}
