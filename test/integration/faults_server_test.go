@@ -102,6 +102,7 @@ func TestFaultBadRequests(t *testing.T) {
 	if failed == "" {
 		t.Fatalf("no \"request failed\" line for CreateContainer in crind's log:\n%s", tail(logged, 4000))
 	}
+	t.Logf("failure line (%d bytes): %.600s", len(failed), failed)
 	for _, want := range []string{"request_id=", "code=InvalidArgument", "duration="} {
 		if !strings.Contains(failed, want) {
 			t.Errorf("failure line %q lacks %s", failed, want)
