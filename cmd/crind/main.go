@@ -287,7 +287,7 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	var hs *http.Server
 	if cfg.CRI.MetricsAddress != "" {
 		mux := http.NewServeMux()
-		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		mux.Handle("/metrics", cri.RecoverHTTP(log, metrics, "metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{})))
 		hs = &http.Server{Addr: cfg.CRI.MetricsAddress, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 		g.Go(func() error {
 			if err := hs.ListenAndServe(); !errors.Is(err, http.ErrServerClosed) {

@@ -38,7 +38,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"rpc", "code"}),
 		panics: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "crin", Name: "panics_total",
-			Help: "Requests that panicked and were failed alone, by server (cri, stream, admin) and RPC or route.",
+			Help: "Requests that panicked and were failed alone, by server (cri, stream, admin, metrics) and RPC or route.",
 		}, []string{"server", "rpc"}),
 	}
 	reg.MustRegister(m.latency, m.errors, m.panics)
