@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math"
 	"math/rand/v2"
 	"net"
 	"net/url"
@@ -12,6 +13,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/containerd/errdefs"
 	"google.golang.org/grpc/codes"
@@ -250,3 +252,20 @@ func TestElide(t *testing.T) {
 }
 
 func utf8ValidString(s string) bool { return strings.ToValidUTF8(s, "") == s }
+
+func TestSeconds(t *testing.T) {
+	for _, tc := range []struct {
+		in   int64
+		want time.Duration
+	}{
+		{0, 0},
+		{30, 30 * time.Second},
+		{math.MaxInt64 / int64(time.Second), time.Duration(math.MaxInt64/int64(time.Second)) * time.Second},
+		{10_000_000_000, math.MaxInt64},
+		{math.MaxInt64, math.MaxInt64},
+	} {
+		if got := seconds(tc.in); got != tc.want || got < 0 {
+			t.Errorf("seconds(%d) = %v, want %v", tc.in, got, tc.want)
+		}
+	}
+}

@@ -109,3 +109,28 @@ func TestFaultBadRequests(t *testing.T) {
 		}
 	}
 }
+
+// TestFaultHugeStopTimeout stops a container that ignores SIGTERM with a
+// grace period of 10^10 s (a pod's terminationGracePeriodSeconds may be
+// that large): crind must wait, not kill at once because the grace period
+// in nanoseconds overflowed to a negative duration.
+func TestFaultHugeStopTimeout(t *testing.T) {
+	d := startDaemon(t, daemonOptions{})
+	ref, _ := busybox(t)
+	d.pull(t, ref)
+	podCfg := podConfig("huge-grace")
+	pod := d.runPod(t, podCfg)
+	ctr := d.runContainer(t, pod, podCfg, containerConfig("main", ref, "sh", "-c", `trap "" TERM; echo ready; while true; do sleep 1; done`))
+	waitLog(t, logPath(podCfg, containerConfig("main", ref)), "ready")
+
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	_, err := d.rs.StopContainer(ctx, &runtimeapi.StopContainerRequest{ContainerId: ctr, Timeout: 10_000_000_000})
+	if err == nil {
+		t.Errorf("StopContainer with a 10^10 s grace period returned at once")
+	}
+	if st := d.status(t, ctr); st.State != runtimeapi.ContainerState_CONTAINER_RUNNING {
+		t.Errorf("container ignoring SIGTERM is %s (exit %d) during its grace period, want running", st.State, st.ExitCode)
+	}
+	d.alive(t, "StopContainer with a huge timeout")
+}
