@@ -18,8 +18,8 @@ import (
 // relying on errors.Is / errgrpc, because a chain may hold members those do
 // not survive: an Unwrap that returns nil (*net.DNSError), Unwrap() []error
 // with nil members, typed nil pointers whose methods panic, or a cycle. The
-// walk visits at most maxChainNodes members and recovers from any panic of
-// a member's methods, so classifying never fails.
+// walk is bounded (maxChainNodes, maxChainDepth) and recovers from any
+// panic of a member's methods, so classifying never fails.
 
 // maxChainNodes and maxChainDepth bound the walk of one error chain: a
 // cycle ends there. Real chains are a few members deep.
@@ -120,7 +120,7 @@ func unwrapAll(e error) (kids []error) {
 			kids = nil
 		}
 	}()
-	switch u := e.(type) {
+	switch u := e.(type) { //nolint:errorlint // one chain member; walkChain does the unwrapping
 	case interface{ Unwrap() error }:
 		if k := u.Unwrap(); k != nil {
 			return []error{k}
@@ -186,7 +186,7 @@ var errdefsSentinels = []struct {
 
 // classOf is pass 1: the errdefs class of one chain member.
 func classOf(e error) (codes.Code, bool) {
-	switch e.(type) {
+	switch e.(type) { //nolint:errorlint // one chain member; walkChain does the unwrapping
 	case invalidArgumentClass:
 		return codes.InvalidArgument, true
 	case notFoundClass:
@@ -216,12 +216,12 @@ func classOf(e error) (codes.Code, bool) {
 	case unknownClass:
 		return codes.Unknown, true
 	}
-	if gs, ok := e.(interface{ GRPCStatus() *status.Status }); ok {
+	if gs, ok := e.(interface{ GRPCStatus() *status.Status }); ok { //nolint:errorlint // one chain member; walkChain does the unwrapping
 		if st := gs.GRPCStatus(); st != nil && st.Code() != codes.OK && st.Code() != codes.Unknown {
 			return st.Code(), true
 		}
 	}
-	if is, ok := e.(interface{ Is(error) bool }); ok {
+	if is, ok := e.(interface{ Is(error) bool }); ok { //nolint:errorlint // one chain member; walkChain does the unwrapping
 		for _, s := range errdefsSentinels {
 			if is.Is(s.target) {
 				return s.code, true
@@ -233,13 +233,13 @@ func classOf(e error) (codes.Code, bool) {
 
 // contextClass is pass 2: a context's end.
 func contextClass(e error) (codes.Code, bool) {
-	switch e {
+	switch e { //nolint:errorlint // one chain member; walkChain does the unwrapping
 	case context.DeadlineExceeded:
 		return codes.DeadlineExceeded, true
 	case context.Canceled:
 		return codes.Canceled, true
 	}
-	switch e.(type) {
+	switch e.(type) { //nolint:errorlint // one chain member; walkChain does the unwrapping
 	case interface{ DeadlineExceeded() }:
 		return codes.DeadlineExceeded, true
 	case interface{ Cancelled() }:
@@ -250,7 +250,7 @@ func contextClass(e error) (codes.Code, bool) {
 
 // diskClass is pass 3: a full disk or an exhausted quota.
 func diskClass(e error) (codes.Code, bool) {
-	if en, ok := e.(syscall.Errno); ok && (en == syscall.ENOSPC || en == syscall.EDQUOT) {
+	if en, ok := e.(syscall.Errno); ok && (en == syscall.ENOSPC || en == syscall.EDQUOT) { //nolint:errorlint // one chain member; walkChain does the unwrapping
 		return codes.ResourceExhausted, true
 	}
 	return codes.Unknown, false
@@ -259,7 +259,7 @@ func diskClass(e error) (codes.Code, bool) {
 // networkClass is pass 4: a peer that cannot be reached now (a registry,
 // a mirror, a CDN host) may be reachable later.
 func networkClass(e error) (codes.Code, bool) {
-	switch v := e.(type) {
+	switch v := e.(type) { //nolint:errorlint // one chain member; walkChain does the unwrapping
 	case *net.DNSError:
 		return codes.Unavailable, true
 	case syscall.Errno:
