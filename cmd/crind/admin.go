@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"github.com/containerd/errdefs"
 
 	"github.com/crin-dev/crin/internal/admin"
+	"github.com/crin-dev/crin/internal/cri"
 	"github.com/crin-dev/crin/internal/nri"
 )
 
@@ -133,10 +135,12 @@ func listenAdmin(path string) (net.Listener, error) {
 	return lis, nil
 }
 
-// newAdminServer returns the http.Server for the admin API.
-func newAdminServer(plugins pluginLister, owners ownerSource) *http.Server {
+// newAdminServer returns the http.Server for the admin API. A request
+// that panics fails alone with 500; the panic is logged and counted in m
+// (nil: not counted).
+func newAdminServer(plugins pluginLister, owners ownerSource, log *slog.Logger, m *cri.Metrics) *http.Server {
 	return &http.Server{
-		Handler:           newAdminHandler(plugins, owners),
+		Handler:           cri.RecoverHTTP(log, m, "admin", newAdminHandler(plugins, owners)),
 		ReadHeaderTimeout: 5 * time.Second,
 		WriteTimeout:      30 * time.Second,
 	}

@@ -1,10 +1,12 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -141,7 +143,7 @@ func TestAdminSocket(t *testing.T) {
 	if st.Mode()&os.ModeSocket == 0 || st.Mode().Perm() != 0o600 {
 		t.Errorf("admin socket mode = %v, want a 0600 socket", st.Mode())
 	}
-	srv := newAdminServer(fakePlugins{{Index: "00", Name: "v"}}, fakeOwners{})
+	srv := newAdminServer(fakePlugins{{Index: "00", Name: "v"}}, fakeOwners{}, slog.New(slog.DiscardHandler), nil)
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(lis) }()
 	client := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
@@ -164,5 +166,37 @@ func TestAdminSocket(t *testing.T) {
 	}
 	if err := <-done; err != http.ErrServerClosed {
 		t.Errorf("Serve returned %v", err)
+	}
+}
+
+// panickyOwners panics on every lookup.
+type panickyOwners struct{}
+
+func (panickyOwners) NRIOwners(string) (map[string]string, error) { panic("owners broke") }
+
+// TestAdminPanicFailsOneRequest checks that a panic in an admin endpoint
+// answers 500 and leaves the server serving.
+func TestAdminPanicFailsOneRequest(t *testing.T) {
+	var logs bytes.Buffer
+	srv := httptest.NewServer(newAdminServer(fakePlugins{{Index: "00", Name: "v"}}, panickyOwners{}, slog.New(slog.NewTextHandler(&logs, nil)), nil).Handler)
+	defer srv.Close()
+	for _, tc := range []struct {
+		path string
+		want int
+	}{
+		{"/v1/containers/c1/nri-owners", http.StatusInternalServerError},
+		{"/v1/nri/plugins", http.StatusOK},
+	} {
+		resp, err := http.Get(srv.URL + tc.path)
+		if err != nil {
+			t.Fatalf("GET %s: %v", tc.path, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != tc.want {
+			t.Errorf("GET %s: %d, want %d", tc.path, resp.StatusCode, tc.want)
+		}
+	}
+	if !strings.Contains(logs.String(), "owners broke") || !strings.Contains(logs.String(), "server=admin") {
+		t.Errorf("panic not logged:\n%s", logs.String())
 	}
 }

@@ -98,7 +98,8 @@ func run(args []string) error {
 		return err
 	}
 	level, _ := config.ParseLevel(cfg.LogLevel)
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	// Records logged with a CRI request's context carry its request id.
+	log := slog.New(cri.NewContextHandler(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})))
 	slog.SetDefault(log)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
@@ -206,6 +207,9 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	if streamLis != nil {
 		streamAddr = streamLis.Addr().String()
 	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	metrics := cri.NewMetrics(reg)
 	svc, err := cri.New(ctx, cri.Options{
 		Store:              st,
 		Images:             images,
@@ -222,6 +226,7 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		StreamAddress:      streamAddr,
 		Version:            version,
 		Logger:             log,
+		Metrics:            metrics,
 		CDISpecDirs:        cfg.CRI.CDISpecDirs,
 		BlockioClass:       blockio,
 		RdtClass:           cfg.CRI.RdtResolver(),
@@ -230,9 +235,6 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		return err
 	}
 	defer svc.Close()
-
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
 	// NRI starts before CRI is served, so kubelet's first request already
 	// goes through the plugins. Deferred after svc.Close, the adaptation
@@ -249,14 +251,17 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		plugins = ad
 	}
 
-	srv := grpc.NewServer(grpc.UnaryInterceptor(cri.Interceptor(log, cri.NewMetrics(reg))))
+	srv := grpc.NewServer(
+		grpc.UnaryInterceptor(cri.Interceptor(log, metrics)),
+		grpc.StreamInterceptor(cri.StreamInterceptor(log, metrics)),
+	)
 	svc.Register(srv)
 
 	adminLis, err := listenAdmin(cfg.AdminSocketPath())
 	if err != nil {
 		return err
 	}
-	admin := newAdminServer(plugins, svc)
+	admin := newAdminServer(plugins, svc, log, metrics)
 	lis, err := listenUnix(cfg.CRI.Socket)
 	if err != nil {
 		adminLis.Close()
@@ -282,7 +287,7 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	var hs *http.Server
 	if cfg.CRI.MetricsAddress != "" {
 		mux := http.NewServeMux()
-		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		mux.Handle("/metrics", cri.RecoverHTTP(log, metrics, "metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{})))
 		hs = &http.Server{Addr: cfg.CRI.MetricsAddress, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 		g.Go(func() error {
 			if err := hs.ListenAndServe(); !errors.Is(err, http.ErrServerClosed) {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/containerd/errdefs"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -42,7 +41,7 @@ func (s *Service) ExecSync(ctx context.Context, r *runtimeapi.ExecSyncRequest) (
 	}
 	res, err := rt.Exec(ctx, rec.ID, runtime.ExecRequest{
 		Args:      r.GetCmd(),
-		Timeout:   time.Duration(r.GetTimeout()) * time.Second,
+		Timeout:   seconds(r.GetTimeout()),
 		MaxOutput: execOutputLimit,
 	})
 	if errors.Is(err, context.DeadlineExceeded) {

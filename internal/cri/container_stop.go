@@ -35,7 +35,7 @@ func (s *Service) StopContainer(ctx context.Context, r *runtimeapi.StopContainer
 	if r.GetTimeout() < 0 {
 		return nil, fmt.Errorf("timeout %d: must not be negative: %w", r.GetTimeout(), errdefs.ErrInvalidArgument)
 	}
-	if err := s.stopContainer(ctx, c, time.Duration(r.GetTimeout())*time.Second); err != nil {
+	if err := s.stopContainer(ctx, c, seconds(r.GetTimeout())); err != nil {
 		return nil, err
 	}
 	return &runtimeapi.StopContainerResponse{}, nil

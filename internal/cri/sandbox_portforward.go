@@ -26,16 +26,24 @@ func (s *Service) PortForward(ctx context.Context, r *runtimeapi.PortForwardRequ
 	if err := s.streamingEnabled(); err != nil {
 		return nil, err
 	}
-	for i, p := range r.GetPort() {
-		if p <= 0 || p > 65535 {
-			return nil, fmt.Errorf("port[%d] %d: must be 1-65535: %w", i, p, errdefs.ErrInvalidArgument)
-		}
+	if err := validatePorts(r.GetPort()); err != nil {
+		return nil, err
 	}
 	rec, err := s.readySandbox(r.GetPodSandboxId())
 	if err != nil {
 		return nil, err
 	}
 	return s.stream.GetPortForward(&runtimeapi.PortForwardRequest{PodSandboxId: rec.ID, Port: r.GetPort()})
+}
+
+// validatePorts refuses a port outside 1-65535, naming it.
+func validatePorts(ports []int32) error {
+	for i, p := range ports {
+		if p <= 0 || p > 65535 {
+			return fmt.Errorf("port[%d] %d: must be 1-65535: %w", i, p, errdefs.ErrInvalidArgument)
+		}
+	}
+	return nil
 }
 
 // readySandbox returns a copy of a ready pod's record.
@@ -56,12 +64,16 @@ func (s *Service) readySandbox(id string) (store.Sandbox, error) {
 // PortForward connects to port on the pod's loopback, inside its network
 // namespace (on the host for a host-network pod), and copies both ways
 // until both directions ended or the streaming server stops.
-func (r *streamRuntime) PortForward(ctx context.Context, podSandboxID string, port int32, stream io.ReadWriteCloser) error {
+func (r *streamRuntime) PortForward(ctx context.Context, podSandboxID string, port int32, stream io.ReadWriteCloser) (err error) {
+	defer r.s.recoverSession(ctx, "portforward", &err)
 	ctx, done, err := r.begin(ctx)
 	if err != nil {
 		return err
 	}
 	defer done()
+	if port <= 0 || port > 65535 {
+		return fmt.Errorf("port %d: must be 1-65535: %w", port, errdefs.ErrInvalidArgument)
+	}
 	rec, err := r.s.readySandbox(podSandboxID)
 	if err != nil {
 		return err

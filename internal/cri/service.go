@@ -74,6 +74,8 @@ type Options struct {
 	StreamAddress string
 	Version       string
 	Logger        *slog.Logger
+	// Metrics, when set, counts panics of the streaming server.
+	Metrics *Metrics
 	// CDISpecDirs, BlockioClass and RdtClass are what NRI adjustments may
 	// use (see oci.AdjustOptions).
 	CDISpecDirs  []string

@@ -51,7 +51,7 @@ func (s *Service) ServeStreams(ctx context.Context, lis net.Listener) error {
 		lis.Close()
 		return fmt.Errorf("serve streams: no stream address configured: %w", errdefs.ErrNotImplemented)
 	}
-	hs := &http.Server{Handler: s.stream, ReadHeaderTimeout: 10 * time.Second}
+	hs := &http.Server{Handler: RecoverHTTP(s.log, s.opts.Metrics, "stream", s.stream), ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(lis) }()
 	var err error
@@ -130,7 +130,8 @@ func (r *streamRuntime) close(ctx context.Context) {
 // Exec runs cmd in a running container with the client's streams. A
 // non-zero exit is reported as an exit error, which the streaming server
 // passes to the client as the command's exit code.
-func (r *streamRuntime) Exec(ctx context.Context, containerID string, cmd []string, in io.Reader, out, errOut io.WriteCloser, tty bool, resize <-chan remotecommand.TerminalSize) error {
+func (r *streamRuntime) Exec(ctx context.Context, containerID string, cmd []string, in io.Reader, out, errOut io.WriteCloser, tty bool, resize <-chan remotecommand.TerminalSize) (err error) {
+	defer r.s.recoverSession(ctx, "exec", &err)
 	ctx, done, err := r.begin(ctx)
 	if err != nil {
 		return err
@@ -168,7 +169,8 @@ func (r *streamRuntime) Exec(ctx context.Context, containerID string, cmd []stri
 }
 
 // Attach copies a running container's output to the client.
-func (r *streamRuntime) Attach(ctx context.Context, containerID string, in io.Reader, out, errOut io.WriteCloser, tty bool, resize <-chan remotecommand.TerminalSize) error {
+func (r *streamRuntime) Attach(ctx context.Context, containerID string, in io.Reader, out, errOut io.WriteCloser, tty bool, resize <-chan remotecommand.TerminalSize) (err error) {
+	defer r.s.recoverSession(ctx, "attach", &err)
 	ctx, done, err := r.begin(ctx)
 	if err != nil {
 		return err
