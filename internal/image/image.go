@@ -56,7 +56,7 @@ type Config struct {
 	// this long while the pull waits for it (0: no such bound). The pull
 	// fails with errdefs.ErrUnavailable and its partial blobs are removed.
 	PullProgressTimeout time.Duration
-	Logger                 *slog.Logger
+	Logger              *slog.Logger
 }
 
 // Endpoint is a mirror: a URL with scheme, host and optional path prefix,
