@@ -120,9 +120,9 @@ type Image struct {
 	// and one image config blob.
 	MaxManifestBytes int64 `toml:"max_manifest_bytes" comment:"cap on one manifest or index body, in bytes"`
 	MaxConfigBytes   int64 `toml:"max_config_bytes" comment:"cap on one image config blob, in bytes"`
-	// MaxUnpackedBytes caps the file bytes one image's layers may expand
-	// to; 0 means no cap.
-	MaxUnpackedBytes int64 `toml:"max_unpacked_bytes" comment:"cap on the file bytes one image's layers may expand to; 0: no cap"`
+	// MaxUnpackedBytes caps the bytes one image's layers unpack to (file
+	// content and 512 per entry); 0 means no cap.
+	MaxUnpackedBytes int64 `toml:"max_unpacked_bytes" comment:"cap on the bytes one image's layers unpack to (file content + 512 per entry); 0: no cap"`
 }
 
 // Duration is a time.Duration written as "90s", "5m" in TOML.

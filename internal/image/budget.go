@@ -7,8 +7,9 @@ import (
 	"github.com/containerd/errdefs"
 )
 
-// unpackBudget caps the file content the layers of one pull may expand to
-// (Config.MaxUnpackedBytes). Its layers are unpacked in parallel, so it is
+// unpackBudget caps the bytes the layers of one pull may expand to
+// (Config.MaxUnpackedBytes): the content of their files and 512 bytes for
+// every entry. Its layers are unpacked in parallel, so it is
 // safe for concurrent use. A nil budget has no cap.
 type unpackBudget struct {
 	max  int64

@@ -48,8 +48,8 @@ type Config struct {
 	// MaxConfigBytes caps one image config blob (0: 4 MiB), like
 	// MaxManifestBytes.
 	MaxConfigBytes int64
-	// MaxUnpackedBytes caps the file content the layers one pull unpacks
-	// may expand to (0: no cap). Going over fails the pull with
+	// MaxUnpackedBytes caps the bytes the layers one pull unpacks may
+	// expand to, counting file content and 512 bytes per entry (0: no cap). Going over fails the pull with
 	// errdefs.ErrResourceExhausted and removes the partial unpack.
 	MaxUnpackedBytes int64
 	// PullProgressTimeout cancels a pull whose registry sends nothing for

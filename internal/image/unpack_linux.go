@@ -129,6 +129,15 @@ func unpackTar(ctx context.Context, r io.Reader, dir string, opts unpackOptions)
 		if name == "." {
 			continue // the layer root itself
 		}
+		// An entry costs its content and a tar block for its inode, so
+		// that a flood of empty files is bounded too.
+		cost := int64(512)
+		if hdr.Typeflag == tar.TypeReg || hdr.Typeflag == tar.TypeRegA {
+			cost += max(hdr.Size, 0)
+		}
+		if err := opts.budget.take(cost); err != nil {
+			return fmt.Errorf("entry %q: %w", hdr.Name, err)
+		}
 		if err := extractEntry(root, name, hdr, tr, opts); err != nil {
 			if isEscape(err) {
 				err = fmt.Errorf("%w: %w", ErrUnsafeEntry, err)
@@ -233,9 +242,6 @@ func extractEntry(root *os.Root, name string, hdr *tar.Header, body io.Reader, o
 			return err
 		}
 	case tar.TypeReg, tar.TypeRegA:
-		if err := opts.budget.take(hdr.Size); err != nil {
-			return err
-		}
 		f, err := root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 		if err != nil {
 			return err
