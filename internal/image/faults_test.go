@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -201,6 +202,45 @@ func TestPullAbandonsStalledRegistry(t *testing.T) {
 	faults.Set(imagetest.Healthy)
 	if _, err := s.Pull(ctxT(t), host+"/app:v1", nil); err != nil {
 		t.Fatalf("pull once the registry behaves: %v", err)
+	}
+}
+
+// TestPullAbandonsSilentRegistry pulls from a host that accepts
+// connections and never answers: the progress timeout covers waiting for a
+// response too.
+func TestPullAbandonsSilentRegistry(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conns []net.Conn
+	var mu sync.Mutex
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		<-done
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	s := newService(t, Config{PullProgressTimeout: 300 * time.Millisecond})
+	_, err = s.Pull(ctxT(t), ln.Addr().String()+"/app:v1", nil)
+	if !errors.Is(err, errdefs.ErrUnavailable) || !strings.Contains(err.Error(), "image.pull_progress_timeout") {
+		t.Fatalf("pull from a silent registry: %v; want ErrUnavailable naming image.pull_progress_timeout", err)
 	}
 }
 
