@@ -114,39 +114,20 @@ func (s *Service) pull(ctx context.Context, r reference, auth *Auth) (*Image, er
 func (s *Service) pullFrom(ctx context.Context, r reference, auth *Auth, watch http.RoundTripper) (*Image, error) {
 	start := time.Now()
 	var failures []string
-	var class error
+	var class error = errdefs.ErrUnknown
 	definite := false
 	for _, ep := range s.endpoints(r) {
-		rref, err := ep.remoteRef(r)
+		desc, err := s.resolve(ctx, r, ep, auth, watch)
 		if err == nil {
-			a := authn.Anonymous
-			if !ep.mirror {
-				a = auth.authenticator()
+			img, err := s.fetch(ctx, r, desc)
+			if err != nil {
+				// Drop the layers and blobs of the failed pull no image uses.
+				s.collect(ctx)
+				return nil, fmt.Errorf("pull %s from %s: %w", r, ep, err)
 			}
-			opts := []remote.Option{
-				remote.WithContext(ctx),
-				remote.WithTransport(watch),
-				remote.WithAuth(a),
-				remote.WithPlatform(v1.Platform{OS: "linux", Architecture: runtime.GOARCH}),
-				remote.WithRetryBackoff(remote.Backoff{Duration: 200 * time.Millisecond, Factor: 2, Jitter: 0.1, Steps: 3}),
-				remote.WithUserAgent("crin"),
-			}
-			var desc *remote.Descriptor
-			desc, err = remote.Get(rref, opts...)
-			if err == nil {
-				img, err := s.fetch(ctx, r, desc)
-				if err != nil {
-					// Drop the layers and blobs of the failed pull no image uses.
-					s.collect(ctx)
-					return nil, fmt.Errorf("pull %s from %s: %w", r, ep, err)
-				}
-				s.log.InfoContext(ctx, "image pulled", "ref", r.String(), "image_id", img.ID, "endpoint", ep.String(),
-					"duration", time.Since(start).Round(time.Millisecond))
-				return img, nil
-			}
-			err = classify(err)
-		} else {
-			err = fmt.Errorf("%v: %w", err, errdefs.ErrInvalidArgument)
+			s.log.InfoContext(ctx, "image pulled", "ref", r.String(), "image_id", img.ID, "endpoint", ep.String(),
+				"duration", time.Since(start).Round(time.Millisecond))
+			return img, nil
 		}
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("pull %s from %s: %w", r, ep, err)
@@ -161,6 +142,32 @@ func (s *Service) pullFrom(ctx context.Context, r reference, auth *Auth, watch h
 		}
 	}
 	return nil, &pullError{msg: fmt.Sprintf("pull %s: %s", r, strings.Join(failures, "; ")), class: class}
+}
+
+// resolve fetches the manifest or index r names from ep, through watch.
+// Errors are classified (see classify).
+func (s *Service) resolve(ctx context.Context, r reference, ep endpoint, auth *Auth, watch http.RoundTripper) (*remote.Descriptor, error) {
+	rref, err := ep.remoteRef(r)
+	if err != nil {
+		return nil, fmt.Errorf("%v: %w", err, errdefs.ErrInvalidArgument)
+	}
+	// Credentials go to the image's own registry only.
+	a := authn.Anonymous
+	if !ep.mirror {
+		a = auth.authenticator()
+	}
+	desc, err := remote.Get(rref,
+		remote.WithContext(ctx),
+		remote.WithTransport(watch),
+		remote.WithAuth(a),
+		remote.WithPlatform(v1.Platform{OS: "linux", Architecture: runtime.GOARCH}),
+		remote.WithRetryBackoff(remote.Backoff{Duration: 200 * time.Millisecond, Factor: 2, Jitter: 0.1, Steps: 3}),
+		remote.WithUserAgent("crin"),
+	)
+	if err != nil {
+		return nil, classify(err)
+	}
+	return desc, nil
 }
 
 // fetch downloads what desc describes, unpacks its layers and records the
