@@ -90,7 +90,7 @@ func FuzzDecodeManifest(f *testing.F) {
 			if !slices.Contains(acceptedLayerTypes, l.MediaType) || l.Size < 0 || len(l.Digest.Hex) != 64 {
 				t.Fatalf("accepted layer %+v", l)
 			}
-			if _, err := (&Service{root: t.TempDir()}).blobPath(l.Digest.String()); err != nil {
+			if _, err := (&Service{root: "/"}).blobPath(l.Digest.String()); err != nil {
 				t.Fatalf("accepted layer digest %s has no blob path: %v", l.Digest, err)
 			}
 		}
