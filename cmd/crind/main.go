@@ -139,6 +139,10 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		PlainHTTP:              cfg.Registry.PlainHTTP,
 		PullTimeout:            time.Duration(cfg.Image.PullTimeout),
 		MaxConcurrentDownloads: cfg.Image.MaxConcurrentDownloads,
+		PullProgressTimeout:    time.Duration(cfg.Image.PullProgressTimeout),
+		MaxManifestBytes:       cfg.Image.MaxManifestBytes,
+		MaxConfigBytes:         cfg.Image.MaxConfigBytes,
+		MaxUnpackedBytes:       cfg.Image.MaxUnpackedBytes,
 		Logger:                 log,
 	})
 	if err != nil {

@@ -113,6 +113,16 @@ type Mirror struct {
 type Image struct {
 	PullTimeout            Duration `toml:"pull_timeout" comment:"bound on one image pull"`
 	MaxConcurrentDownloads int      `toml:"max_concurrent_downloads" comment:"layer downloads in parallel per pull"`
+	// PullProgressTimeout cancels a pull whose registry sends nothing for
+	// this long; 0 disables it.
+	PullProgressTimeout Duration `toml:"pull_progress_timeout" comment:"cancel a pull whose registry sends nothing for this long; 0: never"`
+	// MaxManifestBytes and MaxConfigBytes cap one manifest (or index) body
+	// and one image config blob.
+	MaxManifestBytes int64 `toml:"max_manifest_bytes" comment:"cap on one manifest or index body, in bytes"`
+	MaxConfigBytes   int64 `toml:"max_config_bytes" comment:"cap on one image config blob, in bytes"`
+	// MaxUnpackedBytes caps the bytes one image's layers unpack to (file
+	// content and 512 per entry); 0 means no cap.
+	MaxUnpackedBytes int64 `toml:"max_unpacked_bytes" comment:"cap on the bytes one image's layers unpack to (file content + 512 per entry); 0: no cap"`
 }
 
 // Duration is a time.Duration written as "90s", "5m" in TOML.
@@ -161,6 +171,9 @@ func Default() *Config {
 		Image: Image{
 			PullTimeout:            Duration(30 * time.Minute),
 			MaxConcurrentDownloads: 3,
+			PullProgressTimeout:    Duration(time.Minute),
+			MaxManifestBytes:       4 << 20,
+			MaxConfigBytes:         4 << 20,
 		},
 		NRI: defaultNRI(),
 	}
@@ -307,6 +320,18 @@ func (c *Config) Validate() error {
 	}
 	if c.Image.MaxConcurrentDownloads < 1 {
 		bad("image.max_concurrent_downloads", c.Image.MaxConcurrentDownloads, "must be at least 1")
+	}
+	if c.Image.PullProgressTimeout < 0 {
+		bad("image.pull_progress_timeout", time.Duration(c.Image.PullProgressTimeout), "must not be negative (0 disables it)")
+	}
+	if c.Image.MaxManifestBytes < 1024 {
+		bad("image.max_manifest_bytes", c.Image.MaxManifestBytes, "must be at least 1024")
+	}
+	if c.Image.MaxConfigBytes < 1024 {
+		bad("image.max_config_bytes", c.Image.MaxConfigBytes, "must be at least 1024")
+	}
+	if c.Image.MaxUnpackedBytes < 0 {
+		bad("image.max_unpacked_bytes", c.Image.MaxUnpackedBytes, "must not be negative (0: no cap)")
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("%w: %w", err, errdefs.ErrInvalidArgument)

@@ -77,6 +77,19 @@ pull_timeout = "90s"
 				t.Errorf("pull_timeout = %v", c.Image.PullTimeout)
 			}
 		}},
+		{name: "image caps", toml: `
+[image]
+pull_progress_timeout = "3s"
+max_manifest_bytes = 65536
+max_config_bytes = 2048
+max_unpacked_bytes = 1073741824
+`, check: func(t *testing.T, c *Config) {
+			want := Image{PullTimeout: Duration(30 * time.Minute), MaxConcurrentDownloads: 3, PullProgressTimeout: Duration(3 * time.Second),
+				MaxManifestBytes: 65536, MaxConfigBytes: 2048, MaxUnpackedBytes: 1 << 30}
+			if c.Image != want {
+				t.Errorf("image = %+v, want %+v", c.Image, want)
+			}
+		}},
 		{name: "unknown top-level key", toml: "rooot = \"/x\"\n", wantErr: []string{"rooot"}},
 		{name: "unknown nested key", toml: "[cri]\nsockett = \"/x\"\n", wantErr: []string{"cri.sockett"}},
 		{name: "relative root", toml: "root = \"var/lib\"\n", wantErr: []string{"root", "var/lib", "absolute"}},
@@ -84,6 +97,10 @@ pull_timeout = "90s"
 		{name: "bad duration", toml: "[image]\npull_timeout = \"soon\"\n", wantErr: []string{"pull_timeout"}},
 		{name: "wrong type", toml: "[image]\nmax_concurrent_downloads = \"three\"\n", wantErr: []string{"max_concurrent_downloads"}},
 		{name: "zero downloads", toml: "[image]\nmax_concurrent_downloads = 0\n", wantErr: []string{"max_concurrent_downloads", "at least 1"}},
+		{name: "negative progress timeout", toml: "[image]\npull_progress_timeout = \"-1s\"\n", wantErr: []string{"image.pull_progress_timeout", "-1s", "negative"}},
+		{name: "tiny manifest cap", toml: "[image]\nmax_manifest_bytes = 10\n", wantErr: []string{"image.max_manifest_bytes", "10", "at least 1024"}},
+		{name: "tiny config cap", toml: "[image]\nmax_config_bytes = 0\n", wantErr: []string{"image.max_config_bytes", "at least 1024"}},
+		{name: "negative unpack cap", toml: "[image]\nmax_unpacked_bytes = -5\n", wantErr: []string{"image.max_unpacked_bytes", "-5", "negative"}},
 		{name: "unknown default runtime", toml: "default_runtime = \"kata\"\n", wantErr: []string{"default_runtime", "kata", "runc"}},
 		{name: "bad runtime type", toml: "[runtimes.x]\ntype = \"vm\"\npath = \"x\"\n", wantErr: []string{"runtimes.x.type", "vm"}},
 		{name: "mirror without scheme", toml: "[registry.mirrors.\"docker.io\"]\nendpoints = [\"127.0.0.1:5000\"]\n", wantErr: []string{"endpoints[0]", "127.0.0.1:5000"}},

@@ -3,11 +3,14 @@ package image
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/containerd/errdefs"
 )
 
 // blobPath is where the blob with digest d lives. Only sha256 digests are
@@ -32,7 +35,9 @@ func (s *Service) hasBlob(d string) bool {
 }
 
 // writeBlob stores the content r yields under digest d, verifying it. The
-// blob appears under its name complete or not at all.
+// blob appears under its name complete or not at all. A read error is
+// classified as the registry client's (see classify); content with another
+// digest is errdefs.ErrDataLoss.
 func (s *Service) writeBlob(d string, r io.Reader) error {
 	p, err := s.blobPath(d)
 	if err != nil {
@@ -50,11 +55,15 @@ func (s *Service) writeBlob(d string, r io.Reader) error {
 		_ = os.Remove(tmp.Name()) // fails harmlessly once renamed
 	}()
 	h := sha256.New()
-	if _, err := io.Copy(io.MultiWriter(tmp, h), r); err != nil {
+	src := &sourceReader{r: r}
+	if _, err := io.Copy(io.MultiWriter(tmp, h), src); err != nil {
+		if src.err != nil {
+			return fmt.Errorf("fetch blob %s: %w", d, classify(src.err))
+		}
 		return fmt.Errorf("store blob %s: %w", d, err)
 	}
 	if got := "sha256:" + hex.EncodeToString(h.Sum(nil)); got != d {
-		return fmt.Errorf("store blob %s: content has digest %s", d, got)
+		return fmt.Errorf("store blob %s: content has digest %s: %w", d, got, errdefs.ErrDataLoss)
 	}
 	if err := tmp.Sync(); err != nil {
 		return fmt.Errorf("store blob %s: %w", d, err)
@@ -66,6 +75,21 @@ func (s *Service) writeBlob(d string, r io.Reader) error {
 		return fmt.Errorf("store blob %s: %w", d, err)
 	}
 	return syncDir(filepath.Dir(p))
+}
+
+// sourceReader remembers the error its reader returned, to tell a failed
+// download from a failed write.
+type sourceReader struct {
+	r   io.Reader
+	err error
+}
+
+func (s *sourceReader) Read(p []byte) (int, error) {
+	n, err := s.r.Read(p)
+	if err != nil && !errors.Is(err, io.EOF) {
+		s.err = err
+	}
+	return n, err
 }
 
 // syncDir makes the entries of dir durable.

@@ -9,7 +9,7 @@ import (
 // caller that asked for that key meanwhile. The call runs in its own
 // goroutine, on a context derived from the service's (not a caller's), so
 // that one caller giving up does not fail the others; it is cancelled when
-// every caller has given up.
+// every caller has given up, and the last one waits for it to stop.
 type flightGroup[T any] struct {
 	// mu guards m.
 	mu sync.Mutex
@@ -59,7 +59,8 @@ func (g *flightGroup[T]) do(ctx, base context.Context, wg *sync.WaitGroup, key s
 	case <-ctx.Done():
 		g.mu.Lock()
 		f.waiters--
-		if f.waiters == 0 {
+		last := f.waiters == 0
+		if last {
 			// Nobody wants it any more: stop it, and let a later caller
 			// start afresh rather than join a cancelled call.
 			f.cancel()
@@ -68,6 +69,11 @@ func (g *flightGroup[T]) do(ctx, base context.Context, wg *sync.WaitGroup, key s
 			}
 		}
 		g.mu.Unlock()
+		if last {
+			// The last caller returns once the call has stopped, so that
+			// what the call cleans up on its way out is gone by then.
+			<-f.done
+		}
 		var zero T
 		return zero, ctx.Err()
 	}

@@ -16,7 +16,6 @@ package image
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -42,7 +41,22 @@ type Config struct {
 	PullTimeout time.Duration
 	// MaxConcurrentDownloads bounds layer downloads of one pull.
 	MaxConcurrentDownloads int
-	Logger                 *slog.Logger
+	// MaxManifestBytes caps the body of one manifest or index (0: 4 MiB).
+	// A larger one fails the pull with errdefs.ErrResourceExhausted before
+	// more than the cap is read.
+	MaxManifestBytes int64
+	// MaxConfigBytes caps one image config blob (0: 4 MiB), like
+	// MaxManifestBytes.
+	MaxConfigBytes int64
+	// MaxUnpackedBytes caps the bytes the layers one pull unpacks may
+	// expand to, counting file content and 512 bytes per entry (0: no cap). Going over fails the pull with
+	// errdefs.ErrResourceExhausted and removes the partial unpack.
+	MaxUnpackedBytes int64
+	// PullProgressTimeout cancels a pull whose registry sends nothing for
+	// this long while the pull waits for it (0: no such bound). The pull
+	// fails with errdefs.ErrUnavailable and its partial blobs are removed.
+	PullProgressTimeout time.Duration
+	Logger              *slog.Logger
 }
 
 // Endpoint is a mirror: a URL with scheme, host and optional path prefix,
@@ -92,13 +106,12 @@ type FsUsage struct {
 	InodesUsed uint64
 }
 
-// ErrUnsafeEntry is wrapped by the errors of Pull for layer entries that would be
-// written outside the layer root: "..", an absolute path, or a path through
-// a symlink that leads out.
-var ErrUnsafeEntry = errors.New("layer entry escapes the layer root")
-
-// defaultDownloads is MaxConcurrentDownloads when unset.
-const defaultDownloads = 3
+// Defaults of the Config fields left zero.
+const (
+	defaultDownloads     = 3
+	defaultMaxManifest   = 4 << 20
+	defaultMaxConfigBlob = 4 << 20
+)
 
 // Service is the image store. Its methods are safe for concurrent use.
 type Service struct {
@@ -144,6 +157,12 @@ func New(cfg Config) (*Service, error) {
 	}
 	if cfg.MaxConcurrentDownloads <= 0 {
 		cfg.MaxConcurrentDownloads = defaultDownloads
+	}
+	if cfg.MaxManifestBytes <= 0 {
+		cfg.MaxManifestBytes = defaultMaxManifest
+	}
+	if cfg.MaxConfigBytes <= 0 {
+		cfg.MaxConfigBytes = defaultMaxConfigBlob
 	}
 	log := cfg.Logger
 	if log == nil {

@@ -12,8 +12,14 @@ import (
 
 // Layers and rootfs need Linux (overlayfs, whiteout devices, *at syscalls).
 
-func unpackBlob(ctx context.Context, blob, diffID, dir string, log *slog.Logger) error {
+func unpackBlob(ctx context.Context, blob, diffID, dir string, opts unpackOptions) error {
 	return fmt.Errorf("unpack layer: %w", errdefs.ErrNotImplemented)
+}
+
+// unpackOptions tune unpackBlob.
+type unpackOptions struct {
+	log    *slog.Logger
+	budget *unpackBudget
 }
 
 // FsInfo is not implemented on this platform.

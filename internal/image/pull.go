@@ -19,7 +19,6 @@ import (
 	"github.com/google/go-containerregistry/pkg/authn"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
-	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 	"github.com/google/go-containerregistry/pkg/v1/types"
 	bolt "go.etcd.io/bbolt"
 	"golang.org/x/sync/errgroup"
@@ -27,16 +26,27 @@ import (
 
 // Pull fetches ref (normalized: "busybox" is docker.io/library/busybox:latest;
 // a digest reference pulls by digest) through the configured mirrors and
-// unpacks it. Concurrent pulls of the same image are done once. A bad
-// reference is errdefs.ErrInvalidArgument naming it; a missing image is
-// errdefs.ErrNotFound; rejected credentials are errdefs.ErrUnauthenticated
-// or errdefs.ErrPermissionDenied; an unreachable registry is
-// errdefs.ErrUnavailable. A layer with an entry that would land outside its
-// root fails the pull with an error naming the entry.
+// unpacks it. Concurrent pulls of the same image are done once.
+//
+// The error's chain holds its class and nothing else (see
+// docs/recovery.md, "Registry faults"):
+//   - a bad reference, a malformed manifest or config, a layer entry that
+//     would land outside its root (ErrUnsafeEntry): errdefs.ErrInvalidArgument;
+//   - no endpoint has the image: errdefs.ErrNotFound, also when a mirror
+//     answered 404 and the upstream host could not be reached;
+//   - rejected credentials: errdefs.ErrUnauthenticated or
+//     errdefs.ErrPermissionDenied;
+//   - a host that does not resolve, refuses, times out or stops sending for
+//     PullProgressTimeout: errdefs.ErrUnavailable naming it;
+//   - content whose digest is not the one asked for: errdefs.ErrDataLoss;
+//   - a body over its cap, an image over MaxUnpackedBytes, a full disk, a
+//     registry's 429: errdefs.ErrResourceExhausted;
+//   - an unsupported media type: errdefs.ErrNotImplemented;
+//   - the caller's cancellation or PullTimeout: the context error.
 func (s *Service) Pull(ctx context.Context, ref string, auth *Auth) (*Image, error) {
 	r, err := parseReference(ref)
 	if err != nil {
-		return nil, err
+		return nil, settle(err)
 	}
 	// Pulls with different credentials are not merged: one caller's bad
 	// credentials must not fail another's pull.
@@ -45,7 +55,7 @@ func (s *Service) Pull(ctx context.Context, ref string, auth *Auth) (*Image, err
 		return s.pull(ctx, r, auth)
 	})
 	if err != nil {
-		return nil, err
+		return nil, settle(err)
 	}
 	// Every caller of a shared pull gets its own copy.
 	return img.clone(), nil
@@ -73,98 +83,91 @@ func (a *Auth) authenticator() authn.Authenticator {
 }
 
 // pull runs one pull: resolve the manifest at the first endpoint that has
-// it, then fetch and unpack from there.
+// it, then fetch and unpack from there. The pull is cancelled when its
+// registry stops sending for the progress timeout.
 func (s *Service) pull(ctx context.Context, r reference, auth *Auth) (*Image, error) {
 	if s.cfg.PullTimeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, s.cfg.PullTimeout)
 		defer cancel()
 	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	watch := newPullWatch(remote.DefaultTransport, s.cfg.MaxManifestBytes, s.cfg.PullProgressTimeout, cancel)
+	defer watch.stop()
+	img, err := s.pullFrom(ctx, r, auth, watch)
+	if err != nil {
+		var stall *stallError
+		if errors.As(context.Cause(ctx), &stall) {
+			return nil, fmt.Errorf("pull %s: %w", r, stall)
+		}
+		return nil, err
+	}
+	return img, nil
+}
+
+// pullFrom tries the endpoints of r in order (its mirrors, then its host)
+// until one has the image. When none has it, the error names every
+// endpoint's failure and has the class of the last definite answer (a 404,
+// a 401, ...): a mirror's 404 followed by an upstream that cannot be reached
+// (the air-gapped node) is errdefs.ErrNotFound, not ErrUnavailable.
+func (s *Service) pullFrom(ctx context.Context, r reference, auth *Auth, watch http.RoundTripper) (*Image, error) {
 	start := time.Now()
 	var failures []string
-	var lastErr error
+	var class error = errdefs.ErrUnknown
+	definite := false
 	for _, ep := range s.endpoints(r) {
-		rref, err := ep.remoteRef(r)
-		if err != nil {
-			lastErr = fmt.Errorf("%v: %w", err, errdefs.ErrInvalidArgument)
-			failures = append(failures, fmt.Sprintf("%s: %v", ep, err))
-			continue
+		desc, err := s.resolve(ctx, r, ep, auth, watch)
+		if err == nil {
+			img, err := s.fetch(ctx, r, desc)
+			if err != nil {
+				// Drop the layers and blobs of the failed pull no image uses.
+				s.collect(ctx)
+				return nil, fmt.Errorf("pull %s from %s: %w", r, ep, err)
+			}
+			s.log.InfoContext(ctx, "image pulled", "ref", r.String(), "image_id", img.ID, "endpoint", ep.String(),
+				"duration", time.Since(start).Round(time.Millisecond))
+			return img, nil
 		}
-		a := authn.Anonymous
-		if !ep.mirror {
-			a = auth.authenticator()
-		}
-		opts := []remote.Option{
-			remote.WithContext(ctx),
-			remote.WithAuth(a),
-			remote.WithPlatform(v1.Platform{OS: "linux", Architecture: runtime.GOARCH}),
-			remote.WithRetryBackoff(remote.Backoff{Duration: 200 * time.Millisecond, Factor: 2, Jitter: 0.1, Steps: 3}),
-			remote.WithUserAgent("crin"),
-		}
-		desc, err := remote.Get(rref, opts...)
-		if err != nil {
-			lastErr = classify(err)
-			failures = append(failures, fmt.Sprintf("%s: %v", ep, err))
-			s.log.DebugContext(ctx, "registry endpoint failed", "ref", r.String(), "endpoint", ep.String(), "error", err)
-			continue
-		}
-		img, err := s.fetch(ctx, r, desc)
-		if err != nil {
-			// Drop the layers and blobs of the failed pull no image uses.
-			s.collect(ctx)
+		if ctx.Err() != nil {
 			return nil, fmt.Errorf("pull %s from %s: %w", r, ep, err)
 		}
-		s.log.InfoContext(ctx, "image pulled", "ref", r.String(), "image_id", img.ID, "endpoint", ep.String(),
-			"duration", time.Since(start).Round(time.Millisecond))
-		return img, nil
+		s.log.DebugContext(ctx, "registry endpoint failed", "ref", r.String(), "endpoint", ep.String(), "error", err)
+		failures = append(failures, fmt.Sprintf("%s: %v", ep, err))
+		switch c := classOf(err); {
+		case c != errdefs.ErrUnavailable:
+			class, definite = c, true
+		case !definite:
+			class = c
+		}
 	}
-	if len(failures) > 1 {
-		return nil, fmt.Errorf("pull %s: %w (tried %s)", r, lastErr, strings.Join(failures[:len(failures)-1], "; "))
-	}
-	return nil, fmt.Errorf("pull %s: %w", r, lastErr)
+	return nil, &pullError{msg: fmt.Sprintf("pull %s: %s", r, strings.Join(failures, "; ")), class: class}
 }
 
-// classify wraps a registry error with its errdefs class.
-func classify(err error) error {
-	var te *transport.Error
-	if errors.As(err, &te) {
-		for _, d := range te.Errors {
-			switch d.Code {
-			case transport.ManifestUnknownErrorCode, transport.NameUnknownErrorCode, transport.BlobUnknownErrorCode:
-				return fmt.Errorf("%w: %w", errdefs.ErrNotFound, err)
-			case transport.UnauthorizedErrorCode:
-				return fmt.Errorf("%w: %w", errdefs.ErrUnauthenticated, err)
-			case transport.DeniedErrorCode:
-				return fmt.Errorf("%w: %w", errdefs.ErrPermissionDenied, err)
-			case transport.TooManyRequestsErrorCode:
-				return fmt.Errorf("%w: %w", errdefs.ErrResourceExhausted, err)
-			}
-		}
-		switch te.StatusCode {
-		case http.StatusNotFound:
-			return fmt.Errorf("%w: %w", errdefs.ErrNotFound, err)
-		case http.StatusUnauthorized:
-			return fmt.Errorf("%w: %w", errdefs.ErrUnauthenticated, err)
-		case http.StatusForbidden:
-			return fmt.Errorf("%w: %w", errdefs.ErrPermissionDenied, err)
-		case http.StatusTooManyRequests:
-			return fmt.Errorf("%w: %w", errdefs.ErrResourceExhausted, err)
-		}
-		return fmt.Errorf("%w: %w", errdefs.ErrUnavailable, err)
+// resolve fetches the manifest or index r names from ep, through watch.
+// Errors are classified (see classify).
+func (s *Service) resolve(ctx context.Context, r reference, ep endpoint, auth *Auth, watch http.RoundTripper) (*remote.Descriptor, error) {
+	rref, err := ep.remoteRef(r)
+	if err != nil {
+		return nil, fmt.Errorf("%v: %w", err, errdefs.ErrInvalidArgument)
 	}
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return err
+	// Credentials go to the image's own registry only.
+	a := authn.Anonymous
+	if !ep.mirror {
+		a = auth.authenticator()
 	}
-	if strings.Contains(err.Error(), "no child with platform") {
-		return fmt.Errorf("%w: %w", errdefs.ErrNotFound, err)
+	desc, err := remote.Get(rref,
+		remote.WithContext(ctx),
+		remote.WithTransport(watch),
+		remote.WithAuth(a),
+		remote.WithPlatform(v1.Platform{OS: "linux", Architecture: runtime.GOARCH}),
+		remote.WithRetryBackoff(remote.Backoff{Duration: 200 * time.Millisecond, Factor: 2, Jitter: 0.1, Steps: 3}),
+		remote.WithUserAgent("crin"),
+	)
+	if err != nil {
+		return nil, classify(err)
 	}
-	return fmt.Errorf("%w: %w", errdefs.ErrUnavailable, err)
-}
-
-// acceptedLayerTypes are the layer media types Pull unpacks.
-var acceptedLayerTypes = []types.MediaType{
-	types.DockerLayer, types.DockerUncompressedLayer,
-	types.OCILayer, types.OCILayerZStd, types.OCIUncompressedLayer,
+	return desc, nil
 }
 
 // fetch downloads what desc describes, unpacks its layers and records the
@@ -180,31 +183,25 @@ func (s *Service) fetch(ctx context.Context, r reference, desc *remote.Descripto
 		return nil, classify(err)
 	}
 	topDigest := desc.Digest.String()
-	mf, err := img.Manifest()
-	if err != nil {
-		return nil, classify(err)
-	}
 	rawManifest, err := img.RawManifest()
 	if err != nil {
 		return nil, classify(err)
 	}
 	manifestDigest, err := img.Digest()
 	if err != nil {
-		return nil, err
+		return nil, classify(err)
 	}
-	if mt := mf.MediaType; mt != "" && mt != types.OCIManifestSchema1 && mt != types.DockerManifestSchema2 {
-		return nil, fmt.Errorf("manifest %s media type %q is not supported: %w", manifestDigest, mt, errdefs.ErrNotImplemented)
+	mf, err := decodeManifest(rawManifest, s.cfg.MaxConfigBytes)
+	if err != nil {
+		return nil, fmt.Errorf("manifest %s: %w", manifestDigest, err)
 	}
 	rawConfig, err := img.RawConfigFile()
 	if err != nil {
 		return nil, classify(err)
 	}
-	cf, err := v1.ParseConfigFile(bytes.NewReader(rawConfig))
+	cf, err := decodeConfig(rawConfig, mf)
 	if err != nil {
-		return nil, fmt.Errorf("parse image config %s: %w", mf.Config.Digest, err)
-	}
-	if len(cf.RootFS.DiffIDs) != len(mf.Layers) {
-		return nil, fmt.Errorf("image %s: config lists %d layers, manifest %d", mf.Config.Digest, len(cf.RootFS.DiffIDs), len(mf.Layers))
+		return nil, err
 	}
 	id := mf.Config.Digest.String()
 
@@ -213,9 +210,6 @@ func (s *Service) fetch(ctx context.Context, r reference, desc *remote.Descripto
 	blobs := []string{topDigest, manifestDigest.String(), id}
 	var size uint64
 	for i, ld := range mf.Layers {
-		if !slices.Contains(acceptedLayerTypes, ld.MediaType) {
-			return nil, fmt.Errorf("layer %s media type %q is not supported: %w", ld.Digest, ld.MediaType, errdefs.ErrNotImplemented)
-		}
 		l, err := img.LayerByDigest(ld.Digest)
 		if err != nil {
 			return nil, classify(err)
@@ -232,11 +226,12 @@ func (s *Service) fetch(ctx context.Context, r reference, desc *remote.Descripto
 
 	// One failed layer does not cancel the others: fetch returns only once
 	// no unpack of this pull is running, so its leftovers can be collected.
+	budget := newUnpackBudget(s.cfg.MaxUnpackedBytes)
 	var g errgroup.Group
 	g.SetLimit(s.cfg.MaxConcurrentDownloads)
 	for i := range layers {
 		g.Go(func() error {
-			return s.ensureLayer(ctx, layers[i], mf.Layers[i].Digest.String(), diffIDs[i])
+			return s.ensureLayer(ctx, layers[i], mf.Layers[i].Digest.String(), diffIDs[i], budget)
 		})
 	}
 	if err := g.Wait(); err != nil {
@@ -351,10 +346,10 @@ func mergeSorted(a, b []string) []string {
 
 // ensureLayer makes sure the layer with diffID is unpacked, downloading its
 // blob if needed. Concurrent calls for one layer unpack it once.
-func (s *Service) ensureLayer(ctx context.Context, l v1.Layer, digest, diffID string) error {
+func (s *Service) ensureLayer(ctx context.Context, l v1.Layer, digest, diffID string, budget *unpackBudget) error {
 	for attempt := 0; ; attempt++ {
 		_, err := s.unpack.do(ctx, s.ctx, &s.wg, diffID, func(uctx context.Context) (struct{}, error) {
-			return struct{}{}, s.unpackOnce(uctx, l, digest, diffID)
+			return struct{}{}, s.unpackOnce(uctx, l, digest, diffID, budget)
 		})
 		// The call may have been another pull's that was cancelled; retry
 		// once on our own behalf.
@@ -366,7 +361,7 @@ func (s *Service) ensureLayer(ctx context.Context, l v1.Layer, digest, diffID st
 }
 
 // unpackOnce downloads and unpacks one layer unless it is already there.
-func (s *Service) unpackOnce(ctx context.Context, l v1.Layer, digest, diffID string) error {
+func (s *Service) unpackOnce(ctx context.Context, l v1.Layer, digest, diffID string, budget *unpackBudget) error {
 	s.mu.Lock()
 	_, ok := s.layers[diffID]
 	s.mu.Unlock()
@@ -403,7 +398,7 @@ func (s *Service) unpackOnce(ctx context.Context, l v1.Layer, digest, diffID str
 	}
 	defer os.RemoveAll(tmp) // a no-op once renamed
 	start := time.Now()
-	if err := unpackBlob(ctx, blob, diffID, tmp, s.log); err != nil {
+	if err := unpackBlob(ctx, blob, diffID, tmp, unpackOptions{log: s.log, budget: budget}); err != nil {
 		return fmt.Errorf("unpack layer %s: %w", diffID, err)
 	}
 	final := filepath.Join(s.root, "l", dir)

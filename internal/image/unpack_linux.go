@@ -17,6 +17,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/containerd/errdefs"
 	"github.com/klauspost/compress/zstd"
 	"golang.org/x/sys/unix"
 )
@@ -31,7 +32,7 @@ const (
 // unpackBlob unpacks the stored layer blob (gzip, zstd or plain tar) into
 // dir, checking that the uncompressed stream has digest diffID, and syncs
 // the filesystem so that a rename of dir publishes a complete layer.
-func unpackBlob(ctx context.Context, blob, diffID, dir string, log *slog.Logger) error {
+func unpackBlob(ctx context.Context, blob, diffID, dir string, opts unpackOptions) error {
 	f, err := os.Open(blob)
 	if err != nil {
 		return err
@@ -58,7 +59,8 @@ func unpackBlob(ctx context.Context, blob, diffID, dir string, log *slog.Logger)
 	}
 	h := sha256.New()
 	tee := io.TeeReader(r, h)
-	if err := unpackTar(ctx, tee, dir, unpackOptions{chown: os.Geteuid() == 0, log: log}); err != nil {
+	opts.chown = os.Geteuid() == 0
+	if err := unpackTar(ctx, tee, dir, opts); err != nil {
 		return err
 	}
 	// Hash what follows the end-of-archive marker too.
@@ -66,7 +68,7 @@ func unpackBlob(ctx context.Context, blob, diffID, dir string, log *slog.Logger)
 		return fmt.Errorf("read layer: %w", err)
 	}
 	if got := "sha256:" + hex.EncodeToString(h.Sum(nil)); got != diffID {
-		return fmt.Errorf("uncompressed layer has digest %s, image config says %s", got, diffID)
+		return fmt.Errorf("uncompressed layer has digest %s, image config says %s: %w", got, diffID, errdefs.ErrDataLoss)
 	}
 	d, err := os.Open(dir)
 	if err != nil {
@@ -81,8 +83,9 @@ func unpackBlob(ctx context.Context, blob, diffID, dir string, log *slog.Logger)
 
 // unpackOptions tune unpackTar.
 type unpackOptions struct {
-	chown bool // apply the owners of entries (needs CAP_CHOWN)
-	log   *slog.Logger
+	chown  bool // apply the owners of entries (needs CAP_CHOWN)
+	log    *slog.Logger
+	budget *unpackBudget // nil: no cap
 }
 
 // unpackTar extracts the tar stream r into dir, converting OCI whiteouts to
@@ -125,6 +128,15 @@ func unpackTar(ctx context.Context, r io.Reader, dir string, opts unpackOptions)
 		}
 		if name == "." {
 			continue // the layer root itself
+		}
+		// An entry costs its content and a tar block for its inode, so
+		// that a flood of empty files is bounded too.
+		cost := int64(512)
+		if hdr.Typeflag == tar.TypeReg || hdr.Typeflag == tar.TypeRegA {
+			cost += max(hdr.Size, 0)
+		}
+		if err := opts.budget.take(cost); err != nil {
+			return fmt.Errorf("entry %q: %w", hdr.Name, err)
 		}
 		if err := extractEntry(root, name, hdr, tr, opts); err != nil {
 			if isEscape(err) {

@@ -290,7 +290,7 @@ func TestUnpackBlobChecksDiffID(t *testing.T) {
 	}
 	dir := t.TempDir()
 	wrong := "sha256:" + strings.Repeat("0", 64)
-	err = unpackBlob(context.Background(), blob, wrong, dir, nil)
+	err = unpackBlob(context.Background(), blob, wrong, dir, unpackOptions{})
 	if err == nil || !strings.Contains(err.Error(), "image config says "+wrong) {
 		t.Fatalf("unpack with a wrong diff id: err %v; want a digest mismatch", err)
 	}

@@ -16,7 +16,9 @@ import (
 	"archive/tar"
 	"bytes"
 	"fmt"
+	"hash/fnv"
 	"io"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"runtime"
@@ -91,6 +93,19 @@ func Whiteout(dir, name string) Entry {
 // in dir.
 func Opaque(dir string) Entry {
 	return Entry{Name: joinName(dir, ".wh..wh..opq"), Type: tar.TypeReg, Mode: 0o600}
+}
+
+// NoiseFile is a regular file of size bytes that do not compress (the same
+// bytes for the same name and size), for layers whose blobs must be large.
+func NoiseFile(name string, size int) Entry {
+	h := fnv.New64a()
+	_, _ = io.WriteString(h, name)
+	rng := rand.New(rand.NewPCG(h.Sum64(), uint64(size)))
+	b := make([]byte, size)
+	for i := range b {
+		b[i] = byte(rng.Uint32())
+	}
+	return Entry{Name: name, Type: tar.TypeReg, Mode: 0o644, Body: string(b)}
 }
 
 func joinName(dir, name string) string {

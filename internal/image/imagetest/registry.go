@@ -7,7 +7,9 @@ import (
 	"log"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -27,6 +29,97 @@ type RegistryOptions struct {
 	// Observe, when set, is called for every request before it is served
 	// (from the server's goroutines: it must be safe for concurrent use).
 	Observe func(*http.Request)
+	// Faults, when set, makes the registry misbehave as it says.
+	Faults *Faults
+}
+
+// Fault is a way a test registry misbehaves.
+type Fault int32
+
+// The faults a registry can inject.
+const (
+	// Healthy serves every request.
+	Healthy Fault = iota
+	// StallBlobs answers a GET of a blob larger than StallMinBlob with its
+	// headers and half its body, then sends nothing until the client goes
+	// away.
+	StallBlobs
+	// RedirectBlobs redirects (307) every blob GET to the same path on
+	// RedirectHost, a host that does not resolve.
+	RedirectBlobs
+	// HugeManifests answers every manifest GET with a HugeManifestSize body
+	// (a manifest padded with spaces), streamed without Content-Length.
+	HugeManifests
+	// CorruptBlobs answers blob GETs with one byte of the content changed.
+	CorruptBlobs
+)
+
+// Sizes and hosts of the faults.
+const (
+	StallMinBlob     = 64 << 10
+	HugeManifestSize = 50 << 20
+	RedirectHost     = "cdn.nosuchhost.invalid"
+)
+
+// Faults holds the fault a registry injects; Set switches it at any time.
+// The zero value is Healthy.
+type Faults struct{ f atomic.Int32 }
+
+// Set makes the registry inject f from its next request on.
+func (fs *Faults) Set(f Fault) { fs.f.Store(int32(f)) }
+
+func (fs *Faults) get() Fault {
+	if fs == nil {
+		return Healthy
+	}
+	return Fault(fs.f.Load())
+}
+
+// serveFault serves r with fault f, or returns false when f does not apply
+// to r.
+func serveFault(f Fault, reg http.Handler, w http.ResponseWriter, r *http.Request) bool {
+	blob := r.Method == http.MethodGet && strings.Contains(r.URL.Path, "/blobs/sha256:")
+	switch {
+	case f == RedirectBlobs && blob:
+		http.Redirect(w, r, "http://"+RedirectHost+r.URL.Path, http.StatusTemporaryRedirect)
+		return true
+	case f == HugeManifests && IsManifestRequest(r):
+		w.Header().Set("Content-Type", "application/vnd.docker.distribution.manifest.v2+json")
+		w.WriteHeader(http.StatusOK)
+		head := `{"schemaVersion":2,"mediaType":"application/vnd.docker.distribution.manifest.v2+json","layers":[`
+		_, _ = io.WriteString(w, head)
+		pad := []byte(strings.Repeat(" ", 64<<10))
+		for n := len(head); n < HugeManifestSize-2; n += len(pad) {
+			if _, err := w.Write(pad); err != nil {
+				return true
+			}
+		}
+		_, _ = io.WriteString(w, "]}")
+		return true
+	case (f == StallBlobs || f == CorruptBlobs) && blob:
+		rec := httptest.NewRecorder()
+		reg.ServeHTTP(rec, r)
+		body := rec.Body.Bytes()
+		if rec.Code != http.StatusOK || (f == StallBlobs && len(body) <= StallMinBlob) {
+			return false
+		}
+		for k, v := range rec.Header() {
+			w.Header()[k] = v
+		}
+		w.WriteHeader(http.StatusOK)
+		if f == CorruptBlobs {
+			body[len(body)/2] ^= 0xff
+			_, _ = w.Write(body)
+			return true
+		}
+		_, _ = w.Write(body[:len(body)/2])
+		if fl, ok := w.(http.Flusher); ok {
+			fl.Flush()
+		}
+		<-r.Context().Done()
+		return true
+	}
+	return false
 }
 
 // Handler returns the registry as an http.Handler.
@@ -45,6 +138,9 @@ func Handler(opts RegistryOptions) http.Handler {
 				_, _ = io.WriteString(w, `{"errors":[{"code":"UNAUTHORIZED","message":"authentication required"}]}`)
 				return
 			}
+		}
+		if f := opts.Faults.get(); f != Healthy && serveFault(f, reg, w, r) {
+			return
 		}
 		reg.ServeHTTP(w, r)
 	})
