@@ -119,7 +119,18 @@ type Status struct {
 	OOMKilled  bool
 	StartedAt  time.Time
 	FinishedAt time.Time
+	// Reason and Message, when set, say how a stopped container ended
+	// when its exit code alone would mislead: ReasonShimDied.
+	Reason  string
+	Message string
 }
+
+// ReasonShimDied is the Status.Reason of a container whose shim died
+// before the container exited: the backend killed what was left of it
+// and recorded exit code 255 (or, when it could still see it, how the
+// process itself ended, e.g. 141 for SIGPIPE: the shim was the reader of
+// its output). Never 0: nobody saw the process finish its work.
+const ReasonShimDied = "ShimDied"
 
 // ExecRequest is a process to run inside a container. The process inherits
 // the container's process spec (env, user, cwd, capabilities) with Args
