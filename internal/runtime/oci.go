@@ -566,7 +566,7 @@ func (o *OCI) Delete(ctx context.Context, id string) error {
 	if _, err := o.run(ctx, runOpts{}, "delete", "--force", id); err != nil && !isRuntimeNotExist(err) {
 		return fmt.Errorf("delete container %s: %w", id, err)
 	}
-	if pid := readPid(filepath.Join(dir, shim.ShimPidFile)); pid > 0 {
+	if pid := readPid(filepath.Join(dir, shim.ShimPidFile)); pid > 0 && isShimOf(pid, dir) {
 		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		_, err := shim.Call(sctx, shim.SocketPath(dir), shim.OpShutdown)
 		cancel()

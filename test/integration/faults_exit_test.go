@@ -126,7 +126,10 @@ func TestShimKilled(t *testing.T) {
 		pid := d.containerPid(t, id)
 		st := startTime(pid)
 		killPid(t, d.shimPid(t, id))
+		killed := time.Now()
 		cs := d.waitShimExit(t, id)
+		t.Logf("container %s: EXITED %v after its shim was killed: exit %d, %s: %s",
+			id[:12], time.Since(killed).Round(time.Millisecond), cs.ExitCode, cs.Reason, cs.Message)
 		if cs.ExitCode == 0 || cs.Reason != "ShimDied" || !strings.Contains(cs.Message, "crin-shim") {
 			t.Errorf("container %s after its shim was killed: exit %d reason %q message %q, want non-zero, ShimDied",
 				id, cs.ExitCode, cs.Reason, cs.Message)
@@ -186,6 +189,7 @@ func TestInfraKilled(t *testing.T) {
 	pod := d.runPod(t, podCfg)
 	ctr := d.runContainer(t, pod, podCfg, containerConfig("sleeper", ref, "sleep", "1000"))
 	killPid(t, verbosePid(t, d.podStatus(t, pod).Info))
+	killed := time.Now()
 
 	deadline := time.Now().Add(30 * time.Second)
 	for d.podStatus(t, pod).Status.State != runtimeapi.PodSandboxState_SANDBOX_NOTREADY {
@@ -194,6 +198,7 @@ func TestInfraKilled(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+	t.Logf("pod NOTREADY %v after its infra process was killed", time.Since(killed).Round(time.Millisecond))
 	_, err := d.rs.CreateContainer(ctxT(t), &runtimeapi.CreateContainerRequest{
 		PodSandboxId: pod, Config: containerConfig("late", ref, "sleep", "1"), SandboxConfig: podCfg})
 	if status.Code(err) != codes.FailedPrecondition {
@@ -208,9 +213,10 @@ func TestInfraKilled(t *testing.T) {
 	next := podConfig("infrakill")
 	next.Metadata.Uid, next.Metadata.Attempt = podCfg.Metadata.Uid, podCfg.Metadata.Attempt+1
 	pod2 := d.runPod(t, next)
-	c2 := d.runContainer(t, pod2, next, containerConfig("sleeper", ref, "sh", "-c", "echo up; sleep 1000"))
-	waitLog(t, logPath(next, containerConfig("sleeper", ref)), "up")
-	_ = c2
+	c2cfg := containerConfig("sleeper", ref, "sh", "-c", "echo up; sleep 1000")
+	c2cfg.Metadata.Attempt = 1 // the dead pod's container still holds attempt 0
+	d.runContainer(t, pod2, next, c2cfg)
+	waitLog(t, logPath(next, c2cfg), "up")
 
 	if _, err := d.rs.StopPodSandbox(ctxT(t), &runtimeapi.StopPodSandboxRequest{PodSandboxId: pod}); err != nil {
 		t.Fatalf("StopPodSandbox of the dead pod: %v", err)
