@@ -209,6 +209,7 @@ func TestRuncAcceptsSpecs(t *testing.T) {
 			Image:          ImageConfig{User: "app", WorkingDir: "/tmp"},
 			Rootfs:         rootfs,
 			CgroupsPath:    "/crin-oci-test/" + id,
+			NetNSPath:      fmt.Sprintf("/proc/%d/ns/net", s.Pid),
 			IPCNSPath:      fmt.Sprintf("/proc/%d/ns/ipc", s.Pid),
 			UTSNSPath:      fmt.Sprintf("/proc/%d/ns/uts", s.Pid),
 			PIDNSPath:      fmt.Sprintf("/proc/%d/ns/pid", s.Pid),

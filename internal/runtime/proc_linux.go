@@ -141,6 +141,7 @@ func (w *pidWatch) wait(ctx context.Context) error {
 	if w.exited() {
 		return nil
 	}
+	_ = w.f.SetReadDeadline(time.Time{}) // an earlier wait's ctx may have set one
 	stop := context.AfterFunc(ctx, func() { _ = w.f.SetReadDeadline(time.Now()) })
 	defer stop()
 	err := w.rc.Read(func(uintptr) bool { return w.exited() })
