@@ -15,6 +15,13 @@
 // gone, and to "<runtime> state" when neither exists (StateUnknown when the
 // runtime no longer knows it either; the exit code is then lost).
 //
+// A shim that died without recording an exit (its pid file names a
+// process that is gone or is no longer that shim) is never taken for a
+// success: the first Status or Wait that finds it kills what is left of
+// the container, deletes it from the runtime and writes the exit record
+// itself with exit code 255 and ReasonShimDied. Wait holds a pidfd on the
+// shim, so a waiter learns of the death at once.
+//
 // Create writes the bundle and runs crin-shim, which detaches itself (new
 // session, reparented away from crind), runs "<runtime> create" and reports
 // the init pid or the runtime's own error message on a handshake pipe. A

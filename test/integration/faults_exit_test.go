@@ -264,3 +264,23 @@ func TestPinnedNamespaces(t *testing.T) {
 		t.Errorf("pins of a stopped pod: %v", err)
 	}
 }
+
+// TestInfraShimKilled kills the shim of a pod's infra container: the
+// infra process is killed with it and the pod turns NOTREADY.
+func TestInfraShimKilled(t *testing.T) {
+	d := startDaemon(t, daemonOptions{})
+	podCfg := podConfig("infrashim")
+	pod := d.runPod(t, podCfg)
+	infra := verbosePid(t, d.podStatus(t, pod).Info)
+	st := startTime(infra)
+	killPid(t, d.shimPid(t, pod))
+	deadline := time.Now().Add(30 * time.Second)
+	for d.podStatus(t, pod).Status.State != runtimeapi.PodSandboxState_SANDBOX_NOTREADY {
+		if time.Now().After(deadline) {
+			t.Fatalf("pod still READY 30s after its infra's shim was killed")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	waitProcessGone(t, "infra process", infra, st)
+	// cleanupAll stops and removes the pod and checks for leaks.
+}
