@@ -69,6 +69,9 @@ func (s *Service) recordExit(c *container, st runtime.Status) {
 	switch {
 	case rec.Reason != "":
 		// set by whoever stopped it (start error, lost runtime state)
+	case st.Reason != "":
+		// the runtime knows better than the exit code (its shim died)
+		rec.Reason, rec.Message = st.Reason, st.Message
 	case evicted:
 		rec.Reason, rec.Message = ReasonEvicted, rec.EvictMessage
 	case st.OOMKilled:
@@ -98,4 +101,53 @@ func (s *Service) containerRuntime(rec *store.Container) (runtime.Runtime, error
 		return nil, fmt.Errorf("container %s: runtime handler %q is no longer configured: %w", rec.ID, sb.rec.RuntimeHandler, errdefs.ErrFailedPrecondition)
 	}
 	return rt, nil
+}
+
+// watchSandbox starts the goroutine that marks sb NOTREADY when its infra
+// process exits while crind runs (killed, crashed, or its shim died and
+// the runtime killed it), so kubelet recreates the pod; a stop that kills
+// the infra itself finds the pod already NOTREADY or makes it so, either
+// way once. The goroutine waits on the infra container through the
+// runtime (the shim reaps the infra process, and the runtime holds a pidfd
+// on the shim), belongs to the Service and ends on Close.
+func (s *Service) watchSandbox(sb *sandbox) {
+	id, handler := sb.rec.ID, sb.rec.RuntimeHandler
+	rt, ok := s.opts.Runtimes[handler]
+	if !ok {
+		return
+	}
+	s.goOwned(func() {
+		var st runtime.Status
+		for {
+			var err error
+			st, err = rt.Wait(s.ctx, id)
+			if s.ctx.Err() != nil {
+				return
+			}
+			if err == nil || errdefs.IsNotFound(err) {
+				break
+			}
+			s.log.WarnContext(s.ctx, "wait for pod infra process", "pod_id", id, "error", err)
+			select {
+			case <-s.ctx.Done():
+				return
+			case <-time.After(time.Second):
+			}
+		}
+		// op, not only mu: a pod record's writers hold both, and a stop
+		// in progress must not be overwritten half-way.
+		sb.op.Lock()
+		defer sb.op.Unlock()
+		if sb.removed || sb.rec.State != store.SandboxReady {
+			return
+		}
+		sb.mu.Lock()
+		sb.rec.State = store.SandboxNotReady
+		sb.mu.Unlock()
+		if err := s.opts.Store.PutSandbox(sb.rec); err != nil {
+			s.log.WarnContext(s.ctx, "persist pod state", "pod_id", id, "error", err)
+		}
+		s.log.WarnContext(s.ctx, "pod infra process exited, pod is not ready", "pod_id", id,
+			"exit_code", st.ExitCode, "reason", st.Reason, "message", st.Message)
+	})
 }

@@ -399,6 +399,7 @@ func newHub(t *testing.T) *hub {
 		PauseRoot:      filepath.Join(dir, "pause"),
 		PauseBinary:    "/pause",
 		CgroupParent:   "/crin",
+		Pinner:         fakePinner{},
 		Logger:         slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}
 	h.start(t, true)
@@ -488,3 +489,23 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// fakePinner "pins" a namespace as an empty file (unit tests run without
+// the privilege to bind-mount).
+type fakePinner struct{}
+
+func (fakePinner) Pin(dir string, pid int, kinds []string) (map[string]string, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	paths := map[string]string{}
+	for _, k := range kinds {
+		paths[k] = filepath.Join(dir, k)
+		if err := os.WriteFile(paths[k], nil, 0o444); err != nil {
+			return nil, err
+		}
+	}
+	return paths, nil
+}
+
+func (fakePinner) Unpin(dir string) error { return os.RemoveAll(dir) }

@@ -86,11 +86,22 @@ func (s *Service) recoverSandbox(ctx context.Context, rec *store.Sandbox) error 
 			if err := s.opts.Store.PutSandbox(rec); err != nil {
 				return err
 			}
+		} else if rec.IPCNS == "" && rec.UTSNS == "" && rec.PIDNS == "" {
+			// Made by a crind that joined containers through /proc. A
+			// failure only keeps new containers out of the pod.
+			if err := s.pinPodNamespaces(rec, cfg); err != nil {
+				s.log.WarnContext(ctx, "pin namespaces of a recovered pod", "pod_id", rec.ID, "error", err)
+			} else if err := s.opts.Store.PutSandbox(rec); err != nil {
+				return err
+			}
 		}
 	}
 	sb := &sandbox{rec: rec, config: cfg}
 	sb.nri.Store(nriPod(rec, cfg, decodePodLinux(rec)))
 	s.sandboxes[rec.ID] = sb
+	if rec.State == store.SandboxReady {
+		s.watchSandbox(sb)
+	}
 	return nil
 }
 
@@ -171,8 +182,9 @@ func (s *Service) resumeEviction(ctx context.Context, c *container) {
 	s.goOwned(func() { s.evict(c, 0) })
 }
 
-// removeOrphans removes what no record owns: runtime containers, netns pins
-// and name reservations left by a crash between two steps.
+// removeOrphans removes what no record owns: runtime containers, netns and
+// other namespace pins, and name reservations left by a crash between two
+// steps.
 func (s *Service) removeOrphans(ctx context.Context) {
 	known := func(id string) bool {
 		_, sb := s.sandboxes[id]
@@ -192,6 +204,15 @@ func (s *Service) removeOrphans(ctx context.Context) {
 			s.log.InfoContext(ctx, "removing orphaned runtime container", "runtime", name, "id", id)
 			if err := rt.Delete(ctx, id); err != nil {
 				s.log.WarnContext(ctx, "remove orphaned runtime container", "id", id, "error", err)
+			}
+		}
+	}
+	if ents, err := os.ReadDir(s.opts.NSDir); err == nil {
+		for _, e := range ents {
+			if _, ok := s.sandboxes[e.Name()]; !ok {
+				if err := s.opts.Pinner.Unpin(filepath.Join(s.opts.NSDir, e.Name())); err != nil {
+					s.log.WarnContext(ctx, "remove orphaned namespace pins", "pod_id", e.Name(), "error", err)
+				}
 			}
 		}
 	}

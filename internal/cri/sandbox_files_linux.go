@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/containerd/errdefs"
 	"golang.org/x/sys/unix"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
@@ -140,4 +141,78 @@ func (s *Service) removePodCgroup(rec *store.Sandbox) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// NSPinner pins a pod's namespaces as files, so containers join them by a
+// path that can never come to name another pod's (a pid can be reused).
+// Options.Pinner is nil in production: the bind-mount pinner below.
+type NSPinner interface {
+	// Pin makes dir/<kind> a pin of each listed namespace ("ipc", "uts",
+	// "pid") of the process pid, and returns kind -> path. On error
+	// nothing is left.
+	Pin(dir string, pid int, kinds []string) (map[string]string, error)
+	// Unpin removes every pin in dir and dir itself; a missing dir is fine.
+	Unpin(dir string) error
+}
+
+// bindPinner pins a namespace by bind-mounting /proc/<pid>/ns/<kind> on a
+// file. A bind-mounted namespace file keeps the namespace alive after its
+// last process is gone (for a pid namespace: alive but unjoinable once its
+// init died, which is what a dead pod's should be).
+type bindPinner struct{}
+
+func (bindPinner) Pin(dir string, pid int, kinds []string) (_ map[string]string, retErr error) {
+	// The pidfd proves the pid named the same process throughout: if it
+	// had exited and the number been reused, the check below fails.
+	pidfd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		return nil, fmt.Errorf("pin namespaces of pid %d: %w", pid, err)
+	}
+	defer unix.Close(pidfd)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("pin namespaces: %w", err)
+	}
+	defer func() {
+		if retErr != nil {
+			_ = bindPinner{}.Unpin(dir)
+		}
+	}()
+	paths := make(map[string]string, len(kinds))
+	for _, kind := range kinds {
+		p := filepath.Join(dir, kind)
+		f, err := os.OpenFile(p, os.O_RDONLY|os.O_CREATE|os.O_EXCL, 0o444)
+		if err != nil {
+			return nil, fmt.Errorf("pin %s namespace: %w", kind, err)
+		}
+		_ = f.Close()
+		src := fmt.Sprintf("/proc/%d/ns/%s", pid, kind)
+		if err := unix.Mount(src, p, "", unix.MS_BIND, ""); err != nil {
+			return nil, fmt.Errorf("pin %s namespace: bind mount %s: %w", kind, src, err)
+		}
+		paths[kind] = p
+	}
+	fds := []unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}
+	if n, err := unix.Poll(fds, 0); err != nil || n > 0 {
+		return nil, fmt.Errorf("pin namespaces of pid %d: the process exited meanwhile: %w", pid, errdefs.ErrUnavailable)
+	}
+	return paths, nil
+}
+
+func (bindPinner) Unpin(dir string) error {
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("unpin namespaces: %w", err)
+	}
+	for _, e := range ents {
+		if err := unmountAll(filepath.Join(dir, e.Name())); err != nil {
+			return fmt.Errorf("unpin namespaces: %w", err)
+		}
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("unpin namespaces: %w", err)
+	}
+	return nil
 }

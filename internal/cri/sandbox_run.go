@@ -9,6 +9,7 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/containerd/nri/pkg/api"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
@@ -133,6 +134,10 @@ func (s *Service) RunPodSandbox(ctx context.Context, r *runtimeapi.RunPodSandbox
 		return nil, fmt.Errorf("start infra container: %w", err)
 	}
 	rec.Pid = pid
+	if err := s.pinPodNamespaces(rec, cfg); err != nil {
+		return nil, err
+	}
+	showPins(spec, rec)
 	linux := oci.NRIPodLinux(spec)
 	if linux != nil {
 		if rec.NRILinux, err = proto.Marshal(linux); err != nil {
@@ -157,6 +162,7 @@ func (s *Service) RunPodSandbox(ctx context.Context, r *runtimeapi.RunPodSandbox
 	delete(s.pendingPods, id)
 	s.sandboxes[id] = sb
 	s.mu.Unlock()
+	s.watchSandbox(sb)
 	log.InfoContext(ctx, "pod sandbox ready", "runtime", handler, "ips", rec.IPs, "pid", pid)
 	return &runtimeapi.RunPodSandboxResponse{PodSandboxId: id}, nil
 }
@@ -262,10 +268,72 @@ func cniPod(rec *store.Sandbox, cfg *runtimeapi.PodSandboxConfig) cni.Pod {
 	return p
 }
 
-// removePodDir unmounts the pod's shm and removes its files.
+// removePodDir unpins the pod's namespaces, unmounts its shm and removes
+// its files. It is how rollback, removal and recovery dispose of them.
 func (s *Service) removePodDir(rec *store.Sandbox) error {
+	if err := s.unpinPodNamespaces(rec); err != nil {
+		return err
+	}
 	if err := unmountAll(filepath.Join(rec.PodDir, "shm")); err != nil {
 		return err
 	}
 	return os.RemoveAll(rec.PodDir)
+}
+
+// nsDir is where the namespaces of pod id are pinned.
+func (s *Service) nsDir(id string) string { return filepath.Join(s.opts.NSDir, id) }
+
+// pinPodNamespaces pins the infra process's IPC and UTS namespaces, and
+// its PID namespace when the pod shares one, unless the pod uses the
+// host's, and records their paths: containers join by those paths only.
+// The network namespace is pinned before the infra starts (NetNS).
+func (s *Service) pinPodNamespaces(rec *store.Sandbox, cfg *runtimeapi.PodSandboxConfig) error {
+	ns := cfg.GetLinux().GetSecurityContext().GetNamespaceOptions()
+	var kinds []string
+	if ns.GetNetwork() != runtimeapi.NamespaceMode_NODE {
+		kinds = append(kinds, "uts") // Kubernetes ties UTS to the network
+	}
+	if ns.GetIpc() != runtimeapi.NamespaceMode_NODE {
+		kinds = append(kinds, "ipc")
+	}
+	if ns.GetPid() == runtimeapi.NamespaceMode_POD {
+		kinds = append(kinds, "pid")
+	}
+	if len(kinds) == 0 {
+		return nil
+	}
+	paths, err := s.opts.Pinner.Pin(s.nsDir(rec.ID), rec.Pid, kinds)
+	if err != nil {
+		return fmt.Errorf("pin pod namespaces: %w", err)
+	}
+	rec.IPCNS, rec.UTSNS, rec.PIDNS = paths["ipc"], paths["uts"], paths["pid"]
+	return nil
+}
+
+// unpinPodNamespaces removes the pins of pod rec; already gone is fine.
+// The paths stay in the record: they tell what the pod had.
+func (s *Service) unpinPodNamespaces(rec *store.Sandbox) error {
+	return s.opts.Pinner.Unpin(s.nsDir(rec.ID))
+}
+
+// showPins puts the pinned paths into the infra spec's namespaces, so NRI
+// plugins see the paths containers join by.
+func showPins(spec *specs.Spec, rec *store.Sandbox) {
+	if spec.Linux == nil {
+		return
+	}
+	for i, n := range spec.Linux.Namespaces {
+		p := ""
+		switch n.Type {
+		case specs.IPCNamespace:
+			p = rec.IPCNS
+		case specs.UTSNamespace:
+			p = rec.UTSNS
+		case specs.PIDNamespace:
+			p = rec.PIDNS
+		}
+		if p != "" && n.Path == "" {
+			spec.Linux.Namespaces[i].Path = p
+		}
+	}
 }

@@ -62,6 +62,9 @@ func (s *Service) stopSandboxLocked(ctx context.Context, sb *sandbox) error {
 			return err
 		}
 	}
+	if err := s.unpinPodNamespaces(rec); err != nil {
+		return err
+	}
 	if rec.NetNS != "" && !rec.NetworkTornDown {
 		if err := s.opts.Network.Teardown(ctx, cniPod(rec, sb.config)); err != nil {
 			return fmt.Errorf("tear down pod network: %w", err)

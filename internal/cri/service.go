@@ -10,6 +10,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -60,6 +61,11 @@ type Options struct {
 	RootDir string
 	// NetNSDir is where pod network namespaces are pinned.
 	NetNSDir string
+	// NSDir is where a pod's other namespaces are pinned, in NSDir/<pod
+	// id>/{ipc,uts,pid}; empty means "ns" beside NetNSDir.
+	NSDir string
+	// Pinner pins them; nil means bind mounts (tests give a fake).
+	Pinner NSPinner
 	// PauseRoot is the shared read-only rootfs of infra containers.
 	PauseRoot   string
 	PauseBinary string
@@ -182,6 +188,12 @@ func New(ctx context.Context, o Options) (*Service, error) {
 		containers:  map[string]*container{},
 		pendingPods: map[string]*api.PodSandbox{},
 		pendingCtrs: map[string]*api.Container{},
+	}
+	if s.opts.NSDir == "" {
+		s.opts.NSDir = filepath.Join(filepath.Dir(o.NetNSDir), "ns")
+	}
+	if s.opts.Pinner == nil {
+		s.opts.Pinner = bindPinner{}
 	}
 	s.ctx, s.cancel = context.WithCancel(ctx)
 	if o.StreamAddress != "" {

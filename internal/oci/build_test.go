@@ -36,8 +36,9 @@ func sandboxOpts(cfg *runtimeapi.PodSandboxConfig) SandboxOptions {
 
 func containerOpts(t *testing.T, pod *runtimeapi.PodSandboxConfig, cfg *runtimeapi.ContainerConfig) ContainerOptions {
 	return ContainerOptions{
-		ID: "c1", Config: cfg, Sandbox: pod, Rootfs: fakeRootfs(t), SandboxPid: 42, SandboxID: "sb1",
+		ID: "c1", Config: cfg, Sandbox: pod, Rootfs: fakeRootfs(t), SandboxID: "sb1",
 		NetNSPath: "/run/netns/cni-1", CgroupsPath: "/kubepods/pod1/c1",
+		IPCNSPath: "/run/crin/ns/sb1/ipc", UTSNSPath: "/run/crin/ns/sb1/uts", PIDNSPath: "/run/crin/ns/sb1/pid",
 		Image: ImageConfig{Entrypoint: []string{"/app"}}, Host: testHost,
 	}
 }
@@ -207,15 +208,16 @@ func TestContainerNamespaces(t *testing.T) {
 		{
 			name: "pod pid", pod: pod(P, P, P), pid: P, netns: "/run/netns/x",
 			want: map[specs.LinuxNamespaceType]string{
-				"mount": "", "network": "/run/netns/x", "uts": "/proc/42/ns/uts", "ipc": "/proc/42/ns/ipc", "pid": "/proc/42/ns/pid",
+				"mount": "", "network": "/run/netns/x", "uts": "/run/crin/ns/sb1/uts", "ipc": "/run/crin/ns/sb1/ipc", "pid": "/run/crin/ns/sb1/pid",
 			},
 		},
 		{
-			name: "container pid, netns from sandbox", pod: pod(P, P, C), pid: C,
+			name: "container pid", pod: pod(P, P, C), pid: C, netns: "/run/netns/x",
 			want: map[specs.LinuxNamespaceType]string{
-				"mount": "", "network": "/proc/42/ns/net", "uts": "/proc/42/ns/uts", "ipc": "/proc/42/ns/ipc", "pid": "",
+				"mount": "", "network": "/run/netns/x", "uts": "/run/crin/ns/sb1/uts", "ipc": "/run/crin/ns/sb1/ipc", "pid": "",
 			},
 		},
+		{name: "network not pinned", pod: pod(P, P, C), pid: C, wantErr: "network namespace is not pinned"},
 		{
 			name: "host network and ipc", pod: pod(N, N, C), pid: C,
 			want: map[specs.LinuxNamespaceType]string{"mount": "", "pid": ""},
@@ -223,17 +225,17 @@ func TestContainerNamespaces(t *testing.T) {
 		{
 			name: "host pid", pod: pod(P, P, N), pid: N, netns: "/run/netns/x",
 			want: map[specs.LinuxNamespaceType]string{
-				"mount": "", "network": "/run/netns/x", "uts": "/proc/42/ns/uts", "ipc": "/proc/42/ns/ipc",
+				"mount": "", "network": "/run/netns/x", "uts": "/run/crin/ns/sb1/uts", "ipc": "/run/crin/ns/sb1/ipc",
 			},
 		},
 		{
 			name: "target", pod: pod(P, P, C), pid: T, netns: "/run/netns/x", target: 77,
 			want: map[specs.LinuxNamespaceType]string{
-				"mount": "", "network": "/run/netns/x", "uts": "/proc/42/ns/uts", "ipc": "/proc/42/ns/ipc", "pid": "/proc/77/ns/pid",
+				"mount": "", "network": "/run/netns/x", "uts": "/run/crin/ns/sb1/uts", "ipc": "/run/crin/ns/sb1/ipc", "pid": "/proc/77/ns/pid",
 			},
 		},
-		{name: "target not running", pod: pod(P, P, C), pid: T, wantErr: "target_id"},
-		{name: "host pid without host pod", pod: pod(P, P, C), pid: N, wantErr: "namespace_options.pid"},
+		{name: "target not running", pod: pod(P, P, C), pid: T, netns: "/run/netns/x", wantErr: "target_id"},
+		{name: "host pid without host pod", pod: pod(P, P, C), pid: N, netns: "/run/netns/x", wantErr: "namespace_options.pid"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -257,11 +259,25 @@ func TestContainerNamespaces(t *testing.T) {
 	}
 }
 
-func TestContainerNeedsSandboxPid(t *testing.T) {
-	o := containerOpts(t, podConfig(nil), &runtimeapi.ContainerConfig{})
-	o.SandboxPid = 0
-	_, err := ContainerSpec(o)
-	wantInvalid(t, err, "sandbox pid")
+// TestContainerNeedsPins: a container never joins a pod namespace by
+// anything but its pinned path.
+func TestContainerNeedsPins(t *testing.T) {
+	tests := []struct {
+		name, want string
+		unset      func(*ContainerOptions)
+	}{
+		{"ipc", "ipc namespace is not pinned", func(o *ContainerOptions) { o.IPCNSPath = "" }},
+		{"uts", "uts namespace is not pinned", func(o *ContainerOptions) { o.UTSNSPath = "" }},
+		{"pid", "pid namespace is not pinned", func(o *ContainerOptions) { o.PIDNSPath = "" }},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			o := containerOpts(t, podConfig(nil), &runtimeapi.ContainerConfig{})
+			tc.unset(&o)
+			_, err := ContainerSpec(o)
+			wantInvalid(t, err, tc.want)
+		})
+	}
 }
 
 func TestSysctls(t *testing.T) {

@@ -69,37 +69,33 @@ func sandboxNamespaces(ns podNamespaces, netnsPath string, cgroupV2 bool) []spec
 	return out
 }
 
-// containerNamespaces joins the sandbox's network, IPC and UTS namespaces
-// (or the host's), and the pid namespace the config's pid mode asks for.
+// containerNamespaces joins the pod's network, IPC and UTS namespaces (or
+// the host's) by their pinned paths, and the pid namespace the config's
+// pid mode asks for.
 func containerNamespaces(o ContainerOptions, ns podNamespaces, cgroupV2 bool) ([]specs.LinuxNamespace, error) {
-	procNS := func(pid int, kind string) string { return fmt.Sprintf("/proc/%d/ns/%s", pid, kind) }
-	needSandbox := func(what string) error {
-		if o.SandboxPid <= 0 {
-			return invalidf("sandbox pid %d: needed to join the pod's %s namespace", o.SandboxPid, what)
+	pinned := func(path, what string) error {
+		if path == "" {
+			return invalidf("the pod's %s namespace is not pinned: cannot join it", what)
 		}
 		return nil
 	}
 	out := []specs.LinuxNamespace{{Type: specs.MountNamespace}}
 	if !ns.hostNetwork {
-		p := o.NetNSPath
-		if p == "" {
-			if err := needSandbox("network"); err != nil {
-				return nil, err
-			}
-			p = procNS(o.SandboxPid, "net")
+		if err := pinned(o.NetNSPath, "network"); err != nil {
+			return nil, err
 		}
-		if err := needSandbox("uts"); err != nil {
+		if err := pinned(o.UTSNSPath, "uts"); err != nil {
 			return nil, err
 		}
 		out = append(out,
-			specs.LinuxNamespace{Type: specs.NetworkNamespace, Path: p},
-			specs.LinuxNamespace{Type: specs.UTSNamespace, Path: procNS(o.SandboxPid, "uts")})
+			specs.LinuxNamespace{Type: specs.NetworkNamespace, Path: o.NetNSPath},
+			specs.LinuxNamespace{Type: specs.UTSNamespace, Path: o.UTSNSPath})
 	}
 	if !ns.hostIPC {
-		if err := needSandbox("ipc"); err != nil {
+		if err := pinned(o.IPCNSPath, "ipc"); err != nil {
 			return nil, err
 		}
-		out = append(out, specs.LinuxNamespace{Type: specs.IPCNamespace, Path: procNS(o.SandboxPid, "ipc")})
+		out = append(out, specs.LinuxNamespace{Type: specs.IPCNamespace, Path: o.IPCNSPath})
 	}
 
 	const field = "linux.security_context.namespace_options.pid"
@@ -112,17 +108,19 @@ func containerNamespaces(o ContainerOptions, ns podNamespaces, cgroupV2 bool) ([
 	}
 	switch mode {
 	case runtimeapi.NamespaceMode_POD:
-		if err := needSandbox("pid"); err != nil {
+		if err := pinned(o.PIDNSPath, "pid"); err != nil {
 			return nil, err
 		}
-		out = append(out, specs.LinuxNamespace{Type: specs.PIDNamespace, Path: procNS(o.SandboxPid, "pid")})
+		out = append(out, specs.LinuxNamespace{Type: specs.PIDNamespace, Path: o.PIDNSPath})
 	case runtimeapi.NamespaceMode_CONTAINER:
 		out = append(out, specs.LinuxNamespace{Type: specs.PIDNamespace})
 	case runtimeapi.NamespaceMode_TARGET:
 		if o.TargetPid <= 0 {
 			return nil, invalidf("linux.security_context.namespace_options.target_id %q: target container is not running", o.Config.GetLinux().GetSecurityContext().GetNamespaceOptions().GetTargetId())
 		}
-		out = append(out, specs.LinuxNamespace{Type: specs.PIDNamespace, Path: procNS(o.TargetPid, "pid")})
+		// The target is a container of the pod whose pid was just
+		// checked to run; it has no pin of its own.
+		out = append(out, specs.LinuxNamespace{Type: specs.PIDNamespace, Path: fmt.Sprintf("/proc/%d/ns/pid", o.TargetPid)})
 	}
 	if cgroupV2 {
 		out = append(out, specs.LinuxNamespace{Type: specs.CgroupNamespace})

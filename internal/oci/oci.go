@@ -119,9 +119,14 @@ type ContainerOptions struct {
 	Image       ImageConfig
 	Rootfs      string // mounted overlay of the image
 	CgroupsPath string
-	// SandboxPid is the infra process; the container joins its IPC, UTS and
-	// (for pod PID namespace) PID namespaces through /proc/<pid>/ns.
-	SandboxPid int
+	// IPCNSPath, UTSNSPath and PIDNSPath are the pod's namespaces pinned
+	// as files; the container joins them by these paths (never through
+	// /proc/<infra pid>, which a reused pid could make another process's).
+	// Each is required when the pod does not use the host's namespace
+	// (PIDNSPath only for the POD pid mode).
+	IPCNSPath string
+	UTSNSPath string
+	PIDNSPath string
 	// SandboxID is the pod's id, recorded in the annotations.
 	SandboxID string
 	// TargetPid is the init process of the container named by

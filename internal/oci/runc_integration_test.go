@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -208,7 +209,10 @@ func TestRuncAcceptsSpecs(t *testing.T) {
 			Image:          ImageConfig{User: "app", WorkingDir: "/tmp"},
 			Rootfs:         rootfs,
 			CgroupsPath:    "/crin-oci-test/" + id,
-			SandboxPid:     s.Pid,
+			NetNSPath:      fmt.Sprintf("/proc/%d/ns/net", s.Pid),
+			IPCNSPath:      fmt.Sprintf("/proc/%d/ns/ipc", s.Pid),
+			UTSNSPath:      fmt.Sprintf("/proc/%d/ns/uts", s.Pid),
+			PIDNSPath:      fmt.Sprintf("/proc/%d/ns/pid", s.Pid),
 			SandboxID:      sbID,
 			HostsPath:      hostsFile,
 			OOMScoreAdjMin: oomMin,

@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -61,6 +62,9 @@ type OCIConfig struct {
 type OCI struct {
 	cfg OCIConfig
 	log *slog.Logger
+	// mu serializes shimDied, so two callers that find the same dead shim
+	// (the exit monitor and a stop) kill and record once.
+	mu sync.Mutex
 }
 
 var _ Runtime = (*OCI)(nil)
@@ -337,8 +341,12 @@ func (o *OCI) Status(ctx context.Context, id string) (Status, error) {
 }
 
 func (o *OCI) statusWithoutShim(ctx context.Context, id string) (Status, error) {
-	if e, err := shim.ReadExit(o.dir(id)); err == nil {
+	dir := o.dir(id)
+	if e, err := shim.ReadExit(dir); err == nil {
 		return statusOfExit(e), nil
+	}
+	if pid, gone := shimGone(dir); gone {
+		return o.shimDied(ctx, id, dir, pid)
 	}
 	st, err := o.runtimeState(ctx, id)
 	if err != nil {
@@ -355,6 +363,84 @@ func (o *OCI) statusWithoutShim(ctx context.Context, id string) (Status, error) 
 	}
 	// Stopped, but nobody saw how: the exit code is lost.
 	return Status{State: StateUnknown}, nil
+}
+
+// shimGone reports whether the shim of the container in dir is dead: its
+// pid file names a process that is gone or is no longer that shim. A dir
+// without a pid file (a create that failed early) tells nothing.
+func shimGone(dir string) (int, bool) {
+	pid := readPid(filepath.Join(dir, shim.ShimPidFile))
+	if pid <= 0 {
+		return 0, false
+	}
+	return pid, !alive(pid) || !isShimOf(pid, dir)
+}
+
+// shimDied handles a container whose shim died before recording its exit
+// (killed, crashed, OOM-killed): nobody reads its output or will reap it,
+// so what is left of it is killed and removed from the runtime, and the
+// exit is recorded in the exit file on the shim's behalf with exit code
+// 255 and ReasonShimDied (docs/recovery.md). When the init is still a
+// zombie, its own status is recorded instead (a process that wrote to its
+// output after the shim died was killed by SIGPIPE: 141), with the same
+// reason. It is idempotent: a second caller reads the first one's record.
+func (o *OCI) shimDied(ctx context.Context, id, dir string, shimPid int) (Status, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if e, err := shim.ReadExit(dir); err == nil {
+		return statusOfExit(e), nil
+	}
+	initPid := readPid(filepath.Join(dir, shim.InitPidFile))
+	e := shim.Exit{Pid: initPid, ExitCode: 255, Reason: ReasonShimDied}
+	var ws unix.WaitStatus
+	zombie := false
+	if initPid > 0 {
+		ws, zombie = zombieExit(initPid)
+	}
+	st, serr := o.runtimeState(ctx, id)
+	live := serr == nil && st.Status != "stopped"
+	switch {
+	case live:
+		if _, err := o.run(ctx, runOpts{}, "kill", "--all", id, "9"); err != nil && !isRuntimeNotExist(err) {
+			o.log.WarnContext(ctx, "kill container of a dead shim", "container_id", id, "error", err)
+		}
+		if st.Pid > 0 {
+			waitGone(ctx, st.Pid, deleteStopWait)
+		}
+		e.Message = fmt.Sprintf("crin-shim (pid %d) died while the container was %s; crind killed the container", shimPid, st.Status)
+	case zombie:
+		code, sig := exitCode(ws)
+		e.ExitCode, e.Signal = code, sig
+		e.Message = fmt.Sprintf("crin-shim (pid %d) died; then the container's process %s", shimPid, describeWait(ws))
+	default:
+		e.Message = fmt.Sprintf("crin-shim (pid %d) died; the container's process exited unseen, its exit status is lost "+
+			"(a process writing to its output is killed by SIGPIPE once the shim is gone)", shimPid)
+	}
+	if _, err := o.run(ctx, runOpts{}, "delete", "--force", id); err != nil && !isRuntimeNotExist(err) {
+		o.log.WarnContext(ctx, "delete container of a dead shim", "container_id", id, "error", err)
+	}
+	e.FinishedAt = time.Now()
+	if err := shim.WriteExit(dir, e); err != nil {
+		return Status{}, fmt.Errorf("container %s: record exit after its shim died: %w", id, err)
+	}
+	o.log.WarnContext(ctx, "container's shim died", "container_id", id, "shim_pid", shimPid,
+		"exit_code", e.ExitCode, "message", e.Message)
+	return statusOfExit(e), nil
+}
+
+// exitCode is the shell convention: the status, or 128+signal.
+func exitCode(ws unix.WaitStatus) (code int32, sig int) {
+	if ws.Signaled() {
+		return 128 + int32(ws.Signal()), int(ws.Signal())
+	}
+	return int32(ws.ExitStatus()), 0
+}
+
+func describeWait(ws unix.WaitStatus) string {
+	if ws.Signaled() {
+		return fmt.Sprintf("was killed by signal %d (%s)", int(ws.Signal()), unix.SignalName(ws.Signal()))
+	}
+	return fmt.Sprintf("exited with status %d", ws.ExitStatus())
 }
 
 func statusOf(r shim.Response) Status {
@@ -374,18 +460,45 @@ func statusOf(r shim.Response) Status {
 func statusOfExit(e shim.Exit) Status {
 	return Status{
 		State: StateStopped, Pid: e.Pid, ExitCode: e.ExitCode, OOMKilled: e.OOMKilled,
-		StartedAt: e.StartedAt, FinishedAt: e.FinishedAt,
+		StartedAt: e.StartedAt, FinishedAt: e.FinishedAt, Reason: e.Reason, Message: e.Message,
 	}
 }
 
-// Wait blocks on the shim until the container exits. If the shim is gone
-// it polls the recorded exit and the runtime's state.
+// Wait blocks on the shim until the container exits. It also holds a
+// pidfd on the shim, so a shim that dies (SIGKILL, crash) ends the wait at
+// once: the container is then killed and recorded as ReasonShimDied (see
+// shimDied). Without a shim it polls the recorded exit and the runtime's
+// state.
 func (o *OCI) Wait(ctx context.Context, id string) (Status, error) {
-	resp, err := o.call(ctx, id, shim.OpWait)
+	dir, err := o.known(id)
+	if err != nil {
+		return Status{}, err
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	if w := watchShim(dir); w != nil {
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			if w.wait(wctx) == nil {
+				cancel() // the shim died: stop waiting on its socket
+			}
+		}()
+		defer func() {
+			cancel()
+			<-done
+			w.Close()
+		}()
+	} else {
+		defer cancel()
+	}
+	resp, err := shim.Call(wctx, shim.SocketPath(dir), shim.OpWait)
 	if err == nil {
 		return statusOf(resp), nil
 	}
-	if !errors.Is(err, shim.ErrShimGone) {
+	if ctx.Err() != nil {
+		return Status{}, fmt.Errorf("wait for container %s: %w", id, ctx.Err())
+	}
+	if !errors.Is(err, shim.ErrShimGone) && wctx.Err() == nil {
 		return Status{}, fmt.Errorf("wait for container %s: %w", id, err)
 	}
 	tick := time.NewTicker(500 * time.Millisecond)
@@ -404,6 +517,23 @@ func (o *OCI) Wait(ctx context.Context, id string) (Status, error) {
 		case <-tick.C:
 		}
 	}
+}
+
+// watchShim opens a pidfd on the live shim of the container in dir; nil
+// when there is none or pidfds cannot be used (Wait then relies on the
+// shim's socket closing).
+func watchShim(dir string) *pidWatch {
+	pid := readPid(filepath.Join(dir, shim.ShimPidFile))
+	w, err := openPidWatch(pid)
+	if err != nil {
+		return nil
+	}
+	// Checked after opening: the pidfd cannot move to another process.
+	if !isShimOf(pid, dir) {
+		w.Close()
+		return nil
+	}
+	return w
 }
 
 // Delete kills the container if it lives, removes it from the runtime,
@@ -436,7 +566,7 @@ func (o *OCI) Delete(ctx context.Context, id string) error {
 	if _, err := o.run(ctx, runOpts{}, "delete", "--force", id); err != nil && !isRuntimeNotExist(err) {
 		return fmt.Errorf("delete container %s: %w", id, err)
 	}
-	if pid := readPid(filepath.Join(dir, shim.ShimPidFile)); pid > 0 {
+	if pid := readPid(filepath.Join(dir, shim.ShimPidFile)); pid > 0 && isShimOf(pid, dir) {
 		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		_, err := shim.Call(sctx, shim.SocketPath(dir), shim.OpShutdown)
 		cancel()

@@ -77,3 +77,69 @@ func TestWaitGoneDeadlineAndCancel(t *testing.T) {
 		t.Errorf("waitGone returned %s after start, want soon after the 100ms cancel", d)
 	}
 }
+
+func TestPidWatch(t *testing.T) {
+	cmd := exec.Command("sleep", "30")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pid := cmd.Process.Pid
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	w, err := openPidWatch(pid)
+	if err != nil {
+		t.Skipf("no pidfd here: %v", err)
+	}
+	defer w.Close()
+	if w.exited() {
+		t.Fatal("exited() of a running process = true")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if err := w.wait(ctx); err != context.DeadlineExceeded {
+		t.Fatalf("wait with an expiring ctx = %v, want DeadlineExceeded", err)
+	}
+	// Killed and not yet reaped: the pidfd is readable, and the zombie
+	// still tells how it ended.
+	if err := unix.Kill(pid, unix.SIGPIPE); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.wait(context.Background()); err != nil {
+		t.Fatalf("wait for a killed process: %v", err)
+	}
+	if !w.exited() {
+		t.Error("exited() of a dead process = false")
+	}
+	ws, ok := zombieExit(pid)
+	if !ok || !ws.Signaled() || ws.Signal() != unix.SIGPIPE {
+		t.Errorf("zombieExit(%d) = %v %v, want killed by SIGPIPE", pid, ws, ok)
+	}
+	if code, sig := exitCode(ws); code != 141 || sig != int(unix.SIGPIPE) {
+		t.Errorf("exitCode = %d, %d, want 141, 13", code, sig)
+	}
+	if _, err := openPidWatch(-1); err != errProcessGone {
+		t.Errorf("openPidWatch(-1) = %v, want errProcessGone", err)
+	}
+}
+
+func TestIsShimOf(t *testing.T) {
+	// The shell keeps its own argv: "-dir" and the dir are in its cmdline.
+	cmd := exec.Command("sh", "-c", "sleep 30; true", "-dir", "/state/c/abc")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	pid := cmd.Process.Pid
+	tests := []struct {
+		dir  string
+		want bool
+	}{
+		{"/state/c/abc", true},
+		{"/state/c/abc/", true},
+		{"/state/c/other", false},
+	}
+	for _, tc := range tests {
+		if got := isShimOf(pid, tc.dir); got != tc.want {
+			t.Errorf("isShimOf(%d, %q) = %v, want %v", pid, tc.dir, got, tc.want)
+		}
+	}
+}

@@ -15,6 +15,13 @@
 // gone, and to "<runtime> state" when neither exists (StateUnknown when the
 // runtime no longer knows it either; the exit code is then lost).
 //
+// A shim that died without recording an exit (its pid file names a
+// process that is gone or is no longer that shim) is never taken for a
+// success: the first Status or Wait that finds it kills what is left of
+// the container, deletes it from the runtime and writes the exit record
+// itself with exit code 255 and ReasonShimDied. Wait holds a pidfd on the
+// shim, so a waiter learns of the death at once.
+//
 // Create writes the bundle and runs crin-shim, which detaches itself (new
 // session, reparented away from crind), runs "<runtime> create" and reports
 // the init pid or the runtime's own error message on a handshake pipe. A
@@ -119,7 +126,18 @@ type Status struct {
 	OOMKilled  bool
 	StartedAt  time.Time
 	FinishedAt time.Time
+	// Reason and Message, when set, say how a stopped container ended
+	// when its exit code alone would mislead: ReasonShimDied.
+	Reason  string
+	Message string
 }
+
+// ReasonShimDied is the Status.Reason of a container whose shim died
+// before the container exited: the backend killed what was left of it
+// and recorded exit code 255 (or, when it could still see it, how the
+// process itself ended, e.g. 141 for SIGPIPE: the shim was the reader of
+// its output). Never 0: nobody saw the process finish its work.
+const ReasonShimDied = "ShimDied"
 
 // ExecRequest is a process to run inside a container. The process inherits
 // the container's process spec (env, user, cwd, capabilities) with Args

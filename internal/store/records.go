@@ -18,9 +18,16 @@ type Sandbox struct {
 	Name  string       `json:"name"` // reservation key
 	State SandboxState `json:"state"`
 	// Config is the proto-encoded runtimeapi.PodSandboxConfig.
-	Config          []byte   `json:"config"`
-	RuntimeHandler  string   `json:"runtime_handler"`
-	NetNS           string   `json:"netns,omitempty"` // pinned netns path; empty for host network
+	Config         []byte `json:"config"`
+	RuntimeHandler string `json:"runtime_handler"`
+	NetNS          string `json:"netns,omitempty"` // pinned netns path; empty for host network
+	// IPCNS, UTSNS and PIDNS are the pod's other namespaces, pinned as
+	// files under the state dir (empty when the pod uses the host's, and
+	// PIDNS when the pod does not share one PID namespace). Containers
+	// join the pod by these paths, never by /proc/<infra pid>.
+	IPCNS           string   `json:"ipcns,omitempty"`
+	UTSNS           string   `json:"utsns,omitempty"`
+	PIDNS           string   `json:"pidns,omitempty"`
 	IPs             []string `json:"ips,omitempty"`
 	CgroupParent    string   `json:"cgroup_parent"`
 	Pid             int      `json:"pid,omitempty"` // infra process

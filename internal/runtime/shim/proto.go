@@ -53,6 +53,11 @@ type Exit struct {
 	OOMKilled  bool      `json:"oom_killed"`
 	StartedAt  time.Time `json:"started_at,omitzero"`
 	FinishedAt time.Time `json:"finished_at"`
+	// Reason and Message are set only when someone other than the shim
+	// wrote the record: crind, finding the shim dead (see
+	// runtime.ReasonShimDied). A shim's own record leaves them empty.
+	Reason  string `json:"reason,omitempty"`
+	Message string `json:"message,omitempty"`
 }
 
 // Handshake is what the shim writes on its handshake pipe once the container
