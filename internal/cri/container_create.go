@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"time"
 
 	"github.com/containerd/errdefs"
@@ -52,6 +53,10 @@ func (s *Service) CreateContainer(ctx context.Context, r *runtimeapi.CreateConta
 	if err != nil {
 		return nil, fmt.Errorf("config.image.image %q: %w", cfg.Image.Image, err)
 	}
+	stopSig, err := resolveStopSignal(cfg.GetStopSignal(), img.Config.StopSignal)
+	if err != nil {
+		return nil, err
+	}
 
 	var undo rollback
 	defer func() {
@@ -75,6 +80,7 @@ func (s *Service) CreateContainer(ctx context.Context, r *runtimeapi.CreateConta
 		ImageDigest: imageDigest(img),
 		CgroupsPath: filepath.Join(pod.CgroupParent, id),
 		CreatedAt:   time.Now().UnixNano(),
+		StopSignal:  strconv.Itoa(int(stopSig)),
 	}
 	if dir, p := podCfg.GetLogDirectory(), cfg.GetLogPath(); dir != "" && p != "" {
 		rec.LogPath = filepath.Join(dir, p)
@@ -124,6 +130,15 @@ func (s *Service) CreateContainer(ctx context.Context, r *runtimeapi.CreateConta
 		SeccompProfileRoot: s.opts.SeccompProfileRoot,
 	})
 	if err != nil {
+		return nil, err
+	}
+	var cdiNames []string
+	for _, d := range cfg.GetCDIDevices() {
+		cdiNames = append(cdiNames, d.GetName())
+	}
+	// Before NRI: plugins see the devices the config asked for, and one
+	// nothing defines fails the call instead of being dropped.
+	if err := oci.InjectCDIDevices(spec, "config.CDI_devices", cdiNames, s.opts.CDISpecDirs); err != nil {
 		return nil, err
 	}
 	if err := oci.Fit(spec, s.features[pod.RuntimeHandler]); err != nil {
