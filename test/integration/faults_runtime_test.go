@@ -1,0 +1,282 @@
+//go:build integration
+
+package integration
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// killedRuntime wraps runc: while the switch file (%[1]q) exists, every
+// create and delete starts the real runc, SIGKILLs it part way through
+// (after 0 to 80 ms, varying with the pid) and then SIGKILLs itself, as
+// an OOM kill or an operator's kill of runc would.
+const killedRuntime = `#!/bin/sh
+op=""
+for a in "$@"; do
+	case "$a" in create|delete) op="$a"; break;; esac
+done
+if [ -n "$op" ] && [ -e %[1]q ]; then
+	runc "$@" &
+	runc=$!
+	sleep 0.0$(( $$ %% 9 ))
+	kill -9 $runc 2>/dev/null
+	kill -9 $$
+fi
+exec runc "$@"
+`
+
+// TestRuntimeKilledDuringCreateAndDelete runs a burst of pods and
+// containers on a runtime whose create and delete are SIGKILLed, then
+// removes everything with a working runtime: crind keeps serving, and no
+// pod cgroup, shim, runc init, mount, netns pin or IPAM reservation is
+// left, neither while crind runs (failed cleanup steps are retried) nor
+// after a restart (the start-up sweep).
+func TestRuntimeKilledDuringCreateAndDelete(t *testing.T) {
+	dir, err := os.MkdirTemp("", "crinkill")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	sw := filepath.Join(dir, "faults-on")
+	if err := os.WriteFile(filepath.Join(dir, "killed-runc"), []byte(fmt.Sprintf(killedRuntime, sw)), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	d := startDaemon(t, daemonOptions{extraConfig: fmt.Sprintf(`
+[runtimes.killed]
+type = "oci"
+path = %q
+`, filepath.Join(dir, "killed-runc"))})
+	ref, _ := busybox(t)
+	d.pull(t, ref)
+
+	if err := os.WriteFile(sw, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	const burst = 6
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	failures := 0
+	for i := range burst {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			fail := func(err error) bool {
+				if err != nil {
+					mu.Lock()
+					failures++
+					mu.Unlock()
+				}
+				return err != nil
+			}
+			podCfg := podConfig(fmt.Sprintf("killed-%d", i))
+			defer os.RemoveAll(podCfg.LogDirectory)
+			pod, err := d.rs.RunPodSandbox(ctxT(t), &runtimeapi.RunPodSandboxRequest{Config: podCfg, RuntimeHandler: "killed"})
+			if fail(err) {
+				return
+			}
+			for j := range 2 {
+				cfg := containerConfig(fmt.Sprintf("c%d", j), ref, "sleep", "1000")
+				c, err := d.rs.CreateContainer(ctxT(t), &runtimeapi.CreateContainerRequest{PodSandboxId: pod.PodSandboxId, Config: cfg, SandboxConfig: podCfg})
+				if fail(err) {
+					continue
+				}
+				_, err = d.rs.StartContainer(ctxT(t), &runtimeapi.StartContainerRequest{ContainerId: c.ContainerId})
+				fail(err)
+				_, err = d.rs.RemoveContainer(ctxT(t), &runtimeapi.RemoveContainerRequest{ContainerId: c.ContainerId})
+				fail(err)
+			}
+			_, err = d.rs.StopPodSandbox(ctxT(t), &runtimeapi.StopPodSandboxRequest{PodSandboxId: pod.PodSandboxId})
+			fail(err)
+			_, err = d.rs.RemovePodSandbox(ctxT(t), &runtimeapi.RemovePodSandboxRequest{PodSandboxId: pod.PodSandboxId})
+			fail(err)
+		}()
+	}
+	wg.Wait()
+	if failures == 0 {
+		t.Fatalf("no call failed: the runtime was never killed")
+	}
+	t.Logf("%d calls failed while runc was being killed", failures)
+
+	// The runtime works again; kubelet would retry its removals.
+	if err := os.Remove(sw); err != nil {
+		t.Fatal(err)
+	}
+	d.removeAllPods(t)
+	d.waitNoRuntimeLeaks(t, "while crind runs")
+
+	// Whatever a crind killed mid-cleanup left is swept when it starts.
+	d.stop()
+	d.start()
+	d.waitNoRuntimeLeaks(t, "after a restart")
+	podCfg := podConfig("after")
+	pod := d.runPod(t, podCfg)
+	d.runContainer(t, pod, podCfg, containerConfig("c", ref, "sleep", "1000"))
+}
+
+// removeAllPods stops and removes every pod, retrying for a while as
+// kubelet does.
+func (d *daemon) removeAllPods(t *testing.T) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		pods, err := d.rs.ListPodSandbox(ctxT(t), &runtimeapi.ListPodSandboxRequest{})
+		if err != nil {
+			t.Fatalf("ListPodSandbox: %v", err)
+		}
+		var errs []error
+		for _, p := range pods.Items {
+			if _, err := d.rs.StopPodSandbox(ctxT(t), &runtimeapi.StopPodSandboxRequest{PodSandboxId: p.Id}); err != nil {
+				errs = append(errs, err)
+			}
+			if _, err := d.rs.RemovePodSandbox(ctxT(t), &runtimeapi.RemovePodSandboxRequest{PodSandboxId: p.Id}); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		if len(pods.Items) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pods cannot be removed: %v", errs)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// runtimeLeaks lists what the daemon's pods left behind: cgroups under its
+// parent in any hierarchy, shims and other processes naming its state dir,
+// runc init processes in its cgroups, mounts under its dirs, netns pins,
+// IPAM reservations.
+func (d *daemon) runtimeLeaks() []string {
+	var out []string
+	bases, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup/*", d.cgroup))
+	for _, base := range bases {
+		_ = filepath.WalkDir(base, func(path string, e os.DirEntry, err error) error {
+			if err == nil && e.IsDir() && path != base {
+				out = append(out, "cgroup "+path)
+			}
+			return nil
+		})
+	}
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		b, _ := os.ReadFile(p)
+		cg, _ := os.ReadFile(filepath.Join(filepath.Dir(p), "cgroup"))
+		switch {
+		case bytes.Contains(b, []byte(d.state)):
+			out = append(out, fmt.Sprintf("process %s: %q", filepath.Dir(p), bytes.ReplaceAll(b, []byte{0}, []byte{' '})))
+		case bytes.Contains(cg, []byte(d.cgroup+"/")):
+			out = append(out, fmt.Sprintf("process in a pod cgroup %s: %q", filepath.Dir(p), bytes.ReplaceAll(b, []byte{0}, []byte{' '})))
+		}
+	}
+	mi, _ := os.ReadFile("/proc/self/mountinfo")
+	for _, line := range strings.Split(string(mi), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 4 && (strings.HasPrefix(f[4], d.root+"/") || strings.HasPrefix(f[4], d.state+"/")) &&
+			!strings.HasSuffix(f[4], "/netns") {
+			out = append(out, "mount "+f[4])
+		}
+	}
+	for _, sub := range []string{"netns", "c"} {
+		ents, _ := os.ReadDir(filepath.Join(d.state, sub))
+		for _, e := range ents {
+			out = append(out, sub+" "+e.Name())
+		}
+	}
+	ents, _ := os.ReadDir(filepath.Join(d.net.ipamDir, "crintest"))
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), "10.") {
+			out = append(out, "IPAM "+e.Name())
+		}
+	}
+	return out
+}
+
+func (d *daemon) waitNoRuntimeLeaks(t *testing.T, when string) {
+	t.Helper()
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		leaks := d.runtimeLeaks()
+		if len(leaks) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("left behind %s:\n%s", when, strings.Join(leaks, "\n"))
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+// TestRequestsAnswerTruthfully: resource updates crind would refuse at
+// creation are refused by UpdateContainerResources naming the field, a
+// stop_signal is honoured (also after a restart), and an undefined CDI
+// device fails CreateContainer.
+func TestRequestsAnswerTruthfully(t *testing.T) {
+	d := startDaemon(t, daemonOptions{})
+	ref, _ := busybox(t)
+	d.pull(t, ref)
+	podCfg := podConfig("truth")
+	pod := d.runPod(t, podCfg)
+
+	t.Run("update resources", func(t *testing.T) {
+		id := d.runContainer(t, pod, podCfg, containerConfig("upd", ref, "sleep", "1000"))
+		for _, tc := range []struct {
+			res   *runtimeapi.LinuxContainerResources
+			field string
+		}{
+			{&runtimeapi.LinuxContainerResources{CpuShares: 1}, "cpu_shares 1"},
+			{&runtimeapi.LinuxContainerResources{CpusetCpus: "abc"}, `cpuset_cpus "abc"`},
+			{&runtimeapi.LinuxContainerResources{Unified: map[string]string{"cgroup.procs": "1"}}, `unified["cgroup.procs"]`},
+		} {
+			_, err := d.rs.UpdateContainerResources(ctxT(t), &runtimeapi.UpdateContainerResourcesRequest{ContainerId: id, Linux: tc.res})
+			if code(err) != "InvalidArgument" || !strings.Contains(err.Error(), tc.field) {
+				t.Errorf("UpdateContainerResources %v: %v (%s), want InvalidArgument naming %s", tc.res, err, code(err), tc.field)
+			}
+		}
+		// A valid update still works.
+		if _, err := d.rs.UpdateContainerResources(ctxT(t), &runtimeapi.UpdateContainerResourcesRequest{ContainerId: id,
+			Linux: &runtimeapi.LinuxContainerResources{CpuShares: 512}}); err != nil {
+			t.Errorf("valid update: %v", err)
+		}
+	})
+
+	t.Run("stop signal", func(t *testing.T) {
+		cfg := containerConfig("sig", ref, "sh", "-c", `trap "exit 42" USR1; echo ready; while :; do sleep 0.1; done`)
+		cfg.StopSignal = runtimeapi.Signal_SIGNAL_SIGUSR1
+		id := d.runContainer(t, pod, podCfg, cfg)
+		waitLog(t, logPath(podCfg, cfg), "ready")
+		// The signal is recorded: a restarted crind still uses it.
+		d.stop()
+		d.start()
+		if got := d.status(t, id).GetStopSignal(); got != runtimeapi.Signal_SIGNAL_SIGUSR1 {
+			t.Errorf("ContainerStatus stop_signal = %v, want SIGUSR1", got)
+		}
+		if _, err := d.rs.StopContainer(ctxT(t), &runtimeapi.StopContainerRequest{ContainerId: id, Timeout: 20}); err != nil {
+			t.Fatal(err)
+		}
+		if got := d.status(t, id).GetExitCode(); got != 42 {
+			t.Errorf("exit code %d, want 42 (the trap of the stop signal)", got)
+		}
+	})
+
+	t.Run("undefined CDI device", func(t *testing.T) {
+		cfg := containerConfig("cdi", ref, "sleep", "1000")
+		cfg.CDIDevices = []*runtimeapi.CDIDevice{{Name: "vendor.com/dev=none"}}
+		_, err := d.rs.CreateContainer(ctxT(t), &runtimeapi.CreateContainerRequest{PodSandboxId: pod, Config: cfg, SandboxConfig: podCfg})
+		if code(err) != "NotFound" || !strings.Contains(err.Error(), "vendor.com/dev=none") {
+			t.Fatalf("CreateContainer with an undefined CDI device: %v (%s), want NotFound naming it", err, code(err))
+		}
+		ctrs, _ := d.rs.ListContainers(ctxT(t), &runtimeapi.ListContainersRequest{Filter: &runtimeapi.ContainerFilter{LabelSelector: map[string]string{"ctr": "cdi"}}})
+		if len(ctrs.GetContainers()) != 0 {
+			t.Errorf("the failed create left a container")
+		}
+	})
+}
