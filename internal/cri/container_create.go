@@ -165,7 +165,7 @@ func (s *Service) CreateContainer(ctx context.Context, r *runtimeapi.CreateConta
 	if err := rt.Create(ctx, runtime.CreateRequest{ID: id, Spec: spec, LogPath: rec.LogPath}); err != nil {
 		return nil, fmt.Errorf("create container: %w", err)
 	}
-	undo.add("delete container", func(ctx context.Context) error { return rt.Delete(ctx, id) })
+	undo.add("delete container", func(ctx context.Context) error { return s.deleteFromRuntime(ctx, pod.RuntimeHandler, id) })
 	rec.State = store.ContainerCreated
 	if err := s.opts.Store.PutContainer(rec); err != nil {
 		return nil, err

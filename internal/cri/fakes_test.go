@@ -399,6 +399,7 @@ func newHub(t *testing.T) *hub {
 		PauseRoot:      filepath.Join(dir, "pause"),
 		PauseBinary:    "/pause",
 		CgroupParent:   "/crin",
+		CgroupFS:       filepath.Join(dir, "cgroup"),
 		Logger:         slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}
 	h.start(t, true)
