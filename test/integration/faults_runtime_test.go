@@ -58,45 +58,68 @@ path = %q
 	ref, _ := busybox(t)
 	d.pull(t, ref)
 
-	if err := os.WriteFile(sw, nil, 0o600); err != nil {
-		t.Fatal(err)
+	on := func() {
+		t.Helper()
+		if err := os.WriteFile(sw, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
 	}
-	const burst = 6
-	var wg sync.WaitGroup
+	off := func() {
+		t.Helper()
+		if err := os.Remove(sw); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const burst = 4
 	var mu sync.Mutex
 	failures := 0
+	fail := func(err error) bool {
+		if err != nil {
+			mu.Lock()
+			failures++
+			mu.Unlock()
+		}
+		return err != nil
+	}
+	// Pods made while runc works, so their containers' creates and their
+	// own removals meet the killed runc.
+	type podRef struct {
+		id  string
+		cfg *runtimeapi.PodSandboxConfig
+	}
+	var pods []podRef
 	for i := range burst {
-		wg.Add(1)
-		go func() {
+		cfg := podConfig(fmt.Sprintf("ok-%d", i))
+		resp, err := d.rs.RunPodSandbox(ctxT(t), &runtimeapi.RunPodSandboxRequest{Config: cfg, RuntimeHandler: "killed"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pods = append(pods, podRef{resp.PodSandboxId, cfg})
+		// One running container each, whose delete will be killed.
+		d.runContainer(t, resp.PodSandboxId, cfg, containerConfig("run", ref, "sleep", "1000"))
+	}
+
+	on()
+	var wg sync.WaitGroup
+	for i, p := range pods {
+		wg.Add(2)
+		go func() { // new pods: the infra create is killed
 			defer wg.Done()
-			fail := func(err error) bool {
-				if err != nil {
-					mu.Lock()
-					failures++
-					mu.Unlock()
-				}
-				return err != nil
-			}
-			podCfg := podConfig(fmt.Sprintf("killed-%d", i))
-			defer os.RemoveAll(podCfg.LogDirectory)
-			pod, err := d.rs.RunPodSandbox(ctxT(t), &runtimeapi.RunPodSandboxRequest{Config: podCfg, RuntimeHandler: "killed"})
-			if fail(err) {
-				return
-			}
+			cfg := podConfig(fmt.Sprintf("killed-%d", i))
+			defer os.RemoveAll(cfg.LogDirectory)
+			_, err := d.rs.RunPodSandbox(ctxT(t), &runtimeapi.RunPodSandboxRequest{Config: cfg, RuntimeHandler: "killed"})
+			fail(err)
+		}()
+		go func() { // containers created, then the pod removed
+			defer wg.Done()
 			for j := range 2 {
 				cfg := containerConfig(fmt.Sprintf("c%d", j), ref, "sleep", "1000")
-				c, err := d.rs.CreateContainer(ctxT(t), &runtimeapi.CreateContainerRequest{PodSandboxId: pod.PodSandboxId, Config: cfg, SandboxConfig: podCfg})
-				if fail(err) {
-					continue
-				}
-				_, err = d.rs.StartContainer(ctxT(t), &runtimeapi.StartContainerRequest{ContainerId: c.ContainerId})
-				fail(err)
-				_, err = d.rs.RemoveContainer(ctxT(t), &runtimeapi.RemoveContainerRequest{ContainerId: c.ContainerId})
+				_, err := d.rs.CreateContainer(ctxT(t), &runtimeapi.CreateContainerRequest{PodSandboxId: p.id, Config: cfg, SandboxConfig: p.cfg})
 				fail(err)
 			}
-			_, err = d.rs.StopPodSandbox(ctxT(t), &runtimeapi.StopPodSandboxRequest{PodSandboxId: pod.PodSandboxId})
+			_, err := d.rs.StopPodSandbox(ctxT(t), &runtimeapi.StopPodSandboxRequest{PodSandboxId: p.id})
 			fail(err)
-			_, err = d.rs.RemovePodSandbox(ctxT(t), &runtimeapi.RemovePodSandboxRequest{PodSandboxId: pod.PodSandboxId})
+			_, err = d.rs.RemovePodSandbox(ctxT(t), &runtimeapi.RemovePodSandboxRequest{PodSandboxId: p.id})
 			fail(err)
 		}()
 	}
@@ -106,16 +129,37 @@ path = %q
 	}
 	t.Logf("%d calls failed while runc was being killed", failures)
 
-	// The runtime works again; kubelet would retry its removals.
-	if err := os.Remove(sw); err != nil {
-		t.Fatal(err)
-	}
+	// The runtime works again; kubelet retries its removals.
+	off()
 	d.removeAllPods(t)
 	d.waitNoRuntimeLeaks(t, "while crind runs")
 
-	// Whatever a crind killed mid-cleanup left is swept when it starts.
-	d.stop()
+	// crind itself is killed in the middle of a burst of failing creates:
+	// what it was undoing is undone, and what it left swept, when it
+	// starts again.
+	on()
+	for i := range burst {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cfg := podConfig(fmt.Sprintf("crash-%d", i))
+			defer os.RemoveAll(cfg.LogDirectory)
+			_, _ = d.rs.RunPodSandbox(ctxT(t), &runtimeapi.RunPodSandboxRequest{Config: cfg, RuntimeHandler: "killed"})
+		}()
+	}
+	// Kill crind once a create is under way (its shim state dir exists).
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if ents, _ := os.ReadDir(filepath.Join(d.state, "c")); len(ents) > 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	d.kill()
+	wg.Wait()
+	off()
 	d.start()
+	d.removeAllPods(t)
 	d.waitNoRuntimeLeaks(t, "after a restart")
 	podCfg := podConfig("after")
 	pod := d.runPod(t, podCfg)
