@@ -6,9 +6,12 @@ import (
 	"bytes"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -161,9 +164,90 @@ path = %q
 	d.start()
 	d.removeAllPods(t)
 	d.waitNoRuntimeLeaks(t, "after a restart")
+	// What no record owns and no rollback could undo (a crind killed
+	// between a runtime's kill and its own record, a runc init whose shim
+	// lost its state dir) is planted while crind is down; the start-up
+	// sweep removes it.
+	d.stop()
+	d.plantOrphans(t)
+	d.start()
+	d.waitNoRuntimeLeaks(t, "after the start-up sweep")
+
 	podCfg := podConfig("after")
 	pod := d.runPod(t, podCfg)
 	d.runContainer(t, pod, podCfg, containerConfig("c", ref, "sleep", "1000"))
+
+	// What cleaned up, for the record (the test passes on the outcome).
+	counts := map[string]int{}
+	for _, line := range strings.Split(d.logBuf.String(), "\n") {
+		for _, msg := range []string{"retrying in the background", "pending cleanup done", "no record owns", "orphaned"} {
+			if strings.Contains(line, msg) {
+				counts[msg]++
+			}
+		}
+	}
+	t.Logf("cleanup log lines: %v", counts)
+}
+
+// plantOrphans leaves what a killed runtime can leave for ids no record
+// knows: a shim (a process named crin-shim naming a state dir, with a
+// child) whose state dir is gone, a pod cgroup with a process inside in
+// every hierarchy, a tmpfs mounted where a pod's /dev/shm goes, and an IP
+// reservation.
+func (d *daemon) plantOrphans(t *testing.T) {
+	t.Helper()
+	shimID, podID := randHex(32), randHex(32)
+	start := func(cmd *exec.Cmd) *exec.Cmd {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		go func() { _ = cmd.Wait() }()
+		t.Cleanup(func() { _ = cmd.Process.Kill() })
+		return cmd
+	}
+	start(&exec.Cmd{Path: "/bin/sh", Args: []string{"crin-shim", "-c", "sleep 1000; :", "-dir", filepath.Join(d.state, "c", shimID)}})
+
+	sleeper := start(exec.Command("sleep", "1000"))
+	bases, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup/*", d.cgroup))
+	for _, base := range bases {
+		dir := filepath.Join(base, podID, podID)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(base, "/cpuset/") {
+			for _, f := range []string{"cpuset.cpus", "cpuset.mems"} {
+				for _, p := range []string{filepath.Join(base, podID), dir} {
+					v, _ := os.ReadFile(filepath.Join(filepath.Dir(p), f))
+					_ = os.WriteFile(filepath.Join(p, f), v, 0o644)
+				}
+			}
+		}
+		if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(sleeper.Process.Pid)), 0o644); err != nil {
+			t.Logf("move the planted process into %s: %v", dir, err)
+		}
+	}
+
+	shm := filepath.Join(d.root, "pods", podID, "shm")
+	if err := os.MkdirAll(shm, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("mount", "-t", "tmpfs", "tmpfs", shm).CombinedOutput(); err != nil {
+		t.Fatalf("mount: %v: %s", err, out)
+	}
+
+	ipam := filepath.Join(d.net.ipamDir, "crintest")
+	if err := os.MkdirAll(ipam, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ip := d.net.subnet.IP.To4()
+	reserved := fmt.Sprintf("%d.%d.%d.250", ip[0], ip[1], ip[2])
+	if err := os.WriteFile(filepath.Join(ipam, reserved), []byte(podID+"\r\neth0"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if leaks := d.runtimeLeaks(); len(leaks) < 4 {
+		t.Fatalf("planted orphans not all seen: %v", leaks)
+	}
 }
 
 // removeAllPods stops and removes every pod, retrying for a while as
