@@ -61,6 +61,16 @@ func (s *Service) deleteFromRuntime(ctx context.Context, handler, id string) err
 	return err
 }
 
+// releaseRootfs releases container id's rootfs; a failure is returned
+// and recorded for the cleanup loop.
+func (s *Service) releaseRootfs(ctx context.Context, id string) error {
+	err := s.opts.Images.ReleaseRootfs(ctx, id)
+	if err != nil {
+		s.deferCleanup(ctx, store.Cleanup{Kind: store.CleanupRootfs, ID: id}, err)
+	}
+	return err
+}
+
 // startCleanups starts the loop that retries recorded cleanup steps,
 // owned by the Service (Close stops it).
 func (s *Service) startCleanups() {
@@ -148,6 +158,11 @@ func (s *Service) runCleanup(ctx context.Context, c *store.Cleanup) error {
 			return nil // the handler is gone, and with it what it ran
 		}
 		return rt.Delete(ctx, c.ID)
+	case store.CleanupRootfs:
+		if s.knownID(c.ID) {
+			return errStillOwned
+		}
+		return s.opts.Images.ReleaseRootfs(ctx, c.ID)
 	default:
 		s.log.WarnContext(ctx, "unknown pending cleanup dropped", "kind", c.Kind, "id", c.ID)
 		return nil

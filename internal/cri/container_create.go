@@ -97,7 +97,7 @@ func (s *Service) CreateContainer(ctx context.Context, r *runtimeapi.CreateConta
 	if err != nil {
 		return nil, fmt.Errorf("prepare rootfs: %w", err)
 	}
-	undo.add("release rootfs", func(ctx context.Context) error { return s.opts.Images.ReleaseRootfs(ctx, id) })
+	undo.add("release rootfs", func(ctx context.Context) error { return s.releaseRootfs(ctx, id) })
 	rec.Rootfs = rootfs
 
 	ipcShm := ""

@@ -10,6 +10,8 @@ const (
 	CleanupPodCgroup CleanupKind = "pod-cgroup"
 	// CleanupRuntimeContainer deletes container ID from runtime Runtime.
 	CleanupRuntimeContainer CleanupKind = "runtime-container"
+	// CleanupRootfs releases container ID's rootfs (unmount, remove).
+	CleanupRootfs CleanupKind = "rootfs"
 )
 
 // Cleanup is a cleanup step that failed (the OCI runtime was killed, a
