@@ -18,16 +18,16 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
-// killedRuntime wraps runc: while the switch file (%[1]q) exists, every
-// create and delete starts the real runc, SIGKILLs it part way through
+// killedRuntime wraps runc: every create, start or delete that the switch
+// file (%[1]q) names starts the real runc, SIGKILLs it part way through
 // (after 0 to 80 ms, varying with the pid) and then SIGKILLs itself, as
 // an OOM kill or an operator's kill of runc would.
 const killedRuntime = `#!/bin/sh
 op=""
 for a in "$@"; do
-	case "$a" in create|delete) op="$a"; break;; esac
+	case "$a" in create|start|delete) op="$a"; break;; esac
 done
-if [ -n "$op" ] && [ -e %[1]q ]; then
+if [ -n "$op" ] && grep -qw "$op" %[1]q 2>/dev/null; then
 	runc "$@" &
 	runc=$!
 	sleep 0.0$(( $$ %% 9 ))
@@ -61,9 +61,9 @@ path = %q
 	ref, _ := busybox(t)
 	d.pull(t, ref)
 
-	on := func() {
+	on := func(ops string) {
 		t.Helper()
-		if err := os.WriteFile(sw, nil, 0o600); err != nil {
+		if err := os.WriteFile(sw, []byte(ops), 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -102,7 +102,7 @@ path = %q
 		d.runContainer(t, resp.PodSandboxId, cfg, containerConfig("run", ref, "sleep", "1000"))
 	}
 
-	on()
+	on("create delete")
 	var wg sync.WaitGroup
 	for i, p := range pods {
 		wg.Add(2)
@@ -137,10 +137,29 @@ path = %q
 	d.removeAllPods(t)
 	d.waitNoRuntimeLeaks(t, "while crind runs")
 
+	// Pods whose infra start is killed, and then the delete that would
+	// undo it: the delete is retried in the background once runc works.
+	on("start delete")
+	for i := range burst {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cfg := podConfig(fmt.Sprintf("start-%d", i))
+			defer os.RemoveAll(cfg.LogDirectory)
+			_, err := d.rs.RunPodSandbox(ctxT(t), &runtimeapi.RunPodSandboxRequest{Config: cfg, RuntimeHandler: "killed"})
+			if err == nil {
+				t.Errorf("RunPodSandbox worked while runc start was being killed")
+			}
+		}()
+	}
+	wg.Wait()
+	off()
+	d.waitNoRuntimeLeaks(t, "once the background retries ran")
+
 	// crind itself is killed in the middle of a burst of failing creates:
 	// what it was undoing is undone, and what it left swept, when it
 	// starts again.
-	on()
+	on("create delete")
 	for i := range burst {
 		wg.Add(1)
 		go func() {
