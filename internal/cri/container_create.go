@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"time"
 
 	"github.com/containerd/errdefs"
@@ -52,6 +53,10 @@ func (s *Service) CreateContainer(ctx context.Context, r *runtimeapi.CreateConta
 	if err != nil {
 		return nil, fmt.Errorf("config.image.image %q: %w", cfg.Image.Image, err)
 	}
+	stopSig, err := resolveStopSignal(cfg.GetStopSignal(), img.Config.StopSignal)
+	if err != nil {
+		return nil, err
+	}
 
 	var undo rollback
 	defer func() {
@@ -75,6 +80,7 @@ func (s *Service) CreateContainer(ctx context.Context, r *runtimeapi.CreateConta
 		ImageDigest: imageDigest(img),
 		CgroupsPath: filepath.Join(pod.CgroupParent, id),
 		CreatedAt:   time.Now().UnixNano(),
+		StopSignal:  strconv.Itoa(int(stopSig)),
 	}
 	if dir, p := podCfg.GetLogDirectory(), cfg.GetLogPath(); dir != "" && p != "" {
 		rec.LogPath = filepath.Join(dir, p)
@@ -91,7 +97,7 @@ func (s *Service) CreateContainer(ctx context.Context, r *runtimeapi.CreateConta
 	if err != nil {
 		return nil, fmt.Errorf("prepare rootfs: %w", err)
 	}
-	undo.add("release rootfs", func(ctx context.Context) error { return s.opts.Images.ReleaseRootfs(ctx, id) })
+	undo.add("release rootfs", func(ctx context.Context) error { return s.releaseRootfs(ctx, id) })
 	rec.Rootfs = rootfs
 
 	ipcShm := ""
@@ -128,6 +134,15 @@ func (s *Service) CreateContainer(ctx context.Context, r *runtimeapi.CreateConta
 	if err != nil {
 		return nil, err
 	}
+	var cdiNames []string
+	for _, d := range cfg.GetCDIDevices() {
+		cdiNames = append(cdiNames, d.GetName())
+	}
+	// Before NRI: plugins see the devices the config asked for, and one
+	// nothing defines fails the call instead of being dropped.
+	if err := oci.InjectCDIDevices(spec, "config.CDI_devices", cdiNames, s.opts.CDISpecDirs); err != nil {
+		return nil, err
+	}
 	if err := oci.Fit(spec, s.features[pod.RuntimeHandler]); err != nil {
 		return nil, fmt.Errorf("runtime %s: %w", pod.RuntimeHandler, err)
 	}
@@ -152,7 +167,7 @@ func (s *Service) CreateContainer(ctx context.Context, r *runtimeapi.CreateConta
 	if err := rt.Create(ctx, runtime.CreateRequest{ID: id, Spec: spec, LogPath: rec.LogPath}); err != nil {
 		return nil, fmt.Errorf("create container: %w", err)
 	}
-	undo.add("delete container", func(ctx context.Context) error { return rt.Delete(ctx, id) })
+	undo.add("delete container", func(ctx context.Context) error { return s.deleteFromRuntime(ctx, pod.RuntimeHandler, id) })
 	rec.State = store.ContainerCreated
 	if err := s.opts.Store.PutContainer(rec); err != nil {
 		return nil, err

@@ -33,6 +33,7 @@ func (s *Service) ContainerStatus(ctx context.Context, r *runtimeapi.ContainerSt
 		ImageId:     rec.ImageID,
 		Reason:      rec.Reason,
 		Message:     rec.Message,
+		StopSignal:  recordedStopSignal(rec),
 		Labels:      cfg.GetLabels(),
 		Annotations: statusAnnotations(rec, cfg),
 		Mounts:      cfg.GetMounts(),

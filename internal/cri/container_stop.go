@@ -110,9 +110,17 @@ func (s *Service) stopProcess(ctx context.Context, c *container, grace time.Dura
 	}
 }
 
-// stopSignal is the image's stop signal, SIGTERM by default.
+// stopSignal is the signal recorded at creation (see resolveStopSignal);
+// records made before crin recorded it fall back to the image's, then
+// SIGTERM.
 func (s *Service) stopSignal(c *container) syscall.Signal {
-	img, err := s.opts.Images.Get(c.rec.ImageID)
+	c.mu.Lock()
+	recorded, imageID := c.rec.StopSignal, c.rec.ImageID
+	c.mu.Unlock()
+	if sig, ok := parseSignal(recorded); ok {
+		return sig
+	}
+	img, err := s.opts.Images.Get(imageID)
 	if err != nil || img.Config.StopSignal == "" {
 		return syscall.SIGTERM
 	}
@@ -122,13 +130,83 @@ func (s *Service) stopSignal(c *container) syscall.Signal {
 	return syscall.SIGTERM
 }
 
+// resolveStopSignal picks a new container's stop signal: the CRI config's
+// stop_signal, else the image's StopSignal, else SIGTERM. A config signal
+// Linux does not have is InvalidArgument naming it; an image signal crin
+// cannot read gives SIGTERM, as it always did (the image is not the
+// caller's to fix).
+func resolveStopSignal(cfg runtimeapi.Signal, image string) (syscall.Signal, error) {
+	if cfg != runtimeapi.Signal_SIGNAL_RUNTIME_DEFAULT {
+		sig, ok := signalFromCRI(cfg)
+		if !ok {
+			return 0, fmt.Errorf("config.stop_signal %v: not a Linux signal: %w", cfg, errdefs.ErrInvalidArgument)
+		}
+		return sig, nil
+	}
+	if sig, ok := parseSignal(image); ok {
+		return sig, nil
+	}
+	return syscall.SIGTERM, nil
+}
+
+// CRI numbers the real-time signals from 35 (SIGRTMIN) to 65 (SIGRTMAX);
+// Linux from 34 to 64.
+const criSignalRTMin = 35
+
+// criSignalAliases are the CRI signal names Go's table does not know.
+var criSignalAliases = map[string]syscall.Signal{
+	"SIGCLD": syscall.SIGCHLD, "SIGPOLL": syscall.SIGIO, "SIGIOT": syscall.SIGABRT,
+}
+
+// signalFromCRI maps a CRI Signal to the Linux signal.
+func signalFromCRI(v runtimeapi.Signal) (syscall.Signal, bool) {
+	if v >= criSignalRTMin && v <= criSignalRTMin+30 {
+		return syscall.Signal(v - 1), true
+	}
+	name := strings.TrimPrefix(v.String(), "SIGNAL_")
+	if sig, ok := criSignalAliases[name]; ok {
+		return sig, true
+	}
+	sig := unix.SignalNum(name)
+	return sig, sig != 0
+}
+
+// signalToCRI maps a Linux signal to the CRI Signal (RUNTIME_DEFAULT when
+// it has none).
+func signalToCRI(sig syscall.Signal) runtimeapi.Signal {
+	if sig >= criSignalRTMin-1 && sig <= criSignalRTMin+29 {
+		return runtimeapi.Signal(sig + 1)
+	}
+	if v, ok := runtimeapi.Signal_value["SIGNAL_"+unix.SignalName(sig)]; ok {
+		return runtimeapi.Signal(v)
+	}
+	return runtimeapi.Signal_SIGNAL_RUNTIME_DEFAULT
+}
+
+// recordedStopSignal is what ContainerStatus reports as the container's
+// stop signal.
+func recordedStopSignal(rec *store.Container) runtimeapi.Signal {
+	sig, ok := parseSignal(rec.StopSignal)
+	if !ok {
+		return runtimeapi.Signal_SIGNAL_RUNTIME_DEFAULT
+	}
+	return signalToCRI(sig)
+}
+
+// parseSignal reads a signal as a number or a name, with or without SIG.
 func parseSignal(v string) (syscall.Signal, bool) {
+	if v == "" {
+		return 0, false
+	}
 	if n, err := strconv.Atoi(v); err == nil && n > 0 && n < 65 {
 		return syscall.Signal(n), true
 	}
 	name := strings.ToUpper(v)
 	if !strings.HasPrefix(name, "SIG") {
 		name = "SIG" + name
+	}
+	if sig, ok := criSignalAliases[name]; ok {
+		return sig, true
 	}
 	sig := unix.SignalNum(name)
 	return sig, sig != 0

@@ -2,7 +2,9 @@ package cri
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os/exec"
 
 	"github.com/containerd/errdefs"
 	"github.com/containerd/nri/pkg/api"
@@ -10,6 +12,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/crin-dev/crin/internal/oci"
+	"github.com/crin-dev/crin/internal/runtime"
 	"github.com/crin-dev/crin/internal/store"
 )
 
@@ -125,60 +128,39 @@ func checkUpdatableLocked(c *container) error {
 	return nil
 }
 
-// mergeResources applies a CRI resources update to the current OCI
-// resources: fields the request sets replace the current ones.
+// mergeResources applies a CRI resources update (the request's linux
+// field) to the current OCI resources, through the same validation as
+// CreateContainer and NRI (oci.MergeCRIResources): fields the request sets
+// replace the current ones.
 func mergeResources(cur *specs.LinuxResources, in *runtimeapi.LinuxContainerResources) (*specs.LinuxResources, error) {
-	out := *cur
-	if out.CPU == nil {
-		out.CPU = &specs.LinuxCPU{}
-	} else {
-		cpu := *out.CPU
-		out.CPU = &cpu
-	}
-	if out.Memory == nil {
-		out.Memory = &specs.LinuxMemory{}
-	} else {
-		m := *out.Memory
-		out.Memory = &m
-	}
-	if in.CpuShares < 0 || in.CpuQuota < -1 || in.CpuPeriod < 0 || in.MemoryLimitInBytes < 0 {
-		return nil, fmt.Errorf("linux: negative cpu_shares %d, cpu_quota %d, cpu_period %d or memory_limit_in_bytes %d: %w",
-			in.CpuShares, in.CpuQuota, in.CpuPeriod, in.MemoryLimitInBytes, errdefs.ErrInvalidArgument)
-	}
-	if in.CpuShares > 0 {
-		v := uint64(in.CpuShares)
-		out.CPU.Shares = &v
-	}
-	if in.CpuQuota != 0 {
-		v := in.CpuQuota
-		out.CPU.Quota = &v
-	}
-	if in.CpuPeriod > 0 {
-		v := uint64(in.CpuPeriod)
-		out.CPU.Period = &v
-	}
-	if in.CpusetCpus != "" {
-		out.CPU.Cpus = in.CpusetCpus
-	}
-	if in.CpusetMems != "" {
-		out.CPU.Mems = in.CpusetMems
-	}
-	if in.MemoryLimitInBytes > 0 {
-		v := in.MemoryLimitInBytes
-		out.Memory.Limit = &v
-	}
-	if in.MemorySwapLimitInBytes != 0 {
-		v := in.MemorySwapLimitInBytes
-		out.Memory.Swap = &v
-	}
-	if len(in.HugepageLimits) > 0 {
-		out.HugepageLimits = nil
-		for _, h := range in.HugepageLimits {
-			out.HugepageLimits = append(out.HugepageLimits, specs.LinuxHugepageLimit{Pagesize: h.PageSize, Limit: h.Limit})
+	return oci.MergeCRIResources("linux", cur, in, nil)
+}
+
+// runtimeUpdateError classifies a failed runtime update: an error the
+// runtime backend classified keeps its class; an OCI runtime that ran and
+// refused the resources is errdefs.ErrInvalidArgument with its message
+// (the values passed crin's checks, so the kernel or the runtime refused
+// them for this container); one that could not be run, was killed or
+// timed out is errdefs.ErrUnavailable (worth a retry).
+func runtimeUpdateError(err error) error {
+	for _, known := range []error{errdefs.ErrNotFound, errdefs.ErrFailedPrecondition, errdefs.ErrInvalidArgument,
+		errdefs.ErrNotImplemented, errdefs.ErrUnavailable, errdefs.ErrResourceExhausted} {
+		if errors.Is(err, known) {
+			return err
 		}
 	}
-	if len(in.Unified) > 0 {
-		out.Unified = in.Unified
+	var re *runtime.RuntimeError
+	if !errors.As(err, &re) {
+		return err
 	}
-	return &out, nil
+	var exit *exec.ExitError
+	switch {
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		return fmt.Errorf("%w: %w", err, errdefs.ErrUnavailable)
+	case errors.As(err, &exit) && exit.Exited() && re.Msg != "":
+		return fmt.Errorf("%s refused the resources: %w: %w", re.Runtime, err, errdefs.ErrInvalidArgument)
+	default:
+		// Not started (binary missing), killed by a signal, or silent.
+		return fmt.Errorf("%w: %w", err, errdefs.ErrUnavailable)
+	}
 }

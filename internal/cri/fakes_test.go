@@ -44,6 +44,8 @@ type fakeRuntime struct {
 	ignoreTerm bool
 	// onDelete is called for each Delete.
 	onDelete func(id string)
+	// deleteFails makes that many Deletes fail (as when runc is killed).
+	deleteFails int
 }
 
 // wait blocks while the test holds the runtime's calls (see block).
@@ -157,6 +159,10 @@ func (f *fakeRuntime) Wait(ctx context.Context, id string) (runtime.Status, erro
 func (f *fakeRuntime) Delete(ctx context.Context, id string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.deleteFails > 0 {
+		f.deleteFails--
+		return fmt.Errorf("fake runtime delete %s: signal: killed", id)
+	}
 	delete(f.ctrs, id)
 	if f.onDelete != nil {
 		f.onDelete(id)
@@ -400,6 +406,7 @@ func newHub(t *testing.T) *hub {
 		PauseBinary:    "/pause",
 		CgroupParent:   "/crin",
 		Pinner:         fakePinner{},
+		CgroupFS:       filepath.Join(dir, "cgroup"),
 		Logger:         slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}
 	h.start(t, true)

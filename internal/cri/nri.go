@@ -285,7 +285,7 @@ func (s *Service) updateResources(ctx context.Context, c *container, change func
 		return err
 	}
 	if err := rt.Update(ctx, rec.ID, next); err != nil {
-		return fmt.Errorf("update container %s: %w", rec.ID, err)
+		return fmt.Errorf("update container %s: %w", rec.ID, runtimeUpdateError(err))
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()

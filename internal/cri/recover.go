@@ -45,6 +45,7 @@ func (s *Service) recover(ctx context.Context) error {
 		}
 	}
 	s.removeOrphans(ctx)
+	s.sweep(ctx)
 	for _, c := range s.containers {
 		c.mu.Lock()
 		evicting := c.rec.Evicting && c.rec.State != store.ContainerExited

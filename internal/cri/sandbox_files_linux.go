@@ -116,31 +116,15 @@ const cgroupRoot = "/sys/fs/cgroup"
 // removePodCgroup removes the pod-level cgroup directory crind derived for
 // a pod that named no cgroup parent (<cgroup_parent>/<pod id>): runc
 // removes each container's own cgroup, not this parent of them. A parent
-// kubelet gave belongs to kubelet and is left alone. Already gone is fine;
-// it fails (EBUSY) while a container cgroup is still inside.
+// kubelet gave belongs to kubelet and is left alone. What is still inside
+// (a container cgroup whose runtime delete was killed, a stray runc init)
+// is killed and removed too; a removal that fails anyway is retried in the
+// background (cleanup.go) and the error returned.
 func (s *Service) removePodCgroup(rec *store.Sandbox) error {
 	if rec.CgroupParent != filepath.Join(s.opts.CgroupParent, rec.ID) {
 		return nil
 	}
-	dirs := []string{filepath.Join(cgroupRoot, rec.CgroupParent)}
-	if _, err := os.Stat(filepath.Join(cgroupRoot, "cgroup.controllers")); err != nil {
-		// cgroup v1: one hierarchy per controller (and named ones).
-		dirs = nil
-		ents, err := os.ReadDir(cgroupRoot)
-		if err != nil {
-			return fmt.Errorf("list cgroup hierarchies: %w", err)
-		}
-		for _, e := range ents {
-			dirs = append(dirs, filepath.Join(cgroupRoot, e.Name(), rec.CgroupParent))
-		}
-	}
-	var errs []error
-	for _, d := range dirs {
-		if err := unix.Rmdir(d); err != nil && !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.ENOTDIR) {
-			errs = append(errs, fmt.Errorf("remove pod cgroup %s: %w", d, err))
-		}
-	}
-	return errors.Join(errs...)
+	return s.removePodCgroupTree(s.ctx, rec.ID, rec.CgroupParent)
 }
 
 // NSPinner pins a pod's namespaces as files, so containers join them by a

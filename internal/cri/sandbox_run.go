@@ -128,7 +128,7 @@ func (s *Service) RunPodSandbox(ctx context.Context, r *runtimeapi.RunPodSandbox
 	if err := rt.Create(ctx, runtime.CreateRequest{ID: id, Spec: spec}); err != nil {
 		return nil, fmt.Errorf("create infra container: %w", err)
 	}
-	undo.add("delete infra", func(ctx context.Context) error { return rt.Delete(ctx, id) })
+	undo.add("delete infra", func(ctx context.Context) error { return s.deleteFromRuntime(ctx, handler, id) })
 	pid, err := rt.Start(ctx, id)
 	if err != nil {
 		return nil, fmt.Errorf("start infra container: %w", err)

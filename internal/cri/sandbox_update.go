@@ -6,10 +6,10 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/containerd/nri/pkg/api"
-	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/crin-dev/crin/internal/oci"
 	"github.com/crin-dev/crin/internal/store"
 )
 
@@ -27,8 +27,10 @@ func (s *Service) UpdatePodSandboxResources(ctx context.Context, r *runtimeapi.U
 		if f.res == nil {
 			continue
 		}
-		if _, err := mergeResources(&specs.LinuxResources{}, f.res); err != nil {
-			return nil, fmt.Errorf("%s: %w", f.name, err)
+		// The same rules as CreateContainer, UpdateContainerResources and
+		// NRI: kubelet sizes the pod cgroup from these values.
+		if _, err := oci.CRIResources(f.name, f.res, nil); err != nil {
+			return nil, err
 		}
 	}
 	sb, err := s.getSandbox(r.GetPodSandboxId())

@@ -87,6 +87,10 @@ type Options struct {
 	CDISpecDirs  []string
 	BlockioClass func(name string) (*specs.LinuxBlockIO, error)
 	RdtClass     func(name string) (*specs.LinuxIntelRdt, error)
+	// CgroupFS is where the cgroup hierarchies are mounted; empty means
+	// /sys/fs/cgroup (unit tests point it elsewhere: the start-up sweep
+	// removes pod cgroups no record owns under CgroupParent).
+	CgroupFS string
 }
 
 // Service implements the CRI RuntimeService and ImageService.
@@ -115,6 +119,9 @@ type Service struct {
 	pendingCtrs map[string]*api.Container
 	// closed is set by Close; no owned goroutine starts after it.
 	closed bool
+
+	// cleanWake wakes the loop retrying failed cleanup steps (cleanup.go).
+	cleanWake chan struct{}
 
 	// nri is the attached adaptation; nil until AttachNRI.
 	nri atomic.Pointer[nriRef]

@@ -74,7 +74,7 @@ func TestMergeResources(t *testing.T) {
 	if *cur.Memory.Limit != 64<<20 || cur.CPU.Cpus != "0-1" {
 		t.Errorf("mergeResources modified its input")
 	}
-	if _, err := mergeResources(cur, &runtimeapi.LinuxContainerResources{MemoryLimitInBytes: -1}); !errors.Is(err, errdefs.ErrInvalidArgument) {
+	if _, err := mergeResources(cur, &runtimeapi.LinuxContainerResources{MemoryLimitInBytes: -2}); !errors.Is(err, errdefs.ErrInvalidArgument) {
 		t.Errorf("negative memory limit: %v", err)
 	}
 }

@@ -126,7 +126,7 @@ func TestApplyAdjustmentRefusals(t *testing.T) {
 		{"negative memory limit", mem(&api.LinuxMemory{Limit: api.Int64(int64(-2))}),
 			(*api.OwningPlugins).ClaimMemLimit, nil, errdefs.ErrInvalidArgument, "linux.resources.memory.limit -2"},
 		{"swap below limit", mem(&api.LinuxMemory{Swap: api.Int64(int64(1 << 20))}),
-			(*api.OwningPlugins).ClaimMemSwapLimit, nil, errdefs.ErrInvalidArgument, "linux.resources.memory.swap: memory+swap limit"},
+			(*api.OwningPlugins).ClaimMemSwapLimit, nil, errdefs.ErrInvalidArgument, "linux.resources.memory.swap 1048576: memory+swap limit"},
 		{"swappiness above 100", mem(&api.LinuxMemory{Swappiness: api.UInt64(uint64(101))}),
 			(*api.OwningPlugins).ClaimMemSwappiness, withHost(hostV1), errdefs.ErrInvalidArgument, "linux.resources.memory.swappiness 101"},
 		{"bad hugepage size", res(&api.LinuxResources{HugepageLimits: []*api.HugepageLimit{{PageSize: "2M"}}}),

@@ -6,7 +6,6 @@ import (
 	"maps"
 	"os"
 	"slices"
-	"strings"
 
 	"github.com/containerd/errdefs"
 	"github.com/containerd/nri/pkg/api"
@@ -185,8 +184,8 @@ func (m *resourceMerge) merge(dst *specs.LinuxResources, r *api.LinuxResources) 
 		if h == nil {
 			continue
 		}
-		if !hugePageSize.MatchString(h.PageSize) {
-			return m.fail(fHugepages, h.PageSize, invalidf("%s[%q]: not a page size like 2MB", fHugepages, h.PageSize))
+		if err := checkHugepageSize(fmt.Sprintf("%s[%q].pageSize", fHugepages, h.PageSize), h.PageSize); err != nil {
+			return m.fail(fHugepages, h.PageSize, err)
 		}
 		hl := specs.LinuxHugepageLimit{Pagesize: h.PageSize, Limit: h.Limit}
 		if i := slices.IndexFunc(dst.HugepageLimits, func(x specs.LinuxHugepageLimit) bool { return x.Pagesize == h.PageSize }); i >= 0 {
@@ -198,13 +197,8 @@ func (m *resourceMerge) merge(dst *specs.LinuxResources, r *api.LinuxResources) 
 	for _, k := range slices.Sorted(maps.Keys(r.Unified)) {
 		v := r.Unified[k]
 		field := fmt.Sprintf("%s[%q]", fUnified, k)
-		switch {
-		case !unifiedKey.MatchString(k) || strings.HasPrefix(k, "cgroup."):
-			return m.fail(fUnified, k, invalidf("%s: not a controller file", field))
-		case strings.ContainsAny(v, "\n\x00"):
-			return m.fail(fUnified, k, invalidf("%s value %q: contains a newline or NUL", field, v))
-		case !m.host.CgroupV2:
-			return m.fail(fUnified, k, unsupportedf("%s: needs cgroup v2, and this host uses cgroup v1", field))
+		if err := checkUnified(fUnified, k, v, m.host); err != nil {
+			return m.fail(fUnified, k, err)
 		}
 		if c := m.rt.fl.Cgroup; c != nil {
 			if err := notDisabled(field, c.V2); err != nil {
@@ -271,8 +265,8 @@ func (m *resourceMerge) memory(dst *specs.LinuxResources, mem *api.LinuxMemory) 
 		if v == nil {
 			return nil
 		}
-		if v.Value < -1 {
-			return m.fail(field, "", invalidf("%s %d: neither -1 (unlimited) nor a byte count", field, v.Value))
+		if err := checkMemLimit(field, v.Value); err != nil {
+			return m.fail(field, "", err)
 		}
 		*to = new(v.Value)
 		return nil
@@ -330,12 +324,14 @@ func (m *resourceMerge) memory(dst *specs.LinuxResources, mem *api.LinuxMemory) 
 		}
 		d.UseHierarchy = new(v.Value)
 	}
-	if d.Limit != nil && d.Swap != nil && *d.Limit > 0 && *d.Swap > 0 && *d.Swap < *d.Limit {
+	if d.Limit != nil && d.Swap != nil {
 		field := fMemSwap
 		if mem.Swap == nil {
 			field = fMemLimit
 		}
-		return m.fail(field, "", invalidf("%s: memory+swap limit %d below the memory limit %d", field, *d.Swap, *d.Limit))
+		if err := checkSwapAboveLimit(fMemSwap, *d.Swap, *d.Limit); err != nil {
+			return m.fail(field, "", err)
+		}
 	}
 	return nil
 }
@@ -349,20 +345,20 @@ func (m *resourceMerge) cpu(dst *specs.LinuxResources, c *api.LinuxCPU) error {
 	}
 	d := dst.CPU
 	if v := c.Shares; v != nil {
-		if v.Value < minCPUShares || v.Value > maxCPUShares {
-			return m.fail(fCPUShares, "", invalidf("%s %d: not within [%d, %d]", fCPUShares, v.Value, minCPUShares, maxCPUShares))
+		if err := checkCPUShares(fCPUShares, v.Value); err != nil {
+			return m.fail(fCPUShares, "", err)
 		}
 		d.Shares = new(v.Value)
 	}
 	if v := c.Quota; v != nil {
-		if v.Value != -1 && v.Value < minCPUQuota {
-			return m.fail(fCPUQuota, "", invalidf("%s %d: neither -1 nor at least %d", fCPUQuota, v.Value, minCPUQuota))
+		if err := checkCPUQuota(fCPUQuota, v.Value); err != nil {
+			return m.fail(fCPUQuota, "", err)
 		}
 		d.Quota = new(v.Value)
 	}
 	if v := c.Period; v != nil {
-		if v.Value < minCPUPeriod || v.Value > maxCPUPeriod {
-			return m.fail(fCPUPeriod, "", invalidf("%s %d: not within [%d, %d]", fCPUPeriod, v.Value, minCPUPeriod, maxCPUPeriod))
+		if err := checkCPUPeriod(fCPUPeriod, v.Value); err != nil {
+			return m.fail(fCPUPeriod, "", err)
 		}
 		d.Period = new(v.Value)
 	}
@@ -385,14 +381,14 @@ func (m *resourceMerge) cpu(dst *specs.LinuxResources, c *api.LinuxCPU) error {
 		d.RealtimePeriod = new(v.Value)
 	}
 	if c.Cpus != "" {
-		if !cpuList.MatchString(c.Cpus) {
-			return m.fail(fCPUCpus, "", invalidf("%s %q: not a cpu list", fCPUCpus, c.Cpus))
+		if err := checkCPUList(fCPUCpus, "cpu", c.Cpus); err != nil {
+			return m.fail(fCPUCpus, "", err)
 		}
 		d.Cpus = c.Cpus
 	}
 	if c.Mems != "" {
-		if !cpuList.MatchString(c.Mems) {
-			return m.fail(fCPUMems, "", invalidf("%s %q: not a node list", fCPUMems, c.Mems))
+		if err := checkCPUList(fCPUMems, "node", c.Mems); err != nil {
+			return m.fail(fCPUMems, "", err)
 		}
 		d.Mems = c.Mems
 	}

@@ -92,6 +92,10 @@ func frozenFields(cur *specs.LinuxResources, upd *api.LinuxResources, m *resourc
 		if h == nil {
 			continue
 		}
+		// A bad size is a bad value before it is a frozen field.
+		if err := checkHugepageSize(fmt.Sprintf("%s[%q].pageSize", fHugepages, h.PageSize), h.PageSize); err != nil {
+			return nil, m.fail(fHugepages, h.PageSize, err)
+		}
 		var have *uint64
 		for _, c := range cur.HugepageLimits {
 			if c.Pagesize == h.PageSize {

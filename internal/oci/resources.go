@@ -1,9 +1,11 @@
 package oci
 
 import (
+	"fmt"
 	"maps"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -28,6 +30,170 @@ const (
 	sandboxCPUShares = 2
 )
 
+// The checks below are the one set of rules for resource values: CRI
+// CreateContainer, UpdateContainerResources and UpdatePodSandboxResources
+// (through CRIResources and MergeCRIResources) and NRI adjustments and
+// updates (resourceMerge) all call them, so a value is accepted or refused
+// the same way whichever way it comes in. field names the value in the
+// caller's API; every refusal is errdefs.ErrInvalidArgument naming the
+// field and the value, except a host that cannot honour a valid value
+// (errdefs.ErrNotImplemented).
+
+func checkCPUShares[T int64 | uint64](field string, v T) error {
+	if v < T(minCPUShares) || v > T(maxCPUShares) {
+		return invalidf("%s %d: not within [%d, %d]", field, v, minCPUShares, maxCPUShares)
+	}
+	return nil
+}
+
+func checkCPUQuota(field string, v int64) error {
+	if v != -1 && v < minCPUQuota {
+		return invalidf("%s %d: neither -1 nor at least %d", field, v, minCPUQuota)
+	}
+	return nil
+}
+
+func checkCPUPeriod[T int64 | uint64](field string, v T) error {
+	if v < T(minCPUPeriod) || v > T(maxCPUPeriod) {
+		return invalidf("%s %d: not within [%d, %d]", field, v, minCPUPeriod, maxCPUPeriod)
+	}
+	return nil
+}
+
+// maxCPUListID bounds cpu and node numbers (the kernel's NR_CPUS limit).
+const maxCPUListID = 8192
+
+// checkCPUList checks a cpu or memory node list like "0-3,8": ranges must
+// not run backwards.
+func checkCPUList(field, what, v string) error {
+	if !cpuList.MatchString(v) {
+		return invalidf("%s %q: not a %s list", field, v, what)
+	}
+	for _, part := range strings.Split(v, ",") {
+		lo, hi, isRange := strings.Cut(part, "-")
+		a, errA := strconv.Atoi(lo)
+		b := a
+		var errB error
+		if isRange {
+			b, errB = strconv.Atoi(hi)
+		}
+		if errA != nil || errB != nil || a > maxCPUListID || b > maxCPUListID {
+			return invalidf("%s %q: %s numbers must be at most %d", field, v, what, maxCPUListID)
+		}
+		if a > b {
+			return invalidf("%s %q: range %s runs backwards", field, v, part)
+		}
+	}
+	return nil
+}
+
+// checkMemLimit checks a memory (or memory+swap) limit in bytes: -1 means
+// unlimited.
+func checkMemLimit(field string, v int64) error {
+	if v < -1 {
+		return invalidf("%s %d: neither -1 (unlimited) nor a byte count", field, v)
+	}
+	return nil
+}
+
+// checkSwapAboveLimit refuses a memory+swap limit below the memory limit.
+func checkSwapAboveLimit(field string, swap, limit int64) error {
+	if limit > 0 && swap > 0 && swap < limit {
+		return invalidf("%s %d: memory+swap limit below the memory limit %d", field, swap, limit)
+	}
+	return nil
+}
+
+func checkHugepageSize(field, size string) error {
+	if !hugePageSize.MatchString(size) {
+		return invalidf("%s %q: not a page size like 2MB", field, size)
+	}
+	return nil
+}
+
+// checkUnified checks one cgroup v2 file and its value (field names the
+// map, e.g. linux.unified); the host must use cgroup v2.
+func checkUnified(field, key, value string, host *Host) error {
+	f := fmt.Sprintf("%s[%q]", field, key)
+	switch {
+	case !unifiedKey.MatchString(key) || strings.HasPrefix(key, "cgroup."):
+		return invalidf("%s: not a controller file", f)
+	case strings.ContainsAny(value, "\n\x00"):
+		return invalidf("%s value %q: contains a newline or NUL", f, value)
+	case !host.CgroupV2:
+		return unsupportedf("%s: needs cgroup v2, and this host uses cgroup v1", f)
+	}
+	return nil
+}
+
+// CRIResources validates CRI container resources (field names them in
+// errors, e.g. "linux.resources") and returns them as OCI resources;
+// oom_score_adj is not part of them. Zero values are unset. A nil host
+// means DetectHost(). Errors are errdefs.ErrInvalidArgument naming the
+// field and the value (errdefs.ErrNotImplemented for what the host cannot
+// do, like unified files on cgroup v1).
+func CRIResources(field string, r *runtimeapi.LinuxContainerResources, host *Host) (*specs.LinuxResources, error) {
+	return linuxResources(field, r, hostOrDetect(host))
+}
+
+// MergeCRIResources validates a CRI resources update with the same rules
+// as CRIResources and applies it to a copy of cur: the fields the update
+// sets replace the current ones (hugepage limits and unified files as a
+// whole). cur is not changed.
+func MergeCRIResources(field string, cur *specs.LinuxResources, in *runtimeapi.LinuxContainerResources, host *Host) (*specs.LinuxResources, error) {
+	upd, err := CRIResources(field, in, host)
+	if err != nil {
+		return nil, err
+	}
+	out, err := cloneResources(cur)
+	if err != nil {
+		return nil, err
+	}
+	if c := upd.CPU; c != nil {
+		if out.CPU == nil {
+			out.CPU = &specs.LinuxCPU{}
+		}
+		if c.Shares != nil {
+			out.CPU.Shares = c.Shares
+		}
+		if c.Quota != nil {
+			out.CPU.Quota = c.Quota
+		}
+		if c.Period != nil {
+			out.CPU.Period = c.Period
+		}
+		if c.Cpus != "" {
+			out.CPU.Cpus = c.Cpus
+		}
+		if c.Mems != "" {
+			out.CPU.Mems = c.Mems
+		}
+	}
+	if m := upd.Memory; m != nil {
+		if out.Memory == nil {
+			out.Memory = &specs.LinuxMemory{}
+		}
+		if m.Limit != nil {
+			out.Memory.Limit = m.Limit
+		}
+		if m.Swap != nil {
+			out.Memory.Swap = m.Swap
+		}
+		if l, sw := out.Memory.Limit, out.Memory.Swap; l != nil && sw != nil {
+			if err := checkSwapAboveLimit(field+".memory_swap_limit_in_bytes", *sw, *l); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if len(upd.HugepageLimits) > 0 {
+		out.HugepageLimits = upd.HugepageLimits
+	}
+	if len(upd.Unified) > 0 {
+		out.Unified = upd.Unified
+	}
+	return out, nil
+}
+
 // linuxResources validates CRI resources (field names the message) and
 // returns them as OCI resources; oom_score_adj is handled by the caller.
 func linuxResources(field string, r *runtimeapi.LinuxContainerResources, host *Host) (*specs.LinuxResources, error) {
@@ -37,34 +203,32 @@ func linuxResources(field string, r *runtimeapi.LinuxContainerResources, host *H
 	}
 	cpu := &specs.LinuxCPU{}
 	if v := r.GetCpuPeriod(); v != 0 {
-		if v < minCPUPeriod || v > maxCPUPeriod {
-			return nil, invalidf("%s.cpu_period %d: not within [%d, %d]", field, v, minCPUPeriod, maxCPUPeriod)
+		if err := checkCPUPeriod(field+".cpu_period", v); err != nil {
+			return nil, err
 		}
-		p := uint64(v)
-		cpu.Period = &p
+		cpu.Period = new(uint64(v))
 	}
 	if v := r.GetCpuQuota(); v != 0 {
-		if v != -1 && v < minCPUQuota {
-			return nil, invalidf("%s.cpu_quota %d: neither -1 nor at least %d", field, v, minCPUQuota)
+		if err := checkCPUQuota(field+".cpu_quota", v); err != nil {
+			return nil, err
 		}
 		cpu.Quota = &v
 	}
 	if v := r.GetCpuShares(); v != 0 {
-		if v < minCPUShares || v > maxCPUShares {
-			return nil, invalidf("%s.cpu_shares %d: not within [%d, %d]", field, v, minCPUShares, maxCPUShares)
+		if err := checkCPUShares(field+".cpu_shares", v); err != nil {
+			return nil, err
 		}
-		s := uint64(v)
-		cpu.Shares = &s
+		cpu.Shares = new(uint64(v))
 	}
 	if v := r.GetCpusetCpus(); v != "" {
-		if !cpuList.MatchString(v) {
-			return nil, invalidf("%s.cpuset_cpus %q: not a cpu list", field, v)
+		if err := checkCPUList(field+".cpuset_cpus", "cpu", v); err != nil {
+			return nil, err
 		}
 		cpu.Cpus = v
 	}
 	if v := r.GetCpusetMems(); v != "" {
-		if !cpuList.MatchString(v) {
-			return nil, invalidf("%s.cpuset_mems %q: not a node list", field, v)
+		if err := checkCPUList(field+".cpuset_mems", "node", v); err != nil {
+			return nil, err
 		}
 		cpu.Mems = v
 	}
@@ -74,17 +238,19 @@ func linuxResources(field string, r *runtimeapi.LinuxContainerResources, host *H
 
 	mem := &specs.LinuxMemory{}
 	if v := r.GetMemoryLimitInBytes(); v != 0 {
-		if v < 0 {
-			return nil, invalidf("%s.memory_limit_in_bytes %d: negative", field, v)
+		if err := checkMemLimit(field+".memory_limit_in_bytes", v); err != nil {
+			return nil, err
 		}
 		mem.Limit = &v
 	}
 	if v := r.GetMemorySwapLimitInBytes(); v != 0 {
-		switch {
-		case v < -1:
-			return nil, invalidf("%s.memory_swap_limit_in_bytes %d: negative", field, v)
-		case v > 0 && mem.Limit != nil && v < *mem.Limit:
-			return nil, invalidf("%s.memory_swap_limit_in_bytes %d: below memory_limit_in_bytes %d", field, v, *mem.Limit)
+		if err := checkMemLimit(field+".memory_swap_limit_in_bytes", v); err != nil {
+			return nil, err
+		}
+		if mem.Limit != nil {
+			if err := checkSwapAboveLimit(field+".memory_swap_limit_in_bytes", v, *mem.Limit); err != nil {
+				return nil, err
+			}
 		}
 		mem.Swap = &v
 	}
@@ -93,26 +259,19 @@ func linuxResources(field string, r *runtimeapi.LinuxContainerResources, host *H
 	}
 
 	for i, h := range r.GetHugepageLimits() {
-		if !hugePageSize.MatchString(h.GetPageSize()) {
-			return nil, invalidf("%s.hugepage_limits[%d].page_size %q: not a page size like 2MB", field, i, h.GetPageSize())
+		if err := checkHugepageSize(fmt.Sprintf("%s.hugepage_limits[%d].page_size", field, i), h.GetPageSize()); err != nil {
+			return nil, err
 		}
 		out.HugepageLimits = append(out.HugepageLimits, specs.LinuxHugepageLimit{Pagesize: h.GetPageSize(), Limit: h.GetLimit()})
 	}
 
 	if u := r.GetUnified(); len(u) > 0 {
-		if !host.CgroupV2 {
-			return nil, invalidf("%s.unified: needs cgroup v2, and this host uses cgroup v1", field)
-		}
 		out.Unified = make(map[string]string, len(u))
 		for _, k := range slices.Sorted(maps.Keys(u)) {
-			v := u[k]
-			if !unifiedKey.MatchString(k) || strings.HasPrefix(k, "cgroup.") {
-				return nil, invalidf("%s.unified[%q]: not a controller file", field, k)
+			if err := checkUnified(field+".unified", k, u[k], host); err != nil {
+				return nil, err
 			}
-			if strings.ContainsAny(v, "\n\x00") {
-				return nil, invalidf("%s.unified[%q] value %q: contains a newline or NUL", field, k, v)
-			}
-			out.Unified[k] = v
+			out.Unified[k] = u[k]
 		}
 	}
 	return out, nil

@@ -127,6 +127,10 @@ func validID(id string) error {
 
 func (o *OCI) dir(id string) string { return filepath.Join(o.cfg.StateDir, id) }
 
+// StateDir is the directory holding one state dir per container (crind's
+// start-up sweep finds orphaned shims by it).
+func (o *OCI) StateDir() string { return o.cfg.StateDir }
+
 // known validates id and checks that the container's state dir exists.
 func (o *OCI) known(id string) (string, error) {
 	if err := validID(id); err != nil {

@@ -97,4 +97,9 @@ type Container struct {
 	// (docs/recovery.md).
 	Evicting     bool   `json:"evicting,omitempty"`
 	EvictMessage string `json:"evict_message,omitempty"`
+	// StopSignal is the signal StopContainer sends first, as a number:
+	// the CRI config's stop_signal, else the image's, else SIGTERM,
+	// resolved at creation so a later image change or removal does not
+	// change it. Empty in records made before it was recorded.
+	StopSignal string `json:"stop_signal,omitempty"`
 }

@@ -17,6 +17,7 @@ var (
 	bucketSandboxes  = []byte("sandboxes")
 	bucketContainers = []byte("containers")
 	bucketNames      = []byte("names")
+	bucketCleanups   = []byte("cleanups")
 )
 
 // Kind says which name space a reservation lives in.
@@ -41,7 +42,7 @@ func Open(path string) (*Store, error) {
 		return nil, fmt.Errorf("open store %s: %w", path, err)
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bucketSandboxes, bucketContainers, bucketNames} {
+		for _, b := range [][]byte{bucketSandboxes, bucketContainers, bucketNames, bucketCleanups} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}

@@ -1,0 +1,304 @@
+package cri
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/crin-dev/crin/internal/store"
+)
+
+// Retry pacing of failed cleanup steps: the first retry comes after
+// cleanupFirstRetry, each later one after twice the wait, up to
+// cleanupMaxRetry. A new failure retries everything at once.
+const (
+	cleanupFirstRetry = time.Second
+	cleanupMaxRetry   = 2 * time.Minute
+	// cleanupStepTimeout bounds one try of one step.
+	cleanupStepTimeout = 30 * time.Second
+	// cgroupEmptyWait is how long a cgroup removal waits for the processes
+	// it killed to leave.
+	cgroupEmptyWait = 2 * time.Second
+)
+
+// deferCleanup records a cleanup step that failed with cause, so the
+// cleanup loop retries it until it works (also after a restart: the
+// record is in the store), and wakes the loop.
+func (s *Service) deferCleanup(ctx context.Context, c store.Cleanup, cause error) {
+	c.Since, c.LastError = time.Now().UnixNano(), cause.Error()
+	if err := s.opts.Store.PutCleanup(&c); err != nil {
+		s.log.ErrorContext(ctx, "record failed cleanup step; the start-up sweep will find what it leaves", "kind", c.Kind, "id", c.ID, "error", err)
+		return
+	}
+	s.log.WarnContext(ctx, "cleanup step failed, retrying in the background", "kind", c.Kind, "id", c.ID, "error", cause)
+	if s.cleanWake != nil {
+		select {
+		case s.cleanWake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// deleteFromRuntime deletes id from the runtime of handler; a failure is
+// returned and recorded for the cleanup loop.
+func (s *Service) deleteFromRuntime(ctx context.Context, handler, id string) error {
+	rt, ok := s.opts.Runtimes[handler]
+	if !ok {
+		return nil
+	}
+	err := rt.Delete(ctx, id)
+	if err != nil {
+		s.deferCleanup(ctx, store.Cleanup{Kind: store.CleanupRuntimeContainer, ID: id, Runtime: handler}, err)
+	}
+	return err
+}
+
+// releaseRootfs releases container id's rootfs; a failure is returned
+// and recorded for the cleanup loop.
+func (s *Service) releaseRootfs(ctx context.Context, id string) error {
+	err := s.opts.Images.ReleaseRootfs(ctx, id)
+	if err != nil {
+		s.deferCleanup(ctx, store.Cleanup{Kind: store.CleanupRootfs, ID: id}, err)
+	}
+	return err
+}
+
+// startCleanups starts the loop that retries recorded cleanup steps,
+// owned by the Service (Close stops it).
+func (s *Service) startCleanups() {
+	s.cleanWake = make(chan struct{}, 1)
+	s.goOwned(s.cleanupLoop)
+}
+
+func (s *Service) cleanupLoop() {
+	wait := cleanupFirstRetry
+	for {
+		if s.runCleanups(s.ctx) == 0 {
+			wait = cleanupFirstRetry
+			select {
+			case <-s.ctx.Done():
+				return
+			case <-s.cleanWake:
+			}
+			continue
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-s.ctx.Done():
+			t.Stop()
+			return
+		case <-s.cleanWake:
+			wait = cleanupFirstRetry
+		case <-t.C:
+			wait = min(2*wait, cleanupMaxRetry)
+		}
+		t.Stop()
+	}
+}
+
+// runCleanups tries every recorded cleanup step once and returns how many
+// are still pending.
+func (s *Service) runCleanups(ctx context.Context) int {
+	cs, err := s.opts.Store.Cleanups()
+	if err != nil {
+		s.log.WarnContext(ctx, "read pending cleanups", "error", err)
+		return 1
+	}
+	left := 0
+	for _, c := range cs {
+		if ctx.Err() != nil {
+			return left + 1
+		}
+		sctx, cancel := context.WithTimeout(ctx, cleanupStepTimeout)
+		err := s.runCleanup(sctx, c)
+		cancel()
+		if err == nil {
+			if err := s.opts.Store.DeleteCleanup(c.Key()); err != nil {
+				s.log.WarnContext(ctx, "forget done cleanup", "kind", c.Kind, "id", c.ID, "error", err)
+			}
+			s.log.InfoContext(ctx, "pending cleanup done", "kind", c.Kind, "id", c.ID, "attempts", c.Attempts+1)
+			continue
+		}
+		left++
+		c.Attempts++
+		c.LastError = err.Error()
+		if err := s.opts.Store.PutCleanup(c); err != nil {
+			s.log.WarnContext(ctx, "record cleanup attempt", "kind", c.Kind, "id", c.ID, "error", err)
+		}
+		s.log.DebugContext(ctx, "pending cleanup failed again", "kind", c.Kind, "id", c.ID, "attempts", c.Attempts, "error", err)
+	}
+	return left
+}
+
+var errStillOwned = errors.New("still owned by a live pod or container")
+
+func (s *Service) runCleanup(ctx context.Context, c *store.Cleanup) error {
+	switch c.Kind {
+	case store.CleanupPodCgroup:
+		// A pod being removed stays in the map until its removal is
+		// done: its cgroup is not touched before.
+		if s.knownID(c.ID) {
+			return errStillOwned
+		}
+		return s.removeCgroupTree(ctx, c.Path)
+	case store.CleanupRuntimeContainer:
+		if s.knownID(c.ID) {
+			return errStillOwned
+		}
+		rt, ok := s.opts.Runtimes[c.Runtime]
+		if !ok {
+			return nil // the handler is gone, and with it what it ran
+		}
+		return rt.Delete(ctx, c.ID)
+	case store.CleanupRootfs:
+		if s.knownID(c.ID) {
+			return errStillOwned
+		}
+		return s.opts.Images.ReleaseRootfs(ctx, c.ID)
+	default:
+		s.log.WarnContext(ctx, "unknown pending cleanup dropped", "kind", c.Kind, "id", c.ID)
+		return nil
+	}
+}
+
+// knownID reports whether a pod or container with id is visible.
+func (s *Service) knownID(id string) bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	_, sb := s.sandboxes[id]
+	_, c := s.containers[id]
+	return sb || c
+}
+
+// cgroupFS is where the cgroup hierarchies are mounted.
+func (s *Service) cgroupFS() string {
+	if s.opts.CgroupFS != "" {
+		return s.opts.CgroupFS
+	}
+	return cgroupRoot
+}
+
+// cgroupHierarchies lists the roots of every cgroup hierarchy: the one
+// cgroup2 mount, or (v1 and hybrid) each controller's mount and the
+// cgroup2 mount beside them.
+func (s *Service) cgroupHierarchies() ([]string, error) {
+	fsRoot := s.cgroupFS()
+	if _, err := os.Stat(filepath.Join(fsRoot, "cgroup.controllers")); err == nil {
+		return []string{fsRoot}, nil
+	}
+	ents, err := os.ReadDir(fsRoot)
+	if err != nil {
+		return nil, fmt.Errorf("list cgroup hierarchies: %w", err)
+	}
+	var out []string
+	for _, e := range ents {
+		if e.IsDir() {
+			out = append(out, filepath.Join(fsRoot, e.Name()))
+		}
+	}
+	return out, nil
+}
+
+// removeCgroupTree removes the cgroup rel (a path under every hierarchy's
+// root) and everything below it: processes still inside (a runc init
+// whose runc was killed, a container whose runtime delete never ran) are
+// SIGKILLed first. Only for cgroups crind made and no record owns.
+// Already gone is success.
+func (s *Service) removeCgroupTree(ctx context.Context, rel string) error {
+	if rel == "" || rel == "/" || !filepath.IsAbs(rel) || filepath.Clean(rel) != rel {
+		return fmt.Errorf("remove cgroup %q: not a clean absolute cgroup path", rel)
+	}
+	roots, err := s.cgroupHierarchies()
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, root := range roots {
+		if err := removeCgroupDir(ctx, filepath.Join(root, rel)); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// removeCgroupDir kills what runs in dir and below, then removes the
+// directories deepest first.
+func removeCgroupDir(ctx context.Context, dir string) error {
+	var dirs []string
+	err := filepath.WalkDir(dir, func(p string, e fs.DirEntry, err error) error {
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil
+			}
+			return err
+		}
+		if e.IsDir() {
+			dirs = append(dirs, p)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("walk cgroup %s: %w", dir, err)
+	}
+	for _, d := range dirs {
+		// A frozen cgroup would keep its killed processes forever.
+		if _, err := os.Stat(filepath.Join(d, "freezer.state")); err == nil {
+			_ = os.WriteFile(filepath.Join(d, "freezer.state"), []byte("THAWED"), 0o644)
+		}
+		killCgroupProcs(d)
+	}
+	var errs []error
+	for i := len(dirs) - 1; i >= 0; i-- {
+		if err := rmdirCgroup(ctx, dirs[i]); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func killCgroupProcs(dir string) {
+	data, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+	if err != nil {
+		return
+	}
+	for _, f := range strings.Fields(string(data)) {
+		if pid, err := strconv.Atoi(f); err == nil && pid > 1 {
+			_ = unix.Kill(pid, unix.SIGKILL)
+		}
+	}
+}
+
+// rmdirCgroup removes an empty cgroup, waiting a little for killed
+// processes to leave it (EBUSY meanwhile).
+func rmdirCgroup(ctx context.Context, dir string) error {
+	deadline := time.Now().Add(cgroupEmptyWait)
+	for {
+		err := unix.Rmdir(dir)
+		if err == nil || errors.Is(err, unix.ENOENT) {
+			return nil
+		}
+		if !errors.Is(err, unix.EBUSY) || time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("remove cgroup %s: %w", dir, err)
+		}
+		killCgroupProcs(dir)
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// removePodCgroupTree removes pod id's cgroup rel with what is inside; a
+// failure is recorded for the cleanup loop and returned.
+func (s *Service) removePodCgroupTree(ctx context.Context, id, rel string) error {
+	err := s.removeCgroupTree(ctx, rel)
+	if err != nil {
+		s.deferCleanup(ctx, store.Cleanup{Kind: store.CleanupPodCgroup, ID: id, Path: rel}, err)
+	}
+	return err
+}

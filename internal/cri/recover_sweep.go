@@ -1,0 +1,298 @@
+package cri
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// sweep removes, on start-up and after the records are recovered, what
+// no record owns and a killed OCI runtime or a crind killed mid-cleanup
+// left behind (docs/recovery.md, "The sweep"): crin-shim processes (and
+// their runc init children) of containers nobody knows, mounts under
+// crind's dirs naming such a container or pod, pod cgroups under
+// crind's cgroup parent, IP reservations of pods that are gone. Then it
+// starts the loop that retries recorded cleanup steps. Failures are
+// logged: the sweep never stops crind from starting.
+func (s *Service) sweep(ctx context.Context) {
+	s.sweepShims(ctx)
+	s.sweepMounts(ctx)
+	s.sweepCgroups(ctx)
+	s.sweepIPAM(ctx)
+	s.startCleanups()
+}
+
+// stateDirLister is a runtime backend that keeps per-container state dirs
+// under one directory; its shims name their dir on their command line.
+type stateDirLister interface {
+	StateDir() string
+}
+
+// isID reports whether name has the form of the ids crind hands out.
+func isID(name string) bool {
+	if len(name) != 64 {
+		return false
+	}
+	_, err := hex.DecodeString(name)
+	return err == nil
+}
+
+// sweepShims kills crin-shim processes whose state dir is in a runtime's
+// state directory and belongs to no known pod or container, with their
+// children (a runc init waiting for a start that never comes).
+func (s *Service) sweepShims(ctx context.Context) {
+	var dirs []string
+	for _, rt := range s.opts.Runtimes {
+		if l, ok := rt.(stateDirLister); ok && !slices.Contains(dirs, l.StateDir()) {
+			dirs = append(dirs, l.StateDir())
+		}
+	}
+	if len(dirs) == 0 {
+		return
+	}
+	procs := readProcs()
+	for _, p := range procs {
+		if filepath.Base(p.argv0) != "crin-shim" {
+			continue
+		}
+		dir := p.flag("-dir")
+		if dir == "" || !slices.Contains(dirs, filepath.Dir(dir)) {
+			continue
+		}
+		id := filepath.Base(dir)
+		if s.knownID(id) {
+			continue
+		}
+		s.log.InfoContext(ctx, "killing orphaned shim", "id", id, "shim_pid", p.pid)
+		killTree(procs, p.pid)
+	}
+}
+
+// proc is what the sweep reads of a process.
+type proc struct {
+	pid, ppid int
+	argv0     string
+	args      []string
+}
+
+func (p proc) flag(name string) string {
+	for i, a := range p.args {
+		if a == name && i+1 < len(p.args) {
+			return p.args[i+1]
+		}
+	}
+	return ""
+}
+
+func readProcs() []proc {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	var out []proc
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...: comm may hold spaces and parens.
+		i := strings.LastIndexByte(string(stat), ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(string(stat[i+1:]))
+		if len(f) < 2 {
+			continue
+		}
+		ppid, _ := strconv.Atoi(f[1])
+		cmd, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		args := strings.Split(strings.TrimRight(string(cmd), "\x00"), "\x00")
+		out = append(out, proc{pid: pid, ppid: ppid, argv0: args[0], args: args[1:]})
+	}
+	return out
+}
+
+// killTree SIGKILLs pid's descendants, then pid.
+func killTree(procs []proc, pid int) {
+	for _, p := range procs {
+		if p.ppid == pid && p.pid != pid {
+			killTree(procs, p.pid)
+		}
+	}
+	_ = unix.Kill(pid, unix.SIGKILL)
+}
+
+// sweepMounts unmounts what is mounted under crind's root and state dirs
+// for a pod or container no record owns (a rootfs overlay, a pod's
+// /dev/shm), deepest first. Container rootfs go through the image store,
+// which also removes their directories.
+func (s *Service) sweepMounts(ctx context.Context) {
+	var bases []string
+	for _, b := range []string{s.opts.RootDir, filepath.Dir(s.opts.NetNSDir)} {
+		if b != "" && b != "." && b != "/" {
+			bases = append(bases, filepath.Clean(b)+"/")
+		}
+	}
+	mi, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		s.log.WarnContext(ctx, "sweep mounts", "error", err)
+		return
+	}
+	var points []string
+	for _, line := range strings.Split(string(mi), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 5 {
+			continue
+		}
+		mp := unescapeMount(f[4])
+		if slices.ContainsFunc(bases, func(b string) bool { return strings.HasPrefix(mp, b) }) {
+			points = append(points, mp)
+		}
+	}
+	slices.SortFunc(points, func(a, b string) int { return len(b) - len(a) })
+	released := map[string]bool{}
+	for _, mp := range points {
+		if filepath.Dir(mp) == filepath.Clean(s.opts.NetNSDir) {
+			continue // netns pins: removeOrphans
+		}
+		id := unknownID(mp, s.knownID)
+		if id == "" {
+			continue
+		}
+		if strings.Contains(mp, "/containers/"+id) && !released[id] {
+			released[id] = true
+			if err := s.opts.Images.ReleaseRootfs(ctx, id); err == nil {
+				s.log.InfoContext(ctx, "released the rootfs of a container no record owns", "container_id", id)
+				continue
+			}
+		}
+		if err := unix.Unmount(mp, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+			s.log.WarnContext(ctx, "unmount orphaned mount", "mount", mp, "error", err)
+			continue
+		}
+		s.log.InfoContext(ctx, "unmounted a mount no record owns", "mount", mp, "id", id)
+	}
+}
+
+// idParents are the directories crind keeps one entry per pod or
+// container in: <root>/pods/<pod id>, <root>/image/containers/<container
+// id>, <state>/c/<id>. Other path elements (layer digests) are not ids.
+var idParents = []string{"pods", "containers", "c"}
+
+// unknownID returns the first id in p (an element under one of
+// idParents) that no record owns, or "".
+func unknownID(p string, known func(string) bool) string {
+	els := strings.Split(p, "/")
+	for i := 1; i < len(els); i++ {
+		if slices.Contains(idParents, els[i-1]) && isID(els[i]) && !known(els[i]) {
+			return els[i]
+		}
+	}
+	return ""
+}
+
+// unescapeMount undoes mountinfo's octal escapes (\040 for a space).
+func unescapeMount(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// sweepCgroups removes, in every hierarchy, the cgroups under crind's
+// cgroup parent that no record owns: a pod directory whose pod is gone,
+// and inside a known pod's directory a container cgroup whose container
+// is gone (processes still inside are killed).
+func (s *Service) sweepCgroups(ctx context.Context) {
+	parent := s.opts.CgroupParent
+	if parent == "" || parent == "/" {
+		return
+	}
+	roots, err := s.cgroupHierarchies()
+	if err != nil {
+		s.log.WarnContext(ctx, "sweep cgroups", "error", err)
+		return
+	}
+	stale := map[string]bool{}
+	for _, root := range roots {
+		pods, err := os.ReadDir(filepath.Join(root, parent))
+		if err != nil {
+			continue
+		}
+		for _, p := range pods {
+			if !p.IsDir() || !isID(p.Name()) {
+				continue
+			}
+			podRel := filepath.Join(parent, p.Name())
+			if !s.knownID(p.Name()) {
+				stale[podRel] = true
+				continue
+			}
+			ctrs, _ := os.ReadDir(filepath.Join(root, podRel))
+			for _, c := range ctrs {
+				if c.IsDir() && isID(c.Name()) && c.Name() != p.Name() && !s.knownID(c.Name()) {
+					stale[filepath.Join(podRel, c.Name())] = true
+				}
+			}
+		}
+	}
+	for _, rel := range slices.Sorted(maps.Keys(stale)) {
+		if err := s.removeCgroupTree(ctx, rel); err != nil {
+			s.log.WarnContext(ctx, "remove orphaned cgroup", "cgroup", rel, "error", err)
+			continue
+		}
+		s.log.InfoContext(ctx, "removed a cgroup no record owns", "cgroup", rel)
+	}
+}
+
+// ipamSweeper is a network that can release the IP reservations of pods
+// that are gone (cni.Manager).
+type ipamSweeper interface {
+	SweepIPAM(ctx context.Context, owned func(podID string) bool) (int, error)
+}
+
+// sweepIPAM releases the IP reservations of pods no record owns.
+func (s *Service) sweepIPAM(ctx context.Context) {
+	sw, ok := s.opts.Network.(ipamSweeper)
+	if !ok {
+		return
+	}
+	sctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	n, err := sw.SweepIPAM(sctx, func(id string) bool {
+		s.mu.RLock()
+		defer s.mu.RUnlock()
+		_, ok := s.sandboxes[id]
+		return ok
+	})
+	if err != nil {
+		s.log.WarnContext(ctx, "sweep ip reservations", "error", err)
+	}
+	if n > 0 {
+		s.log.InfoContext(ctx, "released ip reservations no pod owns", "count", n)
+	}
+}
