@@ -1,0 +1,94 @@
+package image
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/crin-dev/crin/internal/image/imagetest"
+)
+
+// fullWalk is what FsInfo reported before it cached: every inode under
+// root once.
+func fullWalk(t *testing.T, root string) usage {
+	t.Helper()
+	var st unix.Stat_t
+	if err := unix.Lstat(root, &st); err != nil {
+		t.Fatal(err)
+	}
+	u, err := du(root, st.Dev, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u
+}
+
+func writeFile(t *testing.T, p string, n int) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, make([]byte, n), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestFsInfoMatchesAFullWalk(t *testing.T) {
+	host := imagetest.StartRegistry(t)
+	imagetest.Push(t, host, "library/busybox:latest", imagetest.Busybox(t))
+	s := newService(t, Config{Root: filepath.Join(t.TempDir(), "root")})
+	if _, err := s.Pull(ctxT(t), host+"/library/busybox", nil); err != nil {
+		t.Fatal(err)
+	}
+	check := func(step string) {
+		t.Helper()
+		got, err := s.FsInfo()
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := fullWalk(t, s.root)
+		if got.UsedBytes != want.bytes || got.InodesUsed != want.inodes || got.Mountpoint == "" {
+			t.Errorf("%s: FsInfo %+v; a full walk says %d bytes, %d inodes", step, got, want.bytes, want.inodes)
+		}
+	}
+	check("after pull")
+	check("cached")
+
+	// A container's writable layer (no overlay needed: FsInfo only reads
+	// the upper dir) grows; FsInfo shows it once it was measured again.
+	id := "c1"
+	writeFile(t, filepath.Join(s.containerDir(id), "upper", "a"), 4096)
+	for _, d := range []string{"work", "rootfs", "empty"} {
+		if err := os.MkdirAll(filepath.Join(s.containerDir(id), d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check("new container")
+	writeFile(t, filepath.Join(s.containerDir(id), "upper", "big", "b"), 5<<20)
+	lu, err := s.WritableLayerUsage(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lu.UsedBytes < 5<<20 || lu.InodesUsed != 3 || lu.Time.IsZero() {
+		t.Errorf("WritableLayerUsage %+v; want >= 5 MiB, 3 inodes (a, big, big/b)", lu)
+	}
+	check("container wrote 5 MiB")
+
+	// A download in flight and a layer being unpacked are counted as they
+	// are now, every time.
+	writeFile(t, filepath.Join(s.root, "blobs", "tmp", "blob-1"), 8192)
+	writeFile(t, filepath.Join(s.root, "l", ".tmp-1", "bin", "x"), 8192)
+	check("in flight")
+	writeFile(t, filepath.Join(s.root, "l", ".tmp-1", "bin", "y"), 8192)
+	check("in flight grew")
+
+	if err := os.RemoveAll(s.containerDir(id)); err != nil {
+		t.Fatal(err)
+	}
+	check("container gone")
+	if _, err := s.WritableLayerUsage(id); err == nil {
+		t.Error("WritableLayerUsage of a removed container: no error")
+	}
+}
