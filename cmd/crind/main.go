@@ -225,6 +225,7 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		CDISpecDirs:        cfg.CRI.CDISpecDirs,
 		BlockioClass:       blockio,
 		RdtClass:           cfg.CRI.RdtResolver(),
+		StatsPeriod:        time.Duration(cfg.CRI.StatsPeriod),
 	})
 	if err != nil {
 		return err
@@ -249,7 +250,7 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		plugins = ad
 	}
 
-	srv := grpc.NewServer(grpc.UnaryInterceptor(cri.Interceptor(log, cri.NewMetrics(reg))))
+	srv := grpc.NewServer(grpc.UnaryInterceptor(cri.Interceptor(log, cri.NewMetrics(reg))), grpc.StreamInterceptor(cri.StreamInterceptor(log)))
 	svc.Register(srv)
 
 	adminLis, err := listenAdmin(cfg.AdminSocketPath())

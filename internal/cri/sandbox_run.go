@@ -157,6 +157,8 @@ func (s *Service) RunPodSandbox(ctx context.Context, r *runtimeapi.RunPodSandbox
 	delete(s.pendingPods, id)
 	s.sandboxes[id] = sb
 	s.mu.Unlock()
+	s.emitSandbox(eventCreated, sb)
+	s.emitSandbox(eventStarted, sb)
 	log.InfoContext(ctx, "pod sandbox ready", "runtime", handler, "ips", rec.IPs, "pid", pid)
 	return &runtimeapi.RunPodSandboxResponse{PodSandboxId: id}, nil
 }

@@ -78,6 +78,21 @@ func Interceptor(log *slog.Logger, m *Metrics) grpc.UnaryServerInterceptor {
 	}
 }
 
+// StreamInterceptor maps the errors of streaming RPCs (GetContainerEvents,
+// the Stream* lists) to gRPC status codes, as Interceptor does for unary
+// ones.
+func StreamInterceptor(log *slog.Logger) grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+		err := h(srv, ss)
+		if err == nil {
+			return nil
+		}
+		st := errgrpc.ToGRPC(err)
+		log.InfoContext(ss.Context(), "stream failed", "rpc", rpcName(info.FullMethod), "code", status.Code(st).String(), "error", err)
+		return st
+	}
+}
+
 func rpcName(full string) string {
 	for i := len(full) - 1; i >= 0; i-- {
 		if full[i] == '/' {

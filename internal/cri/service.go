@@ -79,6 +79,9 @@ type Options struct {
 	CDISpecDirs  []string
 	BlockioClass func(name string) (*specs.LinuxBlockIO, error)
 	RdtClass     func(name string) (*specs.LinuxIntelRdt, error)
+	// StatsPeriod is how often writable layers are measured and CPU
+	// sampled (sampler.go); zero means DefaultStatsPeriod.
+	StatsPeriod time.Duration
 }
 
 // Service implements the CRI RuntimeService and ImageService.
@@ -114,6 +117,11 @@ type Service struct {
 	// stream hands out and serves streaming URLs; nil when disabled.
 	stream   streaming.Server
 	streamRT *streamRuntime
+
+	// sampler keeps writable layer and CPU figures (sampler.go).
+	sampler *sampler
+	// events fans container events out to GetContainerEvents (events.go).
+	events *broker
 }
 
 // sandbox is a pod crind knows. See nri.go for the lock order and why it
@@ -180,6 +188,8 @@ func New(ctx context.Context, o Options) (*Service, error) {
 		containers:  map[string]*container{},
 		pendingPods: map[string]*api.PodSandbox{},
 		pendingCtrs: map[string]*api.Container{},
+		sampler:     newSampler(o.StatsPeriod, o.Images),
+		events:      newBroker(eventBuffer),
 	}
 	s.ctx, s.cancel = context.WithCancel(ctx)
 	if o.StreamAddress != "" {
@@ -203,6 +213,7 @@ func New(ctx context.Context, o Options) (*Service, error) {
 		s.cancel()
 		return nil, fmt.Errorf("recover state: %w", err)
 	}
+	s.goOwned(func() { s.runSampler(s.ctx) })
 	return s, nil
 }
 
@@ -213,6 +224,7 @@ func (s *Service) Close() error {
 	s.closed = true
 	s.mu.Unlock()
 	s.cancel()
+	s.events.close()
 	s.wg.Wait()
 	return nil
 }

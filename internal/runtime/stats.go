@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -23,7 +24,14 @@ type Stats struct {
 	MemoryRSSBytes    uint64
 	MemoryPageFaults  uint64
 	MemoryMajorFaults uint64
-	PidsCurrent       uint64
+	PidsCurrent       uint64 // tasks (threads) in the cgroup
+
+	CPUUserNanos     uint64
+	CPUSystemNanos   uint64
+	MemoryCacheBytes uint64 // page cache (file-backed memory)
+	MemoryLimitBytes uint64 // 0 when unlimited or unknown
+	MemoryFailcnt    uint64 // times usage hit the limit (v1; v2: memory.events max)
+	Processes        uint64 // processes (thread group leaders) in the cgroup
 }
 
 // CgroupStats reads the usage of the cgroup at cgroupsPath (as written in an
@@ -55,11 +63,18 @@ func cgroup1Stats(path string) (*Stats, error) {
 	s := &Stats{Timestamp: time.Now()}
 	if m.CPU != nil && m.CPU.Usage != nil {
 		s.CPUUsageNanos = m.CPU.Usage.Total
+		s.CPUUserNanos = m.CPU.Usage.User
+		s.CPUSystemNanos = m.CPU.Usage.Kernel
 	}
 	if mem := m.Memory; mem != nil {
 		if mem.Usage != nil {
 			s.MemoryUsageBytes = mem.Usage.Usage
+			s.MemoryFailcnt = mem.Usage.Failcnt
+			if mem.Usage.Limit < 1<<62 { // unlimited is a huge page-rounded number
+				s.MemoryLimitBytes = mem.Usage.Limit
+			}
 		}
+		s.MemoryCacheBytes = mem.TotalCache
 		s.MemoryWorkingSet = s.MemoryUsageBytes
 		if mem.TotalInactiveFile < s.MemoryWorkingSet {
 			s.MemoryWorkingSet -= mem.TotalInactiveFile
@@ -73,7 +88,18 @@ func cgroup1Stats(path string) (*Stats, error) {
 	if m.Pids != nil {
 		s.PidsCurrent = m.Pids.Current
 	}
+	s.Processes = countProcs(filepath.Join("/sys/fs/cgroup/pids", path, "cgroup.procs"))
 	return s, nil
+}
+
+// countProcs counts the pids listed in a cgroup.procs file; 0 when it
+// cannot be read (the cgroup went away).
+func countProcs(file string) uint64 {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return 0
+	}
+	return uint64(bytes.Count(b, []byte{'\n'}))
 }
 
 func cgroup2Stats(path string) (*Stats, error) {
@@ -91,6 +117,8 @@ func cgroup2Stats(path string) (*Stats, error) {
 	s := &Stats{Timestamp: time.Now()}
 	if m.CPU != nil {
 		s.CPUUsageNanos = m.CPU.UsageUsec * 1000
+		s.CPUUserNanos = m.CPU.UserUsec * 1000
+		s.CPUSystemNanos = m.CPU.SystemUsec * 1000
 	}
 	if mem := m.Memory; mem != nil {
 		s.MemoryUsageBytes = mem.Usage
@@ -101,11 +129,19 @@ func cgroup2Stats(path string) (*Stats, error) {
 			s.MemoryWorkingSet = 0
 		}
 		s.MemoryRSSBytes = mem.Anon
+		s.MemoryCacheBytes = mem.File
+		if mem.UsageLimit < 1<<62 {
+			s.MemoryLimitBytes = mem.UsageLimit
+		}
 		s.MemoryPageFaults = mem.Pgfault
 		s.MemoryMajorFaults = mem.Pgmajfault
 	}
 	if m.Pids != nil {
 		s.PidsCurrent = m.Pids.Current
 	}
+	if m.MemoryEvents != nil {
+		s.MemoryFailcnt = m.MemoryEvents.Max
+	}
+	s.Processes = countProcs(filepath.Join("/sys/fs/cgroup", path, "cgroup.procs"))
 	return s, nil
 }
