@@ -79,18 +79,18 @@ func (l *eventLog) of(id string) []string {
 	return out
 }
 
-// poll calls cond every 200ms until it holds or 60s passed; it returns
+// poll calls cond every 200ms until it holds or 30s passed; it returns
 // cond's last description of what it saw.
 func poll(t *testing.T, what string, cond func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for {
 		ok, saw := cond()
 		if ok {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Errorf("%s: still %s after 60s", what, saw)
+			t.Errorf("%s: still %s after 30s", what, saw)
 			return
 		}
 		time.Sleep(200 * time.Millisecond)
@@ -102,7 +102,6 @@ func poll(t *testing.T, what string, cond func() (bool, string)) {
 func TestKubeletStats(t *testing.T) {
 	d := startDaemon(t, daemonOptions{})
 	withStatsPeriod(t, d, "1s")
-	ctx := ctxT(t)
 	ref, _ := busybox(t)
 	d.pull(t, ref)
 	events := watchEvents(t, d)
@@ -112,9 +111,9 @@ func TestKubeletStats(t *testing.T) {
 	writer := d.runContainer(t, pod, podCfg, containerConfig("writer", ref, "sh", "-c", "dd if=/dev/zero of=/fill bs=1M count=5 && sync && echo done && sleep 600"))
 	spin := d.runContainer(t, pod, podCfg, containerConfig("spin", ref, "sh", "-c", "while :; do :; done"))
 
-	stats := func(id string) *runtimeapi.ContainerStats {
+	stats := func(t *testing.T, id string) *runtimeapi.ContainerStats {
 		t.Helper()
-		r, err := d.rs.ContainerStats(ctx, &runtimeapi.ContainerStatsRequest{ContainerId: id})
+		r, err := d.rs.ContainerStats(ctxT(t), &runtimeapi.ContainerStatsRequest{ContainerId: id})
 		if err != nil {
 			t.Fatalf("ContainerStats: %v", err)
 		}
@@ -122,18 +121,26 @@ func TestKubeletStats(t *testing.T) {
 	}
 
 	t.Run("writable layer", func(t *testing.T) {
+		ctx := ctxT(t)
 		poll(t, "writable layer of a container that wrote 5 MiB", func() (bool, string) {
-			wl := stats(writer).WritableLayer
+			wl := stats(t, writer).WritableLayer
 			return wl.GetUsedBytes().GetValue() >= 5<<20 && wl.GetInodesUsed().GetValue() > 0 && wl.GetFsId().GetMountpoint() != "",
 				fmt.Sprintf("%v", wl)
+		})
+		// More written later shows without a call walking the layer: the
+		// sampler measures it again.
+		d.execOut(t, writer, "dd", "if=/dev/zero", "of=/more", "bs=1M", "count=3")
+		poll(t, "writable layer after 3 MiB more", func() (bool, string) {
+			wl := stats(t, writer).WritableLayer
+			return wl.GetUsedBytes().GetValue() >= 8<<20, fmt.Sprintf("%v", wl)
 		})
 		list, err := d.rs.ListContainerStats(ctx, &runtimeapi.ListContainerStatsRequest{Filter: &runtimeapi.ContainerStatsFilter{PodSandboxId: pod}})
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, s := range list.Stats {
-			if s.Attributes.Id == writer && s.WritableLayer.GetUsedBytes().GetValue() < 5<<20 {
-				t.Errorf("ListContainerStats writable layer %v, want >= 5 MiB as ContainerStats says", s.WritableLayer)
+			if s.Attributes.Id == writer && s.WritableLayer.GetUsedBytes().GetValue() < 8<<20 {
+				t.Errorf("ListContainerStats writable layer %v, want >= 8 MiB as ContainerStats says", s.WritableLayer)
 			}
 		}
 		fs, err := d.is.ImageFsInfo(ctx, &runtimeapi.ImageFsInfoRequest{})
@@ -147,8 +154,9 @@ func TestKubeletStats(t *testing.T) {
 	})
 
 	t.Run("cpu", func(t *testing.T) {
+		ctx := ctxT(t)
 		poll(t, "usage_nano_cores of a busy loop", func() (bool, string) {
-			c := stats(spin).Cpu
+			c := stats(t, spin).Cpu
 			return c.GetUsageNanoCores().GetValue() > 1e8, fmt.Sprintf("%v", c)
 		})
 		poll(t, "pod usage_nano_cores", func() (bool, string) {
@@ -162,6 +170,7 @@ func TestKubeletStats(t *testing.T) {
 	})
 
 	t.Run("network", func(t *testing.T) {
+		ctx := ctxT(t)
 		ps, err := d.rs.PodSandboxStatus(ctx, &runtimeapi.PodSandboxStatusRequest{PodSandboxId: pod})
 		if err != nil {
 			t.Fatal(err)
@@ -197,6 +206,7 @@ func TestKubeletStats(t *testing.T) {
 	})
 
 	t.Run("metrics", func(t *testing.T) {
+		ctx := ctxT(t)
 		descs, err := d.rs.ListMetricDescriptors(ctx, &runtimeapi.ListMetricDescriptorsRequest{})
 		if err != nil {
 			t.Fatal(err)
@@ -261,6 +271,7 @@ func TestKubeletStats(t *testing.T) {
 	})
 
 	t.Run("events", func(t *testing.T) {
+		ctx := ctxT(t)
 		id := d.runContainer(t, pod, podCfg, containerConfig("ev", ref, "sleep", "600"))
 		if _, err := d.rs.StopContainer(ctx, &runtimeapi.StopContainerRequest{ContainerId: id, Timeout: 0}); err != nil {
 			t.Fatal(err)
