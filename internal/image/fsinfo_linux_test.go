@@ -1,9 +1,12 @@
 package image
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -90,5 +93,96 @@ func TestFsInfoMatchesAFullWalk(t *testing.T) {
 	check("container gone")
 	if _, err := s.WritableLayerUsage(id); err == nil {
 		t.Error("WritableLayerUsage of a removed container: no error")
+	}
+}
+
+// fsInfoNode is an image store with busybox and 100 containers whose
+// writable layers hold 50 files each.
+func fsInfoNode(b *testing.B) *Service {
+	b.Helper()
+	host := imagetest.StartRegistry(b)
+	imagetest.Push(b, host, "library/busybox:latest", imagetest.Busybox(b))
+	s, err := New(Config{Root: filepath.Join(b.TempDir(), "root")})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { s.Close() })
+	if _, err := s.Pull(b.Context(), host+"/library/busybox", nil); err != nil {
+		b.Fatal(err)
+	}
+	for c := range 100 {
+		dir := s.containerDir(fmt.Sprintf("c%03d", c))
+		for _, d := range []string{"work", "rootfs", "empty"} {
+			if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+				b.Fatal(err)
+			}
+		}
+		for f := range 50 {
+			p := filepath.Join(dir, "upper", fmt.Sprint(f%5), fmt.Sprint(f))
+			if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+				b.Fatal(err)
+			}
+			if err := os.WriteFile(p, make([]byte, 4096), 0o644); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	return s
+}
+
+func p99(b *testing.B, lat []time.Duration) {
+	slices.Sort(lat)
+	if len(lat) > 0 {
+		b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99-ms")
+	}
+}
+
+// BenchmarkFsInfo100Containers is ImageFsInfo's cost: cached figures,
+// writable layers as the sampler last measured them.
+func BenchmarkFsInfo100Containers(b *testing.B) {
+	s := fsInfoNode(b)
+	if _, err := s.FsInfo(); err != nil { // first call measures everything
+		b.Fatal(err)
+	}
+	var lat []time.Duration
+	for b.Loop() {
+		start := time.Now()
+		if _, err := s.FsInfo(); err != nil {
+			b.Fatal(err)
+		}
+		lat = append(lat, time.Since(start))
+	}
+	p99(b, lat)
+}
+
+// BenchmarkFsInfoFullWalk100Containers is what every call cost before the
+// cache: a walk of the whole store.
+func BenchmarkFsInfoFullWalk100Containers(b *testing.B) {
+	s := fsInfoNode(b)
+	var st unix.Stat_t
+	if err := unix.Lstat(s.root, &st); err != nil {
+		b.Fatal(err)
+	}
+	var lat []time.Duration
+	for b.Loop() {
+		start := time.Now()
+		if _, err := du(s.root, st.Dev, false); err != nil {
+			b.Fatal(err)
+		}
+		lat = append(lat, time.Since(start))
+	}
+	p99(b, lat)
+}
+
+// BenchmarkSampleWritableLayers100 is one sampler sweep's layer walks:
+// what a 10 s tick costs in the background.
+func BenchmarkSampleWritableLayers100(b *testing.B) {
+	s := fsInfoNode(b)
+	for b.Loop() {
+		for c := range 100 {
+			if _, err := s.WritableLayerUsage(fmt.Sprintf("c%03d", c)); err != nil {
+				b.Fatal(err)
+			}
+		}
 	}
 }
