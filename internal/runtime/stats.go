@@ -57,7 +57,7 @@ func CgroupStats(cgroupsPath string) (*Stats, error) {
 	if cgroups.Mode() == cgroups.Unified {
 		s, err = cgroup2Stats(filepath.Join(cgroupRoot, path))
 	} else {
-		s, err = cgroup1Stats(path)
+		s, err = cgroup1Stats(cgroupRoot, path)
 	}
 	if errors.Is(err, syscall.ENOENT) {
 		return nil, fmt.Errorf("cgroup stats %s: %w", path, errdefs.ErrNotFound)
@@ -68,12 +68,12 @@ func CgroupStats(cgroupsPath string) (*Stats, error) {
 	return s, nil
 }
 
-func cgroup1Stats(path string) (*Stats, error) {
+func cgroup1Stats(root, path string) (*Stats, error) {
 	s := &Stats{Timestamp: time.Now()}
 	var buf [4096]byte
-	cpu := filepath.Join(cgroupRoot, "cpuacct", path)
-	mem := filepath.Join(cgroupRoot, "memory", path)
-	pids := filepath.Join(cgroupRoot, "pids", path)
+	cpu := filepath.Join(root, "cpuacct", path)
+	mem := filepath.Join(root, "memory", path)
+	pids := filepath.Join(root, "pids", path)
 	var err error
 	if s.CPUUsageNanos, err = readUint(filepath.Join(cpu, "cpuacct.usage"), buf[:]); err != nil {
 		return nil, err
