@@ -75,7 +75,7 @@ func cgroup1Stats(root, path string) (*Stats, error) {
 	mem := filepath.Join(root, "memory", path)
 	pids := filepath.Join(root, "pids", path)
 	var err error
-	if s.CPUUsageNanos, err = readUint(filepath.Join(cpu, "cpuacct.usage"), buf[:]); err != nil {
+	if s.CPUUsageNanos, err = readCgroupUint(filepath.Join(cpu, "cpuacct.usage"), buf[:]); err != nil {
 		return nil, err
 	}
 	b, err := readSmall(filepath.Join(cpu, "cpuacct.stat"), buf[:])
@@ -90,13 +90,13 @@ func cgroup1Stats(root, path string) (*Stats, error) {
 			s.CPUSystemNanos = v * (1e9 / userHZ)
 		}
 	})
-	if s.MemoryUsageBytes, err = readUint(filepath.Join(mem, "memory.usage_in_bytes"), buf[:]); err != nil {
+	if s.MemoryUsageBytes, err = readCgroupUint(filepath.Join(mem, "memory.usage_in_bytes"), buf[:]); err != nil {
 		return nil, err
 	}
-	if s.MemoryFailcnt, err = readUint(filepath.Join(mem, "memory.failcnt"), buf[:]); err != nil {
+	if s.MemoryFailcnt, err = readCgroupUint(filepath.Join(mem, "memory.failcnt"), buf[:]); err != nil {
 		return nil, err
 	}
-	limit, err := readUint(filepath.Join(mem, "memory.limit_in_bytes"), buf[:])
+	limit, err := readCgroupUint(filepath.Join(mem, "memory.limit_in_bytes"), buf[:])
 	if err != nil {
 		return nil, err
 	}
@@ -124,7 +124,7 @@ func cgroup1Stats(root, path string) (*Stats, error) {
 	})
 	s.MemoryWorkingSet = sub0(s.MemoryUsageBytes, inactiveFile)
 	// The pids controller may be absent (old kernels): no figures then.
-	if v, err := readUint(filepath.Join(pids, "pids.current"), buf[:]); err == nil {
+	if v, err := readCgroupUint(filepath.Join(pids, "pids.current"), buf[:]); err == nil {
 		s.PidsCurrent = v
 		s.Processes = countLines(filepath.Join(pids, "cgroup.procs"))
 	}
@@ -149,7 +149,7 @@ func cgroup2Stats(dir string) (*Stats, error) {
 		}
 	})
 	// memory and pids may not be enabled for the subtree: no figures then.
-	if v, err := readUint(filepath.Join(dir, "memory.current"), buf[:]); err == nil {
+	if v, err := readCgroupUint(filepath.Join(dir, "memory.current"), buf[:]); err == nil {
 		s.MemoryUsageBytes = v
 		if b, err := readSmall(filepath.Join(dir, "memory.max"), buf[:]); err == nil {
 			if v, err := strconv.ParseUint(string(bytes.TrimSpace(b)), 10, 64); err == nil { // "max" is unlimited
@@ -182,7 +182,7 @@ func cgroup2Stats(dir string) (*Stats, error) {
 			s.MemoryWorkingSet = sub0(s.MemoryUsageBytes, inactiveFile)
 		}
 	}
-	if v, err := readUint(filepath.Join(dir, "pids.current"), buf[:]); err == nil {
+	if v, err := readCgroupUint(filepath.Join(dir, "pids.current"), buf[:]); err == nil {
 		s.PidsCurrent = v
 	}
 	s.Processes = countLines(filepath.Join(dir, "cgroup.procs"))
@@ -233,7 +233,7 @@ type pathError struct {
 func (e *pathError) Error() string { return "read " + e.path + ": " + e.err.Error() }
 func (e *pathError) Unwrap() error { return e.err }
 
-func readUint(path string, buf []byte) (uint64, error) {
+func readCgroupUint(path string, buf []byte) (uint64, error) {
 	b, err := readSmall(path, buf)
 	if err != nil {
 		return 0, err
