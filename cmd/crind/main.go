@@ -234,6 +234,7 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		CDISpecDirs:        cfg.CRI.CDISpecDirs,
 		BlockioClass:       blockio,
 		RdtClass:           cfg.CRI.RdtResolver(),
+		StatsPeriod:        time.Duration(cfg.CRI.StatsPeriod),
 	})
 	if err != nil {
 		return err

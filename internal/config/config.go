@@ -58,6 +58,9 @@ type CRI struct {
 	// must be an explicit IP or "localhost" (not empty or unspecified),
 	// since kubelet is handed URLs that name it. Empty disables streaming.
 	StreamAddress string `toml:"stream_address" comment:"host:port of the exec/attach/port-forward server (port 0: any free port); empty disables"`
+	// StatsPeriod is how often container writable layers are measured and
+	// CPU usage sampled for the stats RPCs; zero means 10s.
+	StatsPeriod Duration `toml:"stats_period" comment:"how often writable layers are measured and CPU sampled for stats (default 10s)"`
 	// CgroupParent is the cgroup under which pods without a cgroup parent run.
 	CgroupParent string `toml:"cgroup_parent" comment:"cgroup for pods that name no cgroup_parent"`
 	// PauseBinary is crin-pause, the infra process of every pod; empty means
@@ -275,6 +278,9 @@ func (c *Config) Validate() error {
 		case host != "localhost" && (net.ParseIP(host) == nil || !net.ParseIP(host).IsLoopback()):
 			bad("cri.metrics_address", a, "must be a loopback address")
 		}
+	}
+	if c.CRI.StatsPeriod < 0 {
+		bad("cri.stats_period", time.Duration(c.CRI.StatsPeriod).String(), "must not be negative")
 	}
 	if a := c.CRI.StreamAddress; a != "" {
 		if why := checkStreamAddress(a); why != "" {

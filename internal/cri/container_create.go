@@ -180,6 +180,7 @@ func (s *Service) CreateContainer(ctx context.Context, r *runtimeapi.CreateConta
 	delete(s.pendingCtrs, id)
 	s.containers[id] = c
 	s.mu.Unlock()
+	s.emitContainer(eventCreated, c)
 	log.InfoContext(ctx, "container created", "image", rec.ImageName)
 	if h != nil {
 		c.mu.Lock()

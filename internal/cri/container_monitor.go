@@ -85,6 +85,7 @@ func (s *Service) recordExit(c *container, st runtime.Status) {
 		s.log.WarnContext(s.ctx, "persist container exit", "container_id", rec.ID, "error", err)
 	}
 	close(c.done)
+	s.emitContainer(eventStopped, c)
 	s.log.InfoContext(s.ctx, "container exited", "container_id", rec.ID, "exit_code", rec.ExitCode, "reason", rec.Reason)
 }
 

@@ -76,6 +76,7 @@ func (s *Service) removeContainer(ctx context.Context, c *container) error {
 	s.mu.Lock()
 	delete(s.containers, rec.ID)
 	s.mu.Unlock()
+	s.emitContainer(eventDeleted, c)
 	s.log.InfoContext(ctx, "container removed", "container_id", rec.ID)
 	if h := s.hooks(); h != nil {
 		tctx, cancel := teardownContext(ctx)

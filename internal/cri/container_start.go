@@ -77,6 +77,7 @@ func (s *Service) StartContainer(ctx context.Context, r *runtimeapi.StartContain
 	rec.State = store.ContainerRunning
 	rec.Pid = pid
 	rec.StartedAt = startedAt.UnixNano()
+	s.emitContainer(eventStarted, c)
 	perr := s.opts.Store.PutContainer(rec)
 	var view *api.Container
 	if h != nil {
@@ -143,6 +144,7 @@ func (s *Service) recordStartError(ctx context.Context, c *container, startErr e
 		rec.Message = startErr.Error()
 		rec.FinishedAt = time.Now().UnixNano()
 		close(c.done)
+		s.emitContainer(eventStopped, c)
 		if perr := s.opts.Store.PutContainer(rec); perr != nil {
 			s.log.WarnContext(ctx, "persist start failure", "container_id", rec.ID, "error", perr)
 		}

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/containerd/errdefs"
+	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/crin-dev/crin/internal/image"
@@ -69,7 +70,12 @@ func (s *Service) RemoveImage(ctx context.Context, r *runtimeapi.RemoveImageRequ
 	return &runtimeapi.RemoveImageResponse{}, nil
 }
 
-// ImageFsInfo reports the usage of the image filesystem.
+// ImageFsInfo reports the usage of the image filesystem, which also holds
+// the containers' writable layers: the same figure is the container
+// filesystem (same mountpoint, so kubelet sees no split disk). The image
+// service keeps it from cached per-blob, per-layer and per-writable-layer
+// figures, so a call costs a few directory reads, not a walk. The API has
+// no capacity fields: kubelet takes capacity from the mountpoint.
 func (s *Service) ImageFsInfo(ctx context.Context, r *runtimeapi.ImageFsInfoRequest) (*runtimeapi.ImageFsInfoResponse, error) {
 	u, err := s.opts.Images.FsInfo()
 	if err != nil {
@@ -81,7 +87,10 @@ func (s *Service) ImageFsInfo(ctx context.Context, r *runtimeapi.ImageFsInfoRequ
 		UsedBytes:  &runtimeapi.UInt64Value{Value: u.UsedBytes},
 		InodesUsed: &runtimeapi.UInt64Value{Value: u.InodesUsed},
 	}
-	return &runtimeapi.ImageFsInfoResponse{ImageFilesystems: []*runtimeapi.FilesystemUsage{fs}}, nil
+	return &runtimeapi.ImageFsInfoResponse{
+		ImageFilesystems:     []*runtimeapi.FilesystemUsage{fs},
+		ContainerFilesystems: []*runtimeapi.FilesystemUsage{proto.Clone(fs).(*runtimeapi.FilesystemUsage)},
+	}, nil
 }
 
 func criImage(img *image.Image) *runtimeapi.Image {

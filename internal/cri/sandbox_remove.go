@@ -47,6 +47,7 @@ func (s *Service) RemovePodSandbox(ctx context.Context, r *runtimeapi.RemovePodS
 	s.mu.Lock()
 	delete(s.sandboxes, sb.rec.ID)
 	s.mu.Unlock()
+	s.emitSandbox(eventDeleted, sb)
 	s.log.InfoContext(ctx, "pod sandbox removed", "pod_id", sb.rec.ID)
 	if h := s.hooks(); h != nil {
 		tctx, cancel := teardownContext(ctx)

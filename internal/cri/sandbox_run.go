@@ -163,6 +163,8 @@ func (s *Service) RunPodSandbox(ctx context.Context, r *runtimeapi.RunPodSandbox
 	s.sandboxes[id] = sb
 	s.mu.Unlock()
 	s.watchSandbox(sb)
+	s.emitSandbox(eventCreated, sb)
+	s.emitSandbox(eventStarted, sb)
 	log.InfoContext(ctx, "pod sandbox ready", "runtime", handler, "ips", rec.IPs, "pid", pid)
 	return &runtimeapi.RunPodSandboxResponse{PodSandboxId: id}, nil
 }

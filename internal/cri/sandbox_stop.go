@@ -81,6 +81,7 @@ func (s *Service) stopSandboxLocked(ctx context.Context, sb *sandbox) error {
 		rec.State = store.SandboxNotReady
 		sb.mu.Unlock()
 		log.InfoContext(ctx, "pod sandbox stopped")
+		s.emitSandbox(eventStopped, sb)
 	}
 	if err := s.opts.Store.PutSandbox(rec); err != nil {
 		return err

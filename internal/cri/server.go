@@ -121,8 +121,8 @@ func Interceptor(log *slog.Logger, m *Metrics) grpc.UnaryServerInterceptor {
 	}
 }
 
-// StreamInterceptor is Interceptor for streaming RPCs (CRI has none today;
-// this keeps a future one from taking crind down).
+// StreamInterceptor is Interceptor for streaming RPCs (GetContainerEvents,
+// the Stream* lists).
 func StreamInterceptor(log *slog.Logger, m *Metrics) grpc.StreamServerInterceptor {
 	log = slog.New(NewContextHandler(log.Handler()))
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {

@@ -91,6 +91,9 @@ type Options struct {
 	// /sys/fs/cgroup (unit tests point it elsewhere: the start-up sweep
 	// removes pod cgroups no record owns under CgroupParent).
 	CgroupFS string
+	// StatsPeriod is how often writable layers are measured and CPU
+	// sampled (sampler.go); zero means DefaultStatsPeriod.
+	StatsPeriod time.Duration
 }
 
 // Service implements the CRI RuntimeService and ImageService.
@@ -129,6 +132,11 @@ type Service struct {
 	// stream hands out and serves streaming URLs; nil when disabled.
 	stream   streaming.Server
 	streamRT *streamRuntime
+
+	// sampler keeps writable layer and CPU figures (sampler.go).
+	sampler *sampler
+	// events fans container events out to GetContainerEvents (events.go).
+	events *broker
 }
 
 // sandbox is a pod crind knows. See nri.go for the lock order and why it
@@ -195,6 +203,8 @@ func New(ctx context.Context, o Options) (*Service, error) {
 		containers:  map[string]*container{},
 		pendingPods: map[string]*api.PodSandbox{},
 		pendingCtrs: map[string]*api.Container{},
+		sampler:     newSampler(o.StatsPeriod, o.Images),
+		events:      newBroker(eventBuffer),
 	}
 	if s.opts.NSDir == "" {
 		s.opts.NSDir = filepath.Join(filepath.Dir(o.NetNSDir), "ns")
@@ -224,6 +234,7 @@ func New(ctx context.Context, o Options) (*Service, error) {
 		s.cancel()
 		return nil, fmt.Errorf("recover state: %w", err)
 	}
+	s.goOwned(func() { s.runSampler(s.ctx) })
 	return s, nil
 }
 
@@ -234,6 +245,7 @@ func (s *Service) Close() error {
 	s.closed = true
 	s.mu.Unlock()
 	s.cancel()
+	s.events.close()
 	s.wg.Wait()
 	return nil
 }

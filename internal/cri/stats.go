@@ -55,21 +55,19 @@ func (s *Service) ListContainerStats(ctx context.Context, r *runtimeapi.ListCont
 func (s *Service) containerStats(c *container) (*runtimeapi.ContainerStats, error) {
 	c.mu.Lock()
 	rec, cfg := c.rec, c.config
+	id, cgroupsPath := rec.ID, rec.CgroupsPath
 	running := rec.State == store.ContainerRunning || rec.State == store.ContainerCreated
 	c.mu.Unlock()
 	out := &runtimeapi.ContainerStats{
 		Attributes: &runtimeapi.ContainerAttributes{
-			Id: rec.ID, Metadata: cfg.GetMetadata(), Labels: cfg.GetLabels(), Annotations: cfg.GetAnnotations(),
+			Id: id, Metadata: cfg.GetMetadata(), Labels: cfg.GetLabels(), Annotations: cfg.GetAnnotations(),
 		},
-		WritableLayer: &runtimeapi.FilesystemUsage{
-			Timestamp: time.Now().UnixNano(),
-			FsId:      &runtimeapi.FilesystemIdentifier{Mountpoint: rec.Rootfs},
-		},
+		WritableLayer: s.writableLayer(id),
 	}
 	if !running {
 		return out, nil
 	}
-	st, err := runtime.CgroupStats(rec.CgroupsPath)
+	st, err := runtime.CgroupStats(cgroupsPath)
 	if errors.Is(err, errdefs.ErrNotFound) {
 		return out, nil
 	}
@@ -77,7 +75,34 @@ func (s *Service) containerStats(c *container) (*runtimeapi.ContainerStats, erro
 		return nil, err
 	}
 	fillCPUMem(st, &out.Cpu, &out.Memory)
+	s.fillNanoCores(id, st, out.Cpu)
 	return out, nil
+}
+
+// writableLayer is the container's writable layer usage as the sampler
+// last measured it (measured now the first time). Its FsId is the
+// mountpoint of the filesystem holding it, which kubelet looks up for
+// capacity; without a measure only the timestamp is set.
+func (s *Service) writableLayer(id string) *runtimeapi.FilesystemUsage {
+	u, ok := s.sampler.layer(id)
+	if !ok {
+		return &runtimeapi.FilesystemUsage{Timestamp: time.Now().UnixNano()}
+	}
+	return &runtimeapi.FilesystemUsage{
+		Timestamp:  u.Time.UnixNano(),
+		FsId:       &runtimeapi.FilesystemIdentifier{Mountpoint: u.Mountpoint},
+		UsedBytes:  &runtimeapi.UInt64Value{Value: u.UsedBytes},
+		InodesUsed: &runtimeapi.UInt64Value{Value: u.InodesUsed},
+	}
+}
+
+// fillNanoCores sets the CPU rate between the last sample at least
+// minRateGap old and this one; left unset for a cgroup's first sample
+// (kubelet then computes it from its own previous reading).
+func (s *Service) fillNanoCores(id string, st *runtime.Stats, cpu *runtimeapi.CpuUsage) {
+	if r, ok := s.sampler.cpuRate(id, cpuSample{usage: st.CPUUsageNanos, at: st.Timestamp}); ok {
+		cpu.UsageNanoCores = &runtimeapi.UInt64Value{Value: r}
+	}
 }
 
 func fillCPUMem(st *runtime.Stats, cpu **runtimeapi.CpuUsage, mem **runtimeapi.MemoryUsage) {
@@ -93,6 +118,13 @@ func fillCPUMem(st *runtime.Stats, cpu **runtimeapi.CpuUsage, mem **runtimeapi.M
 		RssBytes:        &runtimeapi.UInt64Value{Value: st.MemoryRSSBytes},
 		PageFaults:      &runtimeapi.UInt64Value{Value: st.MemoryPageFaults},
 		MajorPageFaults: &runtimeapi.UInt64Value{Value: st.MemoryMajorFaults},
+	}
+	if st.MemoryLimitBytes > 0 {
+		avail := uint64(0)
+		if st.MemoryLimitBytes > st.MemoryWorkingSet {
+			avail = st.MemoryLimitBytes - st.MemoryWorkingSet
+		}
+		(*mem).AvailableBytes = &runtimeapi.UInt64Value{Value: avail}
 	}
 }
 
@@ -146,12 +178,19 @@ func (s *Service) sandboxStats(sb *sandbox) (*runtimeapi.PodSandboxStats, error)
 		switch {
 		case err == nil:
 			fillCPUMem(st, &out.Linux.Cpu, &out.Linux.Memory)
+			s.fillNanoCores(rec.ID, st, out.Linux.Cpu)
 			out.Linux.Process = &runtimeapi.ProcessUsage{
 				Timestamp:    st.Timestamp.UnixNano(),
 				ProcessCount: &runtimeapi.UInt64Value{Value: st.PidsCurrent},
 			}
 		case !errors.Is(err, errdefs.ErrNotFound):
 			return nil, err
+		}
+	}
+	if rec.State == store.SandboxReady && rec.NetNS != "" {
+		// Best effort: a pod whose netns is going away has no figures.
+		if n, err := podNetwork(rec.NetNS); err == nil {
+			out.Linux.Network = n
 		}
 	}
 	for _, c := range s.podContainers(rec.ID) {

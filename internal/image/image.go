@@ -139,6 +139,9 @@ type Service struct {
 	dirs   map[string]string       // layer dir name -> diff id, committed or being unpacked
 	leases map[string]*leaseRecord // rootfs by container id
 	pins   map[string]int          // digests and diff ids used by pulls in progress
+
+	// fs caches usage figures for FsInfo (fsinfo.go).
+	fs fsCache
 }
 
 // New opens (creating if needed) the image store under cfg.Root.

@@ -1,0 +1,218 @@
+package cri
+
+import (
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/crin-dev/crin/internal/image"
+	"github.com/crin-dev/crin/internal/runtime"
+)
+
+func TestCPURate(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	type obs struct {
+		usage uint64
+		at    time.Duration
+	}
+	for _, tc := range []struct {
+		name   string
+		seen   []obs
+		cur    obs
+		want   uint64
+		wantOK bool
+	}{
+		{name: "first sample", cur: obs{5e9, 0}},
+		{name: "one core for 10s", seen: []obs{{0, 0}}, cur: obs{10e9, 10 * time.Second}, want: 1e9, wantOK: true},
+		{name: "half a core", seen: []obs{{1e9, 0}}, cur: obs{2e9, 2 * time.Second}, want: 5e8, wantOK: true},
+		{name: "idle", seen: []obs{{7, 0}}, cur: obs{7, time.Second}, want: 0, wantOK: true},
+		{
+			// A request right after a sample uses the one before it.
+			name: "too close to the last, use the previous",
+			seen: []obs{{0, 0}, {10e9, 10 * time.Second}}, cur: obs{10e9 + 1e8, 10*time.Second + 100*time.Millisecond},
+			want: uint64(float64(10e9+1e8) / 10.1), wantOK: true,
+		},
+		{name: "only a close sample", seen: []obs{{0, 0}}, cur: obs{1e6, time.Millisecond}},
+		{name: "counter went back (cgroup recreated)", seen: []obs{{5e9, 0}}, cur: obs{1e9, 10 * time.Second}},
+		{name: "many cores, large counters", seen: []obs{{1 << 62, 0}}, cur: obs{1<<62 + 64e9, time.Second}, want: 64e9, wantOK: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var cs cpuSeries
+			for _, o := range tc.seen {
+				cs.observe(cpuSample{o.usage, at(o.at)})
+			}
+			got, ok := cs.rate(cpuSample{tc.cur.usage, at(tc.cur.at)})
+			if ok != tc.wantOK || (ok && absDiff(got, tc.want) > tc.want/1e6+1) {
+				t.Errorf("rate = %d, %v; want %d, %v", got, ok, tc.want, tc.wantOK)
+			}
+		})
+	}
+}
+
+func absDiff(a, b uint64) uint64 {
+	if a > b {
+		return a - b
+	}
+	return b - a
+}
+
+// A burst of requests must not shrink the span: samples closer than
+// minRateGap to the last are not kept.
+func TestCPUSeriesKeepsSpan(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	var cs cpuSeries
+	cs.observe(cpuSample{0, t0})
+	cs.observe(cpuSample{1e9, t0.Add(time.Second)})
+	for i := 1; i <= 10; i++ {
+		cs.observe(cpuSample{1e9 + uint64(i), t0.Add(time.Second + time.Duration(i)*time.Millisecond)})
+	}
+	if cs.prev.at != t0 || cs.last.at != t0.Add(time.Second) {
+		t.Errorf("series %+v; want the samples at 0s and 1s kept", cs)
+	}
+}
+
+func TestParseNetDev(t *testing.T) {
+	in := `Inter-|   Receive                                                |  Transmit
+ face |bytes    packets errs drop fifo frame compressed multicast|bytes    packets errs drop fifo colls carrier compressed
+    lo:     140       2    0    0    0     0          0         0      140       2    0    0    0     0       0          0
+  eth0: 1234567     890    3    4    0     0          0         0   765432     321    5    6    0     0       0          0
+`
+	got, err := parseNetDev([]byte(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []ifaceCounters{
+		{name: "lo", rxBytes: 140, rxPackets: 2, txBytes: 140, txPackets: 2},
+		{name: "eth0", rxBytes: 1234567, rxPackets: 890, rxErrors: 3, rxDrop: 4, txBytes: 765432, txPackets: 321, txErrors: 5, txDrop: 6},
+	}
+	if diff := cmp.Diff(want, got, cmp.AllowUnexported(ifaceCounters{})); diff != "" {
+		t.Errorf("parseNetDev (-want +got):\n%s", diff)
+	}
+	if _, err := parseNetDev([]byte("eth0: 1 2 3\n")); err == nil {
+		t.Error("a short line parsed without error")
+	}
+}
+
+// kubelet builds a Prometheus desc from each descriptor's LabelKeys and
+// fills LabelValues in order: every metric must carry exactly as many
+// values as its descriptor has keys, and names must be unique.
+func TestMetricLabelsMatchDescriptors(t *testing.T) {
+	h := newHub(t)
+	resp, err := h.ListMetricDescriptors(t.Context(), &runtimeapi.ListMetricDescriptorsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := map[string]int{}
+	for _, d := range resp.Descriptors {
+		if _, dup := keys[d.Name]; dup {
+			t.Errorf("descriptor %s twice", d.Name)
+		}
+		keys[d.Name] = len(d.LabelKeys)
+	}
+	for _, n := range []string{"container_cpu_usage_seconds_total", "container_memory_working_set_bytes", "container_network_receive_bytes_total", "container_fs_usage_bytes", "container_processes", "container_threads"} {
+		if _, ok := keys[n]; !ok {
+			t.Errorf("no descriptor %s", n)
+		}
+	}
+	defs := metricDefs()
+	base := []string{"c", "id", "img", "id", "ns", "pod"}
+	var ms []*runtimeapi.Metric
+	ms = append(ms, cgroupMetrics(defs, &runtime.Stats{CPUUsageNanos: 2500e6}, base)...)
+	ms = append(ms, networkMetrics(defs, []ifaceCounters{{name: "lo"}, {name: "eth0", rxBytes: 9}}, base)...)
+	ms = append(ms, fsMetrics(defs, fsFigures{usedBytes: 5}, append(slices.Clone(base), "/var"), 1)...)
+	seen := map[string]bool{}
+	for _, m := range ms {
+		seen[m.Name] = true
+		n, ok := keys[m.Name]
+		if !ok {
+			t.Errorf("metric %s has no descriptor", m.Name)
+		} else if len(m.LabelValues) != n {
+			t.Errorf("metric %s: %d label values %q, descriptor has %d keys", m.Name, len(m.LabelValues), m.LabelValues, n)
+		}
+		if m.Name == "container_cpu_usage_seconds_total" && m.Value.GetValue() != 2 {
+			t.Errorf("cpu seconds %d for 2.5 s, want 2 (whole seconds)", m.Value.GetValue())
+		}
+		if m.Name == "container_network_receive_bytes_total" && m.LabelValues[6] != "eth0" {
+			t.Errorf("network metric for interface %q; loopback must be left out", m.LabelValues[6])
+		}
+	}
+	for n := range keys {
+		if !seen[n] {
+			t.Errorf("descriptor %s is never reported", n)
+		}
+	}
+}
+
+// layerImages is fakeImages that can measure writable layers; each
+// measure grows the layer by 1 MiB so a test sees when it was taken.
+type layerImages struct {
+	*fakeImages
+	mu       sync.Mutex
+	measures map[string]int
+}
+
+func (l *layerImages) WritableLayerUsage(id string) (image.LayerUsage, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.measures[id]++
+	return image.LayerUsage{Mountpoint: "/var", UsedBytes: uint64(l.measures[id]) << 20, InodesUsed: 3, Time: time.Now()}, nil
+}
+
+func (l *layerImages) count(id string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.measures[id]
+}
+
+func TestWritableLayerFromSampler(t *testing.T) {
+	h := newHub(t)
+	li := &layerImages{fakeImages: h.images, measures: map[string]int{}}
+	h.opts.Images = li
+	h.opts.StatsPeriod = time.Hour // only the first sweep and explicit ones
+	h.start(t, false)
+	pod := h.runPod(t, "p")
+	id := h.create(t, pod, "c")
+
+	get := func() *runtimeapi.FilesystemUsage {
+		t.Helper()
+		st, err := h.ContainerStats(t.Context(), &runtimeapi.ContainerStatsRequest{ContainerId: id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.Stats.WritableLayer
+	}
+	wl := get()
+	if wl.GetUsedBytes().GetValue() != 1<<20 || wl.GetInodesUsed().GetValue() != 3 || wl.GetFsId().GetMountpoint() != "/var" {
+		t.Errorf("writable layer %v; want the first measure (1 MiB, 3 inodes, on /var)", wl)
+	}
+	for range 5 {
+		get()
+	}
+	if n := li.count(id); n != 1 {
+		t.Errorf("%d measures after 6 stats calls; want 1 (calls read the cache)", n)
+	}
+	h.sampleOnce(t.Context()) // created, measured: not again
+	if n := li.count(id); n != 1 {
+		t.Errorf("a created container measured %d times; its layer is measured once until it runs", n)
+	}
+	h.startCtr(t, id)
+	h.sampleOnce(t.Context())
+	if got := get().GetUsedBytes().GetValue(); got != 2<<20 {
+		t.Errorf("after a sweep: %d bytes, want the new measure (2 MiB)", got)
+	}
+	if _, err := h.RemoveContainer(t.Context(), &runtimeapi.RemoveContainerRequest{ContainerId: id}); err != nil {
+		t.Fatal(err)
+	}
+	h.sampleOnce(t.Context())
+	h.sampler.mu.Lock()
+	_, kept := h.sampler.fs[id]
+	h.sampler.mu.Unlock()
+	if kept {
+		t.Error("a removed container's figure is still cached")
+	}
+}
