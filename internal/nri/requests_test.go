@@ -44,7 +44,7 @@ func TestPluginEvictions(t *testing.T) {
 		wantEvicted []string
 		wantErr     string   // in the error ask returns
 		wantFailed  []string // ids in UpdateContainersResponse.Failed
-		wantLog     string // a warning naming the failed eviction
+		wantLog     string   // a warning naming the failed eviction
 	}{
 		{
 			name: "from CreateContainer answer",
