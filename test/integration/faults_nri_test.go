@@ -1,0 +1,197 @@
+//go:build integration
+
+package integration
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// TestNRIFaultSyncHang: a pre-installed plugin that never answers
+// Synchronize. crind serves CRI after the bounded start-up wait, no
+// RunPodSandbox waits for the plugin (each is far quicker than the sync
+// timeout: the hang, not a speed, is what is measured), and the plugin is
+// launched again with a growing backoff that `crinctl plugins` shows.
+func TestNRIFaultSyncHang(t *testing.T) {
+	const syncTimeout = 12 * time.Second
+	n := newNRISetup(t)
+	n.install(t, "10", "stuck", pluginConfig{Rules: []pluginRule{{Event: "Synchronize", Sleep: "1h"}}})
+	nriPluginBinary(t)
+	start := time.Now()
+	d := startDaemon(t, daemonOptions{extraConfig: fmt.Sprintf(`
+[nri]
+enable = true
+plugin_path = %q
+plugin_config_path = %q
+socket_path = %q
+plugin_sync_timeout = %q
+plugin_startup_wait = "1s"
+`, n.PluginDir, n.ConfDir, n.Socket, syncTimeout.String())})
+	if up := time.Since(start); up >= syncTimeout {
+		t.Errorf("crind took %v to serve CRI, as long as the sync timeout %v: start-up waits for the stuck plugin", up, syncTimeout)
+	}
+
+	// Pods started while the plugin synchronizes, and while it is being
+	// launched again, do not wait for it.
+	for i := range 3 {
+		cfg := podConfig(fmt.Sprintf("nostall-%d", i))
+		t0 := time.Now()
+		id := d.runPod(t, cfg)
+		if took := time.Since(t0); took >= syncTimeout/2 {
+			t.Errorf("RunPodSandbox %d took %v, sync timeout %v: it waited for the plugin's Synchronize", i, took, syncTimeout)
+		}
+		if _, err := d.rs.StopPodSandbox(ctxT(t), &runtimeapi.StopPodSandboxRequest{PodSandboxId: id}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := d.rs.RemovePodSandbox(ctxT(t), &runtimeapi.RemovePodSandboxRequest{PodSandboxId: id}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// The plugin backs off, longer after every failed Synchronize.
+	type wirePlugin struct {
+		Index, Name, State string
+		Restarts           uint64
+		Backoff            string
+		NextAttempt        string `json:"next_attempt"`
+		LastError          string `json:"last_error"`
+	}
+	var seen []time.Duration
+	var last wirePlugin
+	deadline := time.Now().Add(3*syncTimeout + 30*time.Second)
+	for len(seen) < 2 && time.Now().Before(deadline) {
+		out, err := crinctlRun(t, d, "--json", "plugins")
+		var ps []wirePlugin
+		if err == nil {
+			err = json.Unmarshal([]byte(out), &ps)
+		}
+		if err != nil {
+			t.Fatalf("crinctl --json plugins: %v\n%s", err, out)
+		}
+		for _, p := range ps {
+			if p.Index+"-"+p.Name != "10-stuck" || p.State != "backoff" {
+				continue
+			}
+			b, err := time.ParseDuration(p.Backoff)
+			if err != nil {
+				t.Fatalf("10-stuck backoff %q: %v", p.Backoff, err)
+			}
+			if len(seen) == 0 || seen[len(seen)-1] != b {
+				seen = append(seen, b)
+				last = p
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if len(seen) < 2 || seen[1] <= seen[0] {
+		t.Fatalf("10-stuck backoffs seen: %v, want two, growing", seen)
+	}
+	if last.Restarts == 0 || last.NextAttempt == "" || !strings.Contains(last.LastError, "ynchronize") {
+		t.Errorf("10-stuck while backing off: %+v, want restarts, next attempt and a Synchronize error", last)
+	}
+	t.Logf("backoffs %v; last: %+v", seen, last)
+	table := crinctl(t, d, "plugins")
+	for _, row := range tableRows(table) {
+		if len(row) > 1 && row[1] == "stuck" && !strings.HasPrefix(row[3], "backoff") && row[3] != "connecting" && row[3] != "synchronizing" {
+			t.Errorf("crinctl plugins row for stuck: %q", row)
+		}
+	}
+}
+
+// TestNRIFaultNetdevRoundTrip: a plugin moves a host network device into
+// a pod's network namespace on RunPodSandbox and back on StopPodSandbox
+// (the network-device-injector pattern). The device must be back on the
+// host after StopPodSandbox: crind delivers the event before it tears the
+// network down and releases the namespace, which would destroy the device.
+func TestNRIFaultNetdevRoundTrip(t *testing.T) {
+	n := newNRISetup(t)
+	// A veth pair on the host; the plugin moves its peer end.
+	host, peer := "crnd"+randHex(4)+"h", "crnd"+randHex(4)+"p"
+	if out, err := exec.Command("ip", "link", "add", host, "type", "veth", "peer", "name", peer).CombinedOutput(); err != nil {
+		t.Fatalf("create veth pair: %v: %s", err, out)
+	}
+	t.Cleanup(func() {
+		_ = exec.Command("ip", "link", "del", host).Run() // takes the peer with it
+	})
+	bin := netdevPluginBinary(t)
+	b, err := os.ReadFile(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(n.PluginDir, "10-netdev"), b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	log := filepath.Join(n.Dir, "10-netdev.log")
+	if err := os.WriteFile(filepath.Join(n.ConfDir, "10-netdev.conf"), []byte("dev="+peer+"\nlog="+log+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d := nriDaemon(t, n, "")
+	waitPluginsReady(t, d, "10-netdev")
+
+	onHost := func() bool { return exec.Command("ip", "link", "show", "dev", peer).Run() == nil }
+	cfg := podConfig("netdev")
+	pod := d.runPod(t, cfg)
+	if l := waitFileLine(t, log, "in netdev", "error"); !strings.HasPrefix(l, "in ") {
+		t.Fatalf("plugin did not move %s into the pod: %s", peer, l)
+	}
+	if onHost() {
+		t.Fatalf("%s still on the host after RunPodSandbox", peer)
+	}
+	if _, err := d.rs.StopPodSandbox(ctxT(t), &runtimeapi.StopPodSandboxRequest{PodSandboxId: pod}); err != nil {
+		t.Fatalf("StopPodSandbox: %v", err)
+	}
+	l := waitFileLine(t, log, "out netdev", "error out")
+	if !onHost() {
+		t.Errorf("%s is not back on the host after StopPodSandbox (plugin: %q): it was destroyed with the pod's network namespace", peer, l)
+	}
+	if _, err := d.rs.RemovePodSandbox(ctxT(t), &runtimeapi.RemovePodSandboxRequest{PodSandboxId: pod}); err != nil {
+		t.Fatalf("RemovePodSandbox: %v", err)
+	}
+}
+
+var (
+	netdevPluginOnce sync.Once
+	netdevPluginPath string
+	netdevPluginErr  error
+)
+
+func netdevPluginBinary(t *testing.T) string {
+	t.Helper()
+	netdevPluginOnce.Do(func() {
+		netdevPluginPath, netdevPluginErr = goBuild("./test/integration/testdata/netdevplugin", "netdevplugin")
+	})
+	if netdevPluginErr != nil {
+		t.Fatal(netdevPluginErr)
+	}
+	return netdevPluginPath
+}
+
+// waitFileLine waits until a line of path starts with one of prefixes and
+// returns it.
+func waitFileLine(t *testing.T, path string, prefixes ...string) string {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		b, _ := os.ReadFile(path)
+		for _, l := range strings.Split(string(b), "\n") {
+			for _, p := range prefixes {
+				if strings.HasPrefix(l, p) {
+					return l
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no line starting with %q in %s:\n%s", prefixes, path, b)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
