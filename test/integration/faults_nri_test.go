@@ -24,7 +24,10 @@ import (
 func TestNRIFaultSyncHang(t *testing.T) {
 	const syncTimeout = 12 * time.Second
 	n := newNRISetup(t)
-	n.install(t, "10", "stuck", pluginConfig{Rules: []pluginRule{{Event: "Synchronize", Sleep: "1h"}}})
+	n.install(t, "10", "stuck", pluginConfig{
+		Events: "RunPodSandbox,StopPodSandbox,RemovePodSandbox,CreateContainer",
+		Rules:  []pluginRule{{Event: "Synchronize", Sleep: "1h"}},
+	})
 	nriPluginBinary(t)
 	start := time.Now()
 	d := startDaemon(t, daemonOptions{extraConfig: fmt.Sprintf(`
@@ -40,13 +43,15 @@ plugin_startup_wait = "1s"
 		t.Errorf("crind took %v to serve CRI, as long as the sync timeout %v: start-up waits for the stuck plugin", up, syncTimeout)
 	}
 
-	// Pods started while the plugin synchronizes, and while it is being
-	// launched again, do not wait for it.
+	// Pods started while the plugin synchronizes do not wait for it.
 	for i := range 3 {
+		waitPluginState(t, d, "10-stuck", "synchronizing", 3*syncTimeout)
 		cfg := podConfig(fmt.Sprintf("nostall-%d", i))
 		t0 := time.Now()
 		id := d.runPod(t, cfg)
-		if took := time.Since(t0); took >= syncTimeout/2 {
+		took := time.Since(t0)
+		t.Logf("RunPodSandbox %d: %v", i, took)
+		if took >= syncTimeout/2 {
 			t.Errorf("RunPodSandbox %d took %v, sync timeout %v: it waited for the plugin's Synchronize", i, took, syncTimeout)
 		}
 		if _, err := d.rs.StopPodSandbox(ctxT(t), &runtimeapi.StopPodSandboxRequest{PodSandboxId: id}); err != nil {
@@ -58,29 +63,11 @@ plugin_startup_wait = "1s"
 	}
 
 	// The plugin backs off, longer after every failed Synchronize.
-	type wirePlugin struct {
-		Index, Name, State string
-		Restarts           uint64
-		Backoff            string
-		NextAttempt        string `json:"next_attempt"`
-		LastError          string `json:"last_error"`
-	}
 	var seen []time.Duration
 	var last wirePlugin
 	deadline := time.Now().Add(3*syncTimeout + 30*time.Second)
 	for len(seen) < 2 && time.Now().Before(deadline) {
-		out, err := crinctlRun(t, d, "--json", "plugins")
-		var ps []wirePlugin
-		if err == nil {
-			err = json.Unmarshal([]byte(out), &ps)
-		}
-		if err != nil {
-			t.Fatalf("crinctl --json plugins: %v\n%s", err, out)
-		}
-		for _, p := range ps {
-			if p.Index+"-"+p.Name != "10-stuck" || p.State != "backoff" {
-				continue
-			}
+		if p, ok := pluginByID(t, d, "10-stuck"); ok && p.State == "backoff" {
 			b, err := time.ParseDuration(p.Backoff)
 			if err != nil {
 				t.Fatalf("10-stuck backoff %q: %v", p.Backoff, err)
@@ -155,6 +142,51 @@ func TestNRIFaultNetdevRoundTrip(t *testing.T) {
 	}
 	if _, err := d.rs.RemovePodSandbox(ctxT(t), &runtimeapi.RemovePodSandboxRequest{PodSandboxId: pod}); err != nil {
 		t.Fatalf("RemovePodSandbox: %v", err)
+	}
+}
+
+// wirePlugin is the part of the admin API's plugin (internal/admin.Plugin)
+// these tests read.
+type wirePlugin struct {
+	Index, Name, State string
+	Restarts           uint64
+	Backoff            string
+	NextAttempt        string `json:"next_attempt"`
+	LastError          string `json:"last_error"`
+}
+
+// pluginByID reads plugin id ("NN-name") from `crinctl --json plugins`.
+func pluginByID(t *testing.T, d *daemon, id string) (wirePlugin, bool) {
+	t.Helper()
+	out, err := crinctlRun(t, d, "--json", "plugins")
+	var ps []wirePlugin
+	if err == nil {
+		err = json.Unmarshal([]byte(out), &ps)
+	}
+	if err != nil {
+		t.Fatalf("crinctl --json plugins: %v\n%s", err, out)
+	}
+	for _, p := range ps {
+		if p.Index+"-"+p.Name == id {
+			return p, true
+		}
+	}
+	return wirePlugin{}, false
+}
+
+// waitPluginState polls the admin API until plugin id is in state.
+func waitPluginState(t *testing.T, d *daemon, id, state string, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		p, ok := pluginByID(t, d, id)
+		if ok && p.State == state {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("plugin %s not %s within %v: %+v", id, state, timeout, p)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 
