@@ -270,7 +270,7 @@ func (a *Adaptation) createContainer(ctx context.Context, pod *api.PodSandbox, c
 		}
 		// A synchronizing plugin gets the creation after its Synchronize,
 		// too late to adjust the container (plugin.dedicated).
-		if p.enqueue(ev, pod, m.container()) {
+		if p.synchronizing() && p.enqueue(ev, pod, m.container()) {
 			continue
 		}
 		ok, err := p.live()
@@ -494,8 +494,8 @@ func (a *Adaptation) evict(evs []*api.ContainerEviction) {
 
 // unsolicited applies an UpdateContainers request a plugin sent on its
 // own. Each update and eviction is applied on its own: the ones that fail
-// are returned, the others take effect. Updates are checked for conflicts (one update per container per
-// request); an update for a container with an UpdateContainer event in
+// are returned, the others take effect. Updates are checked for conflicts
+// (one update per container per request); an update for a container with an UpdateContainer event in
 // progress is merged into that event's result (its outcome is the event's),
 // so it neither races nor waits for it; one for a container being created
 // or stopped is refused (returned as failed); the rest go to the Engine under per-container gates. It never

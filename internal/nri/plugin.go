@@ -404,6 +404,14 @@ func (p *plugin) ready() bool {
 	return p.state == StateReady
 }
 
+// synchronizing reports whether the plugin is in its Synchronize (a
+// cheap check before building what enqueue would keep).
+func (p *plugin) synchronizing() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.state == StateSynchronizing
+}
+
 // alreadySeen reports whether id was part of the plugin's Synchronize,
 // consuming the mark: a creation event for it must not be delivered too.
 func (p *plugin) alreadySeen(id string) bool {
