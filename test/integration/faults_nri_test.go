@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containerd/nri/pkg/api"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -225,5 +226,39 @@ func waitFileLine(t *testing.T, path string, prefixes ...string) string {
 			t.Fatalf("no line starting with %q in %s:\n%s", prefixes, path, b)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestNRIFaultEvictionBatch: a plugin's UpdateContainers that evicts an
+// unknown container and a real one evicts the real one, succeeds, and
+// reports the unknown one alone as failed.
+func TestNRIFaultEvictionBatch(t *testing.T) {
+	n := newNRISetup(t)
+	d := nriDaemon(t, n, "")
+	ref, _ := busybox(t)
+	d.pull(t, ref)
+	podCfg := podConfig("evictbatch")
+	pod := d.runPod(t, podCfg)
+	doomed := d.runContainer(t, pod, podCfg, containerConfig("doomed", ref, "sleep", "1000"))
+
+	ev := dialEvictor(t, n.Socket, "50", "evictor")
+	waitPluginsReady(t, d, "50-evictor")
+	ghost := "0123456789abcdef" + randHex(24)
+	rsp, err := ev.runtime.UpdateContainers(ctxT(t), &api.UpdateContainersRequest{Evict: []*api.ContainerEviction{
+		{ContainerId: ghost, Reason: "not there"},
+		{ContainerId: doomed, Reason: "make room"},
+	}})
+	if err != nil {
+		t.Fatalf("UpdateContainers evicting %s (unknown) and %s: %v", ghost, doomed, err)
+	}
+	var failed []string
+	for _, u := range rsp.GetFailed() {
+		failed = append(failed, u.GetContainerId())
+	}
+	if len(failed) != 1 || failed[0] != ghost {
+		t.Errorf("failed = %v, want [%s]", failed, ghost)
+	}
+	if st := d.waitExited(t, doomed); st.Reason != "Evicted" || st.Message != "make room" {
+		t.Errorf("evicted container: reason %q message %q, want \"Evicted\", \"make room\"", st.Reason, st.Message)
 	}
 }
