@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/containerd/nri/pkg/api"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -260,5 +262,50 @@ func TestNRIFaultEvictionBatch(t *testing.T) {
 	}
 	if st := d.waitExited(t, doomed); st.Reason != "Evicted" || st.Message != "make room" {
 		t.Errorf("evicted container: reason %q message %q, want \"Evicted\", \"make room\"", st.Reason, st.Message)
+	}
+}
+
+// TestNRIFaultMissingMountSource: a plugin's bind mount whose source does
+// not exist fails CreateContainer with NotFound naming the plugin and the
+// field, not with the runtime's message about some mount.
+func TestNRIFaultMissingMountSource(t *testing.T) {
+	n := newNRISetup(t)
+	missing := filepath.Join(n.Dir, "no-such-dir")
+	n.install(t, "10", "mounter", pluginConfig{Rules: []pluginRule{{
+		Event: "CreateContainer", Container: "withmount",
+		Adjust: protoJSON(t, &api.ContainerAdjustment{
+			Mounts: []*api.Mount{{Source: missing, Destination: "/injected", Type: "bind", Options: []string{"rbind"}}},
+		}),
+	}}})
+	d := nriDaemon(t, n, "")
+	waitConfigured(t, d, n, "10-mounter")
+	ref, _ := busybox(t)
+	d.pull(t, ref)
+	podCfg := podConfig("mountsrc")
+	pod := d.runPod(t, podCfg)
+	_, err := d.rs.CreateContainer(ctxT(t), &runtimeapi.CreateContainerRequest{
+		PodSandboxId: pod, Config: containerConfig("withmount", ref, "sleep", "1000"), SandboxConfig: podCfg,
+	})
+	want := `nri plugin "10-mounter" adjusts mounts["/injected"]: source "` + missing + `" does not exist`
+	if status.Code(err) != codes.NotFound || !strings.Contains(err.Error(), want) {
+		t.Fatalf("CreateContainer error = %v, want NotFound with %q", err, want)
+	}
+	if strings.Count(err.Error(), missing) != 1 {
+		t.Errorf("CreateContainer error names the source %d times: %v", strings.Count(err.Error(), missing), err)
+	}
+}
+
+// TestUTSSysctlAccepted: kernel.domainname, a sysctl of the UTS namespace,
+// is accepted for a pod with its own UTS namespace and set in it.
+func TestUTSSysctlAccepted(t *testing.T) {
+	d := startDaemon(t, daemonOptions{})
+	ref, _ := busybox(t)
+	d.pull(t, ref)
+	podCfg := podConfig("utssysctl")
+	podCfg.Linux.Sysctls = map[string]string{"kernel.domainname": "crin.test"}
+	pod := d.runPod(t, podCfg)
+	id := d.runContainer(t, pod, podCfg, containerConfig("uts", ref, "sleep", "1000"))
+	if got := strings.TrimSpace(d.execOut(t, id, "cat", "/proc/sys/kernel/domainname")); got != "crin.test" {
+		t.Errorf("kernel.domainname in the pod = %q, want crin.test", got)
 	}
 }
