@@ -16,12 +16,25 @@ import (
 // invocation order).
 func writePlugins(w io.Writer, ps []admin.Plugin) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "INDEX\tNAME\tKIND\tSTATE\tEVENTS\tCALLS\tFAILURES\tLATENCY")
+	fmt.Fprintln(tw, "INDEX\tNAME\tKIND\tSTATE\tEVENTS\tCALLS\tFAILURES\tLATENCY\tRESTARTS")
 	for _, p := range ps {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\n",
-			dash(p.Index), p.Name, dash(p.Kind), dash(p.State), eventList(p.Events), p.Calls, p.Failures, latency(p))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%d\n",
+			dash(p.Index), p.Name, dash(p.Kind), state(p), eventList(p.Events), p.Calls, p.Failures, latency(p), p.Restarts)
 	}
 	return tw.Flush()
+}
+
+// state is the plugin's state; a plugin backing off shows the delay and
+// the time of its next attempt (--json has its last error).
+func state(p admin.Plugin) string {
+	if p.State != "backoff" || p.Backoff == "" {
+		return dash(p.State)
+	}
+	s := "backoff " + p.Backoff
+	if t, err := time.Parse(time.RFC3339Nano, p.NextAttempt); err == nil {
+		s += " until " + t.Local().Format(time.TimeOnly)
+	}
+	return s
 }
 
 // maxEventsWidth keeps the table readable when a plugin subscribes to

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -26,7 +27,11 @@ const pluginsJSON = `[
    "calls": 12, "failures": 1, "mean_latency": "1.523456ms"},
   {"index": "90", "name": "late", "kind": "external", "events": [], "state": "synchronizing",
    "failure_policy": {"fail_request": false, "keep_connected": false}, "required": false, "request_timeout": "2s",
-   "calls": 0, "failures": 0, "mean_latency": "0s"}
+   "calls": 0, "failures": 0, "mean_latency": "0s"},
+  {"index": "95", "name": "stuck", "kind": "preinstalled", "events": [], "state": "backoff",
+   "failure_policy": {"fail_request": false, "keep_connected": false}, "required": false, "request_timeout": "2s",
+   "calls": 0, "failures": 0, "mean_latency": "0s", "restarts": 3, "last_error": "synchronize: timed out",
+   "backoff": "8s", "next_attempt": "2026-11-24T07:00:08Z"}
 ]`
 
 func TestWritePlugins(t *testing.T) {
@@ -38,11 +43,14 @@ func TestWritePlugins(t *testing.T) {
 	if err := writePlugins(&buf, ps); err != nil {
 		t.Fatal(err)
 	}
-	want := `INDEX  NAME               KIND          STATE          EVENTS                           CALLS  FAILURES  LATENCY
-00     default-validator  builtin       ready          ValidateContainerAdjustment      3      0         12µs
-10     resources          preinstalled  ready          CreateContainer,UpdateContainer  12     1         1.52ms
-90     late               external      synchronizing  -                                0      0         -
+	want := `INDEX  NAME               KIND          STATE                      EVENTS                           CALLS  FAILURES  LATENCY  RESTARTS
+00     default-validator  builtin       ready                      ValidateContainerAdjustment      3      0         12µs     0
+10     resources          preinstalled  ready                      CreateContainer,UpdateContainer  12     1         1.52ms   0
+90     late               external      synchronizing              -                                0      0         -        0
+95     stuck              preinstalled  backoff 8s until 07:00:08  -                                0      0         -        3
 `
+	// The next attempt is shown in local time.
+	want = strings.Replace(want, "07:00:08", time.Date(2026, 11, 24, 7, 0, 8, 0, time.UTC).Local().Format(time.TimeOnly), 1)
 	if diff := cmp.Diff(want, buf.String()); diff != "" {
 		t.Errorf("table (-want +got):\n%s", diff)
 	}

@@ -71,7 +71,7 @@ func adminPluginFrom(p nri.PluginInfo) admin.Plugin {
 	if events == nil {
 		events = []string{}
 	}
-	return admin.Plugin{
+	out := admin.Plugin{
 		Index:          p.Index,
 		Name:           p.Name,
 		Kind:           string(p.Kind),
@@ -83,7 +83,14 @@ func adminPluginFrom(p nri.PluginInfo) admin.Plugin {
 		Calls:          p.Calls,
 		Failures:       p.Failures,
 		MeanLatency:    p.Latency.String(),
+		Restarts:       p.Restarts,
+		LastError:      p.LastError,
 	}
+	if p.State == nri.StateBackoff {
+		out.Backoff = p.Backoff.String()
+		out.NextAttempt = p.NextAttempt.UTC().Format(time.RFC3339Nano)
+	}
+	return out
 }
 
 // adminStatus maps an errdefs class to an HTTP status.

@@ -52,6 +52,9 @@ func TestAdminPlugins(t *testing.T) {
 			FailurePolicy: nri.FailurePolicy{FailRequest: true}, Required: true, RequestTimeout: 500 * time.Millisecond,
 			Calls: 12, Failures: 1, Latency: 1500 * time.Microsecond},
 		{Index: "90", Name: "late", Kind: nri.KindExternal, State: nri.StateSynchronizing},
+		{Index: "95", Name: "stuck", Kind: nri.KindPreinstalled, State: nri.StateBackoff, RequestTimeout: 2 * time.Second,
+			Restarts: 3, LastError: "synchronize nri plugin: timed out", Backoff: 8 * time.Second,
+			NextAttempt: time.Date(2026, 11, 24, 7, 0, 8, 0, time.FixedZone("x", 3600))},
 	}, fakeOwners{})
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/v1/nri/plugins", nil))
@@ -76,6 +79,10 @@ func TestAdminPlugins(t *testing.T) {
 		{"index": "90", "name": "late", "kind": "external", "events": []any{}, "state": "synchronizing",
 			"failure_policy": map[string]any{"fail_request": false, "keep_connected": false}, "required": false,
 			"request_timeout": "0s", "calls": float64(0), "failures": float64(0), "mean_latency": "0s"},
+		{"index": "95", "name": "stuck", "kind": "preinstalled", "events": []any{}, "state": "backoff",
+			"failure_policy": map[string]any{"fail_request": false, "keep_connected": false}, "required": false,
+			"request_timeout": "2s", "calls": float64(0), "failures": float64(0), "mean_latency": "0s",
+			"restarts": float64(3), "last_error": "synchronize nri plugin: timed out", "backoff": "8s", "next_attempt": "2026-11-24T06:00:08Z"},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("plugins (-want +got):\n%s", diff)

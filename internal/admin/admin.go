@@ -30,6 +30,14 @@ type Plugin struct {
 	Calls          uint64        `json:"calls"`
 	Failures       uint64        `json:"failures"`
 	MeanLatency    string        `json:"mean_latency"`
+	// Restarts counts launches of a pre-installed plugin after a failure
+	// (to start, to synchronize, or later); LastError is the latest one.
+	Restarts  uint64 `json:"restarts,omitempty"`
+	LastError string `json:"last_error,omitempty"`
+	// Backoff and NextAttempt (RFC 3339, UTC) are set while State is
+	// "backoff": the plugin failed and waits to be launched again.
+	Backoff     string `json:"backoff,omitempty"`
+	NextAttempt string `json:"next_attempt,omitempty"`
 }
 
 // FailurePolicy is a plugin's failure policy on the wire.

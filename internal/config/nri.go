@@ -36,6 +36,9 @@ type NRI struct {
 	PluginRequestTimeout Duration `toml:"plugin_request_timeout" comment:"bound on one plugin's handling of one event"`
 	// PluginSyncTimeout bounds a plugin's whole Synchronize.
 	PluginSyncTimeout Duration `toml:"plugin_sync_timeout" comment:"bound on a plugin's whole Synchronize (all pods and containers)"`
+	// PluginStartupWait bounds how long start-up waits for pre-installed
+	// plugins to be ready; later ones get their events queued.
+	PluginStartupWait Duration `toml:"plugin_startup_wait" comment:"longest start-up waits for pre-installed plugins to synchronize (no CRI call ever waits for one)"`
 	// DefaultFailurePolicy applies to plugins with no policy of their own
 	// and no override.
 	DefaultFailurePolicy FailurePolicy `toml:"default_failure_policy" comment:"what a plugin's timeout, crash or protocol error does, unless overridden"`
@@ -62,8 +65,9 @@ type NRIPlugin struct {
 	RequestTimeout Duration `toml:"request_timeout,omitempty"`
 	// FailurePolicy replaces the plugin's own and the default policy.
 	FailurePolicy *FailurePolicy `toml:"failure_policy,omitempty"`
-	// Required: while the plugin is not connected, RunPodSandbox,
-	// CreateContainer and UpdateContainer fail, and so do requests it fails.
+	// Required: while the plugin is not ready (connecting, synchronizing,
+	// backing off), RunPodSandbox, CreateContainer and UpdateContainer fail
+	// at once (Unavailable), and so do requests it fails.
 	Required bool `toml:"required,omitempty"`
 }
 
@@ -94,6 +98,7 @@ func defaultNRI() NRI {
 		PluginRegistrationTimeout: Duration(d.RegistrationTimeout),
 		PluginRequestTimeout:      Duration(d.RequestTimeout),
 		PluginSyncTimeout:         Duration(d.SyncTimeout),
+		PluginStartupWait:         Duration(d.StartupWait),
 		DefaultFailurePolicy:      FailurePolicy(d.DefaultFailurePolicy),
 		Plugins:                   map[string]NRIPlugin{},
 		DefaultValidator: NRIValidator{
@@ -132,6 +137,7 @@ func (n *NRI) validate(bad func(key string, val any, why string)) {
 		{"nri.plugin_registration_timeout", n.PluginRegistrationTimeout},
 		{"nri.plugin_request_timeout", n.PluginRequestTimeout},
 		{"nri.plugin_sync_timeout", n.PluginSyncTimeout},
+		{"nri.plugin_startup_wait", n.PluginStartupWait},
 	} {
 		if kv.val <= 0 {
 			bad(kv.key, time.Duration(kv.val), "must be positive")
@@ -179,6 +185,7 @@ func (n NRI) AdaptationConfig(runtimeVersion string) nri.Config {
 		RegistrationTimeout:  time.Duration(n.PluginRegistrationTimeout),
 		RequestTimeout:       time.Duration(n.PluginRequestTimeout),
 		SyncTimeout:          time.Duration(n.PluginSyncTimeout),
+		StartupWait:          time.Duration(n.PluginStartupWait),
 		DefaultFailurePolicy: nri.FailurePolicy(n.DefaultFailurePolicy),
 		DefaultValidator: nri.DefaultValidatorConfig{
 			Enable:                                n.DefaultValidator.Enable,

@@ -103,6 +103,7 @@ tolerate_missing_plugins_annotation = "example.com/tolerate-missing"
 		RegistrationTimeout:  time.Second,
 		RequestTimeout:       250 * time.Millisecond,
 		SyncTimeout:          time.Minute,
+		StartupWait:          nri.DefaultStartupWait,
 		DefaultFailurePolicy: nri.FailurePolicy{FailRequest: true},
 		PluginOverrides: map[string]nri.PluginConfig{
 			"10-resources": {RequestTimeout: 5 * time.Second, Required: true, FailurePolicy: &nri.FailurePolicy{FailRequest: true, KeepConnected: true}},

@@ -15,11 +15,11 @@ import (
 )
 
 // StopPodSandbox stops every container of the pod (each gets its NRI
-// StopContainer), its infra process, tears its network down and relays
-// NRI StopPodSandbox (once per pod; the pod stays visible meanwhile).
-// Stopping an unknown or stopped pod succeeds: the CRI contract says
-// StopPodSandbox must be idempotent and must not return an error if all
-// relevant resources have already been reclaimed.
+// StopContainer), relays NRI StopPodSandbox (once per pod), then stops its
+// infra process and tears its network down; the pod stays visible
+// meanwhile. Stopping an unknown or stopped pod succeeds: the CRI contract
+// says StopPodSandbox must be idempotent and must not return an error if
+// all relevant resources have already been reclaimed.
 func (s *Service) StopPodSandbox(ctx context.Context, r *runtimeapi.StopPodSandboxRequest) (*runtimeapi.StopPodSandboxResponse, error) {
 	sb, err := s.getSandbox(r.GetPodSandboxId())
 	if errors.Is(err, errdefs.ErrNotFound) {
@@ -41,10 +41,16 @@ func (s *Service) StopPodSandbox(ctx context.Context, r *runtimeapi.StopPodSandb
 
 // stopSandboxLocked stops the pod; sb.op held (rec is read under it and
 // written under sb.mu too, see sandbox). Holding sb.op across the NRI
-// calls is safe: nothing a plugin can trigger takes it (nri.go). Every
-// container's NRI StopContainer is delivered before NRI StopPodSandbox: a
-// stop that cannot make sure of it (ctx ended while another goroutine
-// delivers it) fails the call before anything else is torn down.
+// calls is safe: nothing a plugin can trigger takes it (nri.go). The order
+// is the one docs/state-machines.md gives:
+//
+//  1. every container is stopped, with its NRI StopContainer; a stop that
+//     cannot make sure of it (ctx ended while another goroutine delivers
+//     it) fails the call before anything else is torn down;
+//  2. NRI StopPodSandbox, to every plugin even when one fails, while the
+//     pod's network namespace and network are still there: a plugin that
+//     moved a host device into the pod moves it back now;
+//  3. the infra process, CNI DEL, the network namespace.
 func (s *Service) stopSandboxLocked(ctx context.Context, sb *sandbox) error {
 	for _, c := range s.podContainers(sb.rec.ID) {
 		if err := s.stopContainer(ctx, c, 0); err != nil {
@@ -53,6 +59,9 @@ func (s *Service) stopSandboxLocked(ctx context.Context, sb *sandbox) error {
 	}
 	rec := sb.rec
 	log := s.log.With("pod_id", rec.ID)
+	if err := s.deliverPodStop(ctx, sb); err != nil {
+		return err
+	}
 	if rec.State == store.SandboxReady {
 		rt, ok := s.opts.Runtimes[rec.RuntimeHandler]
 		if !ok {
@@ -83,17 +92,23 @@ func (s *Service) stopSandboxLocked(ctx context.Context, sb *sandbox) error {
 		log.InfoContext(ctx, "pod sandbox stopped")
 		s.emitSandbox(eventStopped, sb)
 	}
-	if err := s.opts.Store.PutSandbox(rec); err != nil {
-		return err
-	}
+	return s.opts.Store.PutSandbox(rec)
+}
+
+// deliverPodStop relays NRI StopPodSandbox once per pod and records that
+// it did, so a StopPodSandbox retried after a later step failed does not
+// repeat it. A plugin's failure is logged: the adaptation delivers the
+// event to every plugin regardless, and the pod stops anyway. sb.op held.
+func (s *Service) deliverPodStop(ctx context.Context, sb *sandbox) error {
 	h := s.hooks()
+	rec := sb.rec
 	if h == nil || rec.NRIStopDelivered {
 		return nil
 	}
 	tctx, cancel := teardownContext(ctx)
 	defer cancel()
 	if err := h.StopPodSandbox(tctx, sb.nriView()); err != nil {
-		log.WarnContext(ctx, "nri stop pod sandbox", "error", err)
+		s.log.WarnContext(ctx, "nri stop pod sandbox", "pod_id", rec.ID, "error", err)
 	}
 	sb.mu.Lock()
 	rec.NRIStopDelivered = true

@@ -49,8 +49,9 @@ func WithMetrics(m Metrics) Option { return func(a *Adaptation) { a.metrics = m 
 // WithLogger sets the logger (default: slog.Default()).
 func WithLogger(l *slog.Logger) Option { return func(a *Adaptation) { a.log = l } }
 
-// WithRestartBackoff bounds the delay before a crashed pre-installed plugin
-// is launched again; it doubles from lo up to hi.
+// WithRestartBackoff bounds the delay before a pre-installed plugin that
+// failed is launched again; it doubles from lo up to hi (default
+// DefaultRestartBackoff up to DefaultMaxRestartBackoff).
 func WithRestartBackoff(lo, hi time.Duration) Option {
 	return func(a *Adaptation) { a.backoffMin, a.backoffMax = lo, hi }
 }
@@ -79,8 +80,7 @@ type Adaptation struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	// wg counts every goroutine the adaptation owns.
-	wg      sync.WaitGroup
-	initial sync.WaitGroup
+	wg sync.WaitGroup
 
 	// mu guards the fields below. It is never held across a plugin call.
 	mu sync.Mutex
@@ -94,6 +94,8 @@ type Adaptation struct {
 	// live holds every plugin object not closed yet, listed or not.
 	live     map[*plugin]struct{}
 	listener net.Listener
+	// sups holds the pre-installed plugins' restart records; set by Start.
+	sups     []*supervisor
 	started  bool
 	stopping bool
 
@@ -119,8 +121,8 @@ func New(cfg Config, eng Engine, opts ...Option) (*Adaptation, error) {
 		eng:        eng,
 		log:        slog.Default(),
 		metrics:    NopMetrics{},
-		backoffMin: 500 * time.Millisecond,
-		backoffMax: 30 * time.Second,
+		backoffMin: DefaultRestartBackoff,
+		backoffMax: DefaultMaxRestartBackoff,
 		grace:      DefaultShutdownGrace,
 		epoch:      &epoch{},
 		ids:        make(map[string]*plugin),
@@ -139,9 +141,11 @@ func New(cfg Config, eng Engine, opts ...Option) (*Adaptation, error) {
 }
 
 // Start launches the pre-installed plugins, waits until each registered and
-// synchronized (or failed to), and starts accepting external plugins. ctx
-// is the daemon's context: cancelling it stops background work, Stop is
-// still needed to shut plugins down.
+// synchronized (or failed to) but at most Config.StartupWait, and starts
+// accepting external plugins. A plugin still synchronizing afterwards gets
+// the events that happen meanwhile queued for it alone; no CRI call waits
+// for it. ctx is the daemon's context: cancelling it stops background
+// work, Stop is still needed to shut plugins down.
 func (a *Adaptation) Start(ctx context.Context) error {
 	a.mu.Lock()
 	if a.started {
@@ -162,19 +166,51 @@ func (a *Adaptation) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	sups := make([]*supervisor, 0, len(plugins))
 	for _, pi := range plugins {
-		a.initial.Add(1)
-		if !a.goRun(func() { a.supervise(pi) }) {
-			a.initial.Done()
+		sups = append(sups, newSupervisor(pi))
+	}
+	a.mu.Lock()
+	a.sups = sups
+	a.mu.Unlock()
+	for _, s := range sups {
+		if !a.goRun(func() { a.supervise(s) }) {
+			close(s.first)
 		}
 	}
-	a.initial.Wait()
+	a.awaitFirst(ctx, sups)
 	if !a.cfg.DisableConnections {
 		if err := a.listen(); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// awaitFirst waits for the first attempt of every pre-installed plugin, at
+// most StartupWait in all.
+func (a *Adaptation) awaitFirst(ctx context.Context, sups []*supervisor) {
+	t := time.NewTimer(a.cfg.StartupWait)
+	defer t.Stop()
+	for _, s := range sups {
+		select {
+		case <-s.first:
+			continue
+		case <-t.C:
+		case <-ctx.Done():
+		}
+		var late []string
+		for _, s := range sups {
+			select {
+			case <-s.first:
+			default:
+				late = append(late, s.pi.id())
+			}
+		}
+		a.log.WarnContext(ctx, "nri serving before every pre-installed plugin is ready; events are queued for the late ones",
+			"plugins", late, "startup_wait", a.cfg.StartupWait)
+		return
+	}
 }
 
 // Stop sends Shutdown to every plugin, closes the connections, terminates
@@ -245,13 +281,24 @@ func (p *plugin) shutdown(ctx context.Context) {
 func (a *Adaptation) Plugins() []PluginInfo {
 	a.mu.Lock()
 	ps := make([]*plugin, 0, len(a.live))
+	covered := make(map[*supervisor]bool)
 	for p := range a.live {
 		ps = append(ps, p)
+		if p.sup != nil {
+			covered[p.sup] = true
+		}
 	}
+	sups := a.sups
 	a.mu.Unlock()
 	infos := make([]PluginInfo, 0, len(ps))
 	for _, p := range ps {
 		infos = append(infos, p.info())
+	}
+	// A pre-installed plugin between attempts has no plugin object.
+	for _, s := range sups {
+		if !covered[s] {
+			infos = append(infos, s.info(a))
+		}
 	}
 	slices.SortFunc(infos, func(x, y PluginInfo) int {
 		return strings.Compare(x.Index+"-"+x.Name, y.Index+"-"+y.Name)
@@ -382,7 +429,7 @@ func (a *Adaptation) accept(l net.Listener) {
 }
 
 func (a *Adaptation) serveExternal(conn net.Conn) {
-	p, err := a.newConnPlugin(conn, KindExternal, "", "")
+	p, err := a.newConnPlugin(conn, KindExternal, nil, "", "")
 	if err != nil {
 		a.log.WarnContext(a.ctx, "nri external plugin refused", "error", err)
 		return

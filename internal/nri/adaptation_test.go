@@ -523,22 +523,21 @@ func TestEventsDuringSyncAreQueued(t *testing.T) {
 	if err := e.a.PostStartContainer(ctx, pod, ctr); err != nil {
 		t.Fatal(err)
 	}
-	// ...a request does: it is delivered after the queued events.
-	created := make(chan error, 1)
-	go func() {
-		_, _, err := e.a.CreateContainer(ctx, pod, testCtr("pod1", "ctr2"))
-		created <- err
-	}()
-	time.Sleep(100 * time.Millisecond)
+	// ...and neither do requests: a pod created meanwhile reaches the
+	// plugin after its sync, and so does a container created meanwhile
+	// (too late to adjust it).
+	if err := e.a.RunPodSandbox(ctx, testPod("pod2")); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := e.a.CreateContainer(ctx, pod, testCtr("pod1", "ctr2")); err != nil {
+		t.Fatal(err)
+	}
 	if got := r.seen(); count(got, "Synchronized") != 0 || len(got) != 1 {
 		t.Fatalf("plugin saw %v before its sync", got)
 	}
 	close(gate)
-	if err := <-created; err != nil {
-		t.Fatal(err)
-	}
 	r.waitSeen(t, "Configure crin", "Synchronize pod pod1", "Synchronize container ctr1", "Synchronized",
-		"StartContainer ctr1", "PostStartContainer ctr1", "CreateContainer ctr2")
+		"StartContainer ctr1", "PostStartContainer ctr1", "RunPodSandbox pod2", "CreateContainer ctr2")
 	if n := count(r.seen(), "StartContainer ctr1"); n != 1 {
 		t.Errorf("StartContainer ctr1 delivered %d times", n)
 	}

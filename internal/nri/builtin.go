@@ -17,14 +17,12 @@ func newDefaultValidator(a *Adaptation, cfg DefaultValidatorConfig) *plugin {
 		a: a, kind: KindBuiltin, log: a.log,
 		builtin: &defaultValidator{cfg: cfg},
 		closed:  make(chan struct{}),
-		ready:   make(chan struct{}),
 		state:   StateReady,
 		timeout: a.cfg.RequestTimeout,
 		policy:  FailurePolicy{FailRequest: true, KeepConnected: true},
 	}
 	p.setIdent("", "builtin.default-validator")
 	p.events.Set(api.Event_VALIDATE_CONTAINER_ADJUSTMENT)
-	close(p.ready)
 	return p
 }
 

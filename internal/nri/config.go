@@ -15,6 +15,14 @@ const (
 	DefaultRegistrationTimeout = 5 * time.Second
 	DefaultRequestTimeout      = 2 * time.Second
 	DefaultSyncTimeout         = 30 * time.Second
+	// DefaultStartupWait is how long Start waits for the pre-installed
+	// plugins to be ready before crind serves without them.
+	DefaultStartupWait = 5 * time.Second
+	// DefaultRestartBackoff and DefaultMaxRestartBackoff bound the delay
+	// before a pre-installed plugin that failed (to start, to synchronize,
+	// or later) is launched again; it doubles from the first to the second.
+	DefaultRestartBackoff    = time.Second
+	DefaultMaxRestartBackoff = 5 * time.Minute
 	// DefaultShutdownGrace is how long a launched plugin has to exit after
 	// SIGTERM before it is killed.
 	DefaultShutdownGrace = 2 * time.Second
@@ -41,6 +49,10 @@ type Config struct {
 	RequestTimeout time.Duration `toml:"plugin_request_timeout"`
 	// SyncTimeout bounds the whole Synchronize exchange with one plugin.
 	SyncTimeout time.Duration `toml:"plugin_sync_timeout"`
+	// StartupWait bounds how long Start waits for the pre-installed
+	// plugins' first registration and Synchronize; one still synchronizing
+	// afterwards gets its events queued until it is ready.
+	StartupWait time.Duration `toml:"plugin_startup_wait"`
 	// PluginOverrides holds per-plugin settings, keyed by plugin name
 	// ("name") or by index and name ("NN-name"); the latter wins.
 	PluginOverrides map[string]PluginConfig `toml:"plugins"`
@@ -60,8 +72,10 @@ type PluginConfig struct {
 	RequestTimeout time.Duration `toml:"request_timeout"`
 	// FailurePolicy replaces the plugin's own and the default policy.
 	FailurePolicy *FailurePolicy `toml:"failure_policy"`
-	// Required makes the plugin mandatory: while it is not connected,
-	// RunPodSandbox, CreateContainer and UpdateContainer fail, and its
+	// Required makes the plugin mandatory: while it is not ready
+	// (connecting, synchronizing, backing off after a failure),
+	// RunPodSandbox, CreateContainer and UpdateContainer fail at once with
+	// ErrRequiredPluginMissing (Unavailable, so kubelet retries), and its
 	// failures always fail those requests.
 	Required bool `toml:"required"`
 }
@@ -89,6 +103,7 @@ func DefaultConfig() Config {
 		RegistrationTimeout: DefaultRegistrationTimeout,
 		RequestTimeout:      DefaultRequestTimeout,
 		SyncTimeout:         DefaultSyncTimeout,
+		StartupWait:         DefaultStartupWait,
 		DefaultValidator: DefaultValidatorConfig{
 			Enable:                  true,
 			RejectOCIHookAdjustment: true,
@@ -109,6 +124,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.SyncTimeout == 0 {
 		c.SyncTimeout = DefaultSyncTimeout
 	}
+	if c.StartupWait == 0 {
+		c.StartupWait = DefaultStartupWait
+	}
 	if c.SocketPath == "" {
 		c.SocketPath = DefaultSocketPath
 	}
@@ -119,6 +137,7 @@ func (c Config) withDefaults() (Config, error) {
 		"plugin_registration_timeout": c.RegistrationTimeout,
 		"plugin_request_timeout":      c.RequestTimeout,
 		"plugin_sync_timeout":         c.SyncTimeout,
+		"plugin_startup_wait":         c.StartupWait,
 	} {
 		if d < 0 {
 			return c, fmt.Errorf("nri config %s %s: %w", name, d, errdefs.ErrInvalidArgument)

@@ -45,19 +45,16 @@ func (a *Adaptation) enter(ctx context.Context, pod *api.PodSandbox) ([]*plugin,
 	return ps, inEvent{a: a, pod: id, ep: ep}, nil
 }
 
-// checkRequired fails if a required plugin is not connected and ready or
-// synchronizing.
+// checkRequired fails if a required plugin is not connected and ready: a
+// required plugin must take part in every request, and a request never
+// waits for a plugin's Synchronize.
 func (a *Adaptation) checkRequired(ps []*plugin) error {
 	for _, want := range a.required {
 		found := false
 		for _, p := range ps {
-			if p.name == want || p.id() == want {
-				p.mu.Lock()
-				found = p.state == StateReady || p.state == StateSynchronizing
-				p.mu.Unlock()
-				if found {
-					break
-				}
+			if (p.name == want || p.id() == want) && p.ready() {
+				found = true
+				break
 			}
 		}
 		if !found {
@@ -67,14 +64,15 @@ func (a *Adaptation) checkRequired(ps []*plugin) error {
 	return nil
 }
 
-// live reports whether p can get a live request now, waiting for it to
-// finish synchronizing. A required plugin that cannot is an error.
-func (p *plugin) live(ctx context.Context) (bool, error) {
-	if p.waitReady(ctx) {
+// live reports whether p can get a live request now. It never waits: a
+// plugin still synchronizing (or gone) is passed over, which is an error
+// only for a required plugin.
+func (p *plugin) live() (bool, error) {
+	if p.ready() {
 		return true, nil
 	}
 	if p.required {
-		return false, fmt.Errorf("%w: %s", ErrRequiredPluginMissing, p.id())
+		return false, fmt.Errorf("%w: %s is not ready", ErrRequiredPluginMissing, p.id())
 	}
 	return false, nil
 }
@@ -120,7 +118,12 @@ func (a *Adaptation) podRequest(ctx context.Context, ev api.Event, pod *api.PodS
 		if !p.subscribed(ev) || p.builtin != nil {
 			continue
 		}
-		ok, err := p.live(ctx)
+		// A synchronizing plugin learns of the pod after its Synchronize;
+		// a resource change it missed reaches it as PostUpdatePodSandbox.
+		if ev == api.Event_RUN_POD_SANDBOX && p.enqueue(ev, pod, nil) {
+			continue
+		}
+		ok, err := p.live()
 		if err != nil {
 			return err
 		}
@@ -265,7 +268,12 @@ func (a *Adaptation) createContainer(ctx context.Context, pod *api.PodSandbox, c
 		if !p.subscribed(ev) || p.builtin != nil {
 			continue
 		}
-		ok, err := p.live(ctx)
+		// A synchronizing plugin gets the creation after its Synchronize,
+		// too late to adjust the container (plugin.dedicated).
+		if p.synchronizing() && p.enqueue(ev, pod, m.container()) {
+			continue
+		}
+		ok, err := p.live()
 		if err != nil {
 			return nil, nil, nil, err
 		}
@@ -332,7 +340,7 @@ func (a *Adaptation) validate(ctx context.Context, vs []*plugin, req *api.Valida
 	var wg sync.WaitGroup
 	for i, p := range vs {
 		run := func() {
-			ok, err := p.live(ctx)
+			ok, err := p.live()
 			if !ok || err != nil {
 				errs[i] = err
 				return
@@ -382,7 +390,9 @@ func (a *Adaptation) UpdateContainer(ctx context.Context, pod *api.PodSandbox, c
 		if !p.subscribed(ev) || p.builtin != nil {
 			continue
 		}
-		ok, err := p.live(ctx)
+		// A synchronizing plugin is passed over; it learns of the change
+		// from PostUpdateContainer, queued for it.
+		ok, err := p.live()
 		if err != nil {
 			return nil, err
 		}
@@ -483,8 +493,9 @@ func (a *Adaptation) evict(evs []*api.ContainerEviction) {
 }
 
 // unsolicited applies an UpdateContainers request a plugin sent on its
-// own. Updates are checked for conflicts (one update per container per
-// request); an update for a container with an UpdateContainer event in
+// own. Each update and eviction is applied on its own: the ones that fail
+// are returned, the others take effect. Updates are checked for conflicts
+// (one update per container per request); an update for a container with an UpdateContainer event in
 // progress is merged into that event's result (its outcome is the event's),
 // so it neither races nor waits for it; one for a container being created
 // or stopped is refused (returned as failed); the rest go to the Engine under per-container gates. It never
@@ -536,11 +547,17 @@ func (a *Adaptation) unsolicited(ctx context.Context, p *plugin, req *api.Update
 		}
 		failed = append(failed, f...)
 	}
-	var errs []error
+	// Every eviction is tried; one that fails (an unknown container, one
+	// the engine refuses) is reported like a failed update, as an entry of
+	// the response's Failed list carrying only its container id: the
+	// response has no other place for it, and an error would make the
+	// plugin believe the whole batch failed.
 	for _, e := range req.GetEvict() {
-		if err := a.eng.EvictContainer(ctx, e.GetContainerId(), e.GetReason()); err != nil {
-			errs = append(errs, fmt.Errorf("evict container %s: %w", e.GetContainerId(), err))
+		id := e.GetContainerId()
+		if err := a.eng.EvictContainer(ctx, id, e.GetReason()); err != nil {
+			a.log.WarnContext(ctx, "nri eviction failed", "plugin", p.id(), "container_id", id, "error", err)
+			failed = append(failed, &api.ContainerUpdate{ContainerId: id})
 		}
 	}
-	return failed, errors.Join(errs...)
+	return failed, nil
 }

@@ -6,6 +6,7 @@ package nri
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -172,6 +173,9 @@ func (a *Adaptation) join(p *plugin) error {
 	p.mu.Unlock()
 	upds, err := p.synchronize(ctx, pods, ctrs)
 	if err != nil {
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return fmt.Errorf("synchronize nri plugin %s: no answer within plugin_sync_timeout %s: %w", p.id(), a.cfg.SyncTimeout, ErrPluginTimeout)
+		}
 		return err
 	}
 	if len(upds) > 0 {

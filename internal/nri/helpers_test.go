@@ -350,14 +350,15 @@ func waitPlugin(t *testing.T, a *Adaptation, id string, state PluginState) Plugi
 	}
 }
 
-// waitGone waits until no plugin id is listed.
+// waitGone waits until plugin id is not connected: not listed, or a
+// pre-installed one waiting to be launched again.
 func waitGone(t *testing.T, a *Adaptation, id string) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		found := false
 		for _, pi := range a.Plugins() {
-			found = found || pi.Index+"-"+pi.Name == id
+			found = found || (pi.Index+"-"+pi.Name == id && pi.State != StateBackoff)
 		}
 		if !found {
 			return

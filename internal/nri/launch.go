@@ -86,7 +86,8 @@ type proc struct {
 
 // launch starts the plugin with one end of a socketpair as fd 3 and wires
 // the other end as its connection.
-func (a *Adaptation) launch(pi preinstalled) (*plugin, *proc, error) {
+func (a *Adaptation) launch(sup *supervisor) (*plugin, *proc, error) {
+	pi := sup.pi
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, nil, fmt.Errorf("launch nri plugin %s: socketpair: %w", pi.id(), err)
@@ -125,7 +126,7 @@ func (a *Adaptation) launch(pi preinstalled) (*plugin, *proc, error) {
 		_ = conn.Close()
 		return nil, nil, fmt.Errorf("launch nri plugin %s: %w", pi.id(), err)
 	}
-	p, err := a.newConnPlugin(conn, KindPreinstalled, pi.idx, pi.name)
+	p, err := a.newConnPlugin(conn, KindPreinstalled, sup, pi.idx, pi.name)
 	if err != nil {
 		a.terminate(pr)
 		return nil, nil, err
@@ -178,52 +179,6 @@ func (a *Adaptation) isStopping() bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.stopping || a.ctx.Err() != nil
-}
-
-// supervise keeps one pre-installed plugin running: it launches it, waits
-// for it to go away and launches it again with exponential backoff, until
-// the adaptation stops. The first attempt is reported through a.initial.
-func (a *Adaptation) supervise(pi preinstalled) {
-	first := true
-	backoff := a.backoffMin
-	for {
-		started := time.Now()
-		p, pr, err := a.launch(pi)
-		if err == nil {
-			err = a.connect(p, pi.config)
-		}
-		if first {
-			a.initial.Done()
-			first = false
-		}
-		if err != nil {
-			a.log.Warn("nri plugin failed to start", "plugin", pi.id(), "error", err)
-		} else {
-			select {
-			case <-p.closed:
-			case <-pr.exited:
-				p.close(fmt.Errorf("nri plugin process exited: %w", ErrPluginGone))
-			case <-a.ctx.Done():
-				<-p.closed // Stop shuts it down first
-			}
-		}
-		if pr != nil {
-			a.terminate(pr)
-		}
-		if a.isStopping() {
-			return
-		}
-		if time.Since(started) > time.Minute {
-			backoff = a.backoffMin
-		}
-		a.log.Info("nri plugin restarting", "plugin", pi.id(), "backoff", backoff)
-		select {
-		case <-a.ctx.Done():
-			return
-		case <-time.After(backoff):
-		}
-		backoff = min(backoff*2, a.backoffMax)
-	}
 }
 
 // lineLogger logs a plugin's output line by line.

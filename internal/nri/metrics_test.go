@@ -40,6 +40,8 @@ func gather(t *testing.T, reg *prometheus.Registry) map[string]float64 {
 			switch {
 			case m.GetCounter() != nil:
 				out[key("")] = m.GetCounter().GetValue()
+			case m.GetGauge() != nil:
+				out[key("")] = m.GetGauge().GetValue()
 			case m.GetHistogram() != nil:
 				h := m.GetHistogram()
 				out[key("_count")] = float64(h.GetSampleCount())

@@ -15,6 +15,7 @@ import (
 	"github.com/containerd/ttrpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 )
 
 // PluginKind says how a plugin came to be.
@@ -44,6 +45,9 @@ const (
 	StateReady PluginState = "ready"
 	// StateClosed: gone.
 	StateClosed PluginState = "closed"
+	// StateBackoff: a pre-installed plugin that failed (to start, to
+	// synchronize, or later) waits to be launched again.
+	StateBackoff PluginState = "backoff"
 )
 
 // PluginInfo describes one plugin for introspection.
@@ -61,6 +65,14 @@ type PluginInfo struct {
 	Calls    uint64
 	Failures uint64
 	Latency  time.Duration
+	// Restarts counts how often a pre-installed plugin was launched again
+	// after a failure; LastError is the latest failure. While State is
+	// StateBackoff, Backoff is the current delay and NextAttempt when it
+	// ends. All zero for external and built-in plugins.
+	Restarts    uint64
+	LastError   string
+	Backoff     time.Duration
+	NextAttempt time.Time
 }
 
 // Errors of plugin calls, for errors.Is.
@@ -112,6 +124,8 @@ type plugin struct {
 	svc     api.PluginService
 	server  *ttrpc.Server
 	builtin builtinImpl
+	// sup is the restart record of a pre-installed plugin, else nil.
+	sup *supervisor
 
 	// legacy[ev] is set once the plugin answered Unimplemented for the
 	// dedicated RPC of ev; it then gets ev through StateChange.
@@ -124,17 +138,19 @@ type plugin struct {
 	serveDone chan struct{}
 	closed    chan struct{}
 	closeOnce sync.Once
+	// closeErr is why the plugin closed; written once before closed is
+	// closed, read only after.
+	closeErr error
 
 	// mu guards state, queue and seen.
 	mu    sync.Mutex
 	state PluginState
-	// queue holds events that happened while synchronizing.
+	// queue holds events that happened while synchronizing: no CRI call
+	// waits for a plugin's Synchronize.
 	queue []queuedEvent
 	// seen holds the pod and container ids sent in Synchronize, so a
 	// creation event racing the sync is not delivered twice.
 	seen map[string]struct{}
-	// ready is closed when the plugin leaves StateSynchronizing.
-	ready chan struct{}
 }
 
 type queuedEvent struct {
@@ -176,21 +192,24 @@ func (p *plugin) info() PluginInfo {
 	if info.Calls > 0 {
 		info.Latency = time.Duration(p.busy.Load() / info.Calls)
 	}
+	if p.sup != nil {
+		p.sup.fill(&info)
+	}
 	return info
 }
 
 // newConnPlugin wires the mux, the ttrpc client (conn 1) and the ttrpc
-// server of the Runtime service (conn 2) for conn. idx and name are preset
-// for launched plugins and empty for external ones.
-func (a *Adaptation) newConnPlugin(conn net.Conn, kind PluginKind, idx, name string) (*plugin, error) {
+// server of the Runtime service (conn 2) for conn. sup is the restart
+// record of a launched plugin, whose idx and name are preset; both are
+// empty for external ones.
+func (a *Adaptation) newConnPlugin(conn net.Conn, kind PluginKind, sup *supervisor, idx, name string) (*plugin, error) {
 	p := &plugin{
-		a: a, kind: kind,
+		a: a, kind: kind, sup: sup,
 		log:       a.log.With("plugin_kind", string(kind)),
 		regC:      make(chan struct{}, 1),
 		serveDone: make(chan struct{}),
 		closed:    make(chan struct{}),
 		state:     StateConnecting,
-		ready:     make(chan struct{}),
 		timeout:   a.cfg.RequestTimeout,
 	}
 	p.setIdent(idx, name)
@@ -205,7 +224,7 @@ func (a *Adaptation) newConnPlugin(conn net.Conn, kind PluginKind, idx, name str
 		p.mux.Close()
 		return nil, err
 	}
-	srv, err := ttrpc.NewServer()
+	srv, err := ttrpc.NewServer(ttrpc.WithUnaryServerInterceptor(a.recoverCalls))
 	if err != nil {
 		p.mux.Close()
 		return nil, fmt.Errorf("create nri runtime service: %w", err)
@@ -248,9 +267,6 @@ func (p *plugin) close(reason error) {
 		prev := p.state
 		p.state = StateClosed
 		p.queue = nil
-		if prev != StateReady {
-			close(p.ready)
-		}
 		p.mu.Unlock()
 		p.a.untrack(p)
 		if p.builtin == nil {
@@ -262,6 +278,7 @@ func (p *plugin) close(reason error) {
 			_ = p.client.UserOnCloseWait(ctx)
 			cancel()
 		}
+		p.closeErr = reason
 		close(p.closed)
 		switch {
 		case reason == nil, errors.Is(reason, errShutdown):
@@ -379,25 +396,20 @@ func (p *plugin) handleFault(err error) (failRequest bool) {
 	return p.policy.FailRequest || p.required
 }
 
-// waitReady waits until a synchronizing plugin may get live requests. It
-// returns false if the plugin closed or the wait timed out.
-func (p *plugin) waitReady(ctx context.Context) bool {
-	select {
-	case <-p.ready:
-	default:
-		t := time.NewTimer(p.a.cfg.SyncTimeout)
-		defer t.Stop()
-		select {
-		case <-p.ready:
-		case <-ctx.Done():
-			return false
-		case <-t.C:
-			return false
-		}
-	}
+// ready reports whether the plugin finished its Synchronize and is
+// connected.
+func (p *plugin) ready() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.state == StateReady
+}
+
+// synchronizing reports whether the plugin is in its Synchronize (a
+// cheap check before building what enqueue would keep).
+func (p *plugin) synchronizing() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.state == StateSynchronizing
 }
 
 // alreadySeen reports whether id was part of the plugin's Synchronize,
@@ -412,7 +424,9 @@ func (p *plugin) alreadySeen(id string) bool {
 	return false
 }
 
-// enqueue queues a notification event if the plugin is synchronizing.
+// enqueue queues an event if the plugin is synchronizing; drain delivers
+// it once the plugin is ready. A queued CreateContainer can no longer
+// adjust its container (see dedicated).
 func (p *plugin) enqueue(ev api.Event, pod *api.PodSandbox, ctr *api.Container) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -433,13 +447,15 @@ func (p *plugin) drain(ctx context.Context) {
 			if p.state == StateSynchronizing {
 				p.state = StateReady
 				p.seen = nil
-				close(p.ready)
 			}
 			p.mu.Unlock()
 			return
 		}
 		p.mu.Unlock()
 		for _, e := range q {
+			if created := createdID(e); created != "" && p.alreadySeen(created) {
+				continue // it was in the Synchronize
+			}
 			if err := p.notify(ctx, e.ev, e.pod, e.ctr); err != nil {
 				p.log.WarnContext(ctx, "nri queued event failed", "plugin", p.id(), "event", e.ev.PrettyName(), "error", err)
 				if fault(err) {
@@ -448,6 +464,18 @@ func (p *plugin) drain(ctx context.Context) {
 			}
 		}
 	}
+}
+
+// createdID is the id of the pod or container a queued creation event is
+// about, else "".
+func createdID(e queuedEvent) string {
+	switch e.ev {
+	case api.Event_RUN_POD_SANDBOX:
+		return e.pod.GetId()
+	case api.Event_CREATE_CONTAINER:
+		return e.ctr.GetId()
+	}
+	return ""
 }
 
 // notify delivers a notification event (one whose answer carries nothing
@@ -504,20 +532,52 @@ func (p *plugin) dedicated(ctx context.Context, ev api.Event, pod *api.PodSandbo
 		_, err = p.svc.PostUpdateContainer(ctx, &api.PostUpdateContainerRequest{Pod: pod, Container: ctr})
 	case api.Event_REMOVE_CONTAINER:
 		_, err = p.svc.RemoveContainer(ctx, &api.RemoveContainerRequest{Pod: pod, Container: ctr})
+	case api.Event_CREATE_CONTAINER:
+		// Only a creation queued during Synchronize comes here: the
+		// container was created without this plugin, so its adjustment is
+		// dropped (and logged); its updates and evictions are applied, as
+		// a Synchronize's are.
+		var rsp *api.CreateContainerResponse
+		rsp, err = p.svc.CreateContainer(ctx, &api.CreateContainerRequest{Pod: pod, Container: ctr})
+		if err != nil {
+			break
+		}
+		if adj := rsp.GetAdjust(); adj != nil && !proto.Equal(adj, &api.ContainerAdjustment{}) {
+			p.log.WarnContext(ctx, "nri adjustment dropped: the container was created while the plugin synchronized",
+				"plugin", p.id(), "container_id", ctr.GetId())
+		}
+		p.lateUpdates(ctx, ev, rsp.GetUpdate())
+		p.a.evict(rsp.GetEvict())
 	case api.Event_STOP_CONTAINER:
 		// Only a stop queued during Synchronize comes here; the updates it
 		// asks for can no longer join the event's result.
 		var rsp *api.StopContainerResponse
 		rsp, err = p.svc.StopContainer(ctx, &api.StopContainerRequest{Pod: pod, Container: ctr})
-		if err == nil && len(rsp.GetUpdate()) > 0 {
-			if failed, uerr := p.a.eng.UpdateContainers(ctx, rsp.GetUpdate()); uerr != nil || len(failed) > 0 {
-				p.log.WarnContext(ctx, "nri queued stop updates failed", "plugin", p.id(), "failed", len(failed), "error", uerr)
-			}
+		if err == nil {
+			p.lateUpdates(ctx, ev, rsp.GetUpdate())
 		}
 	default:
 		return fmt.Errorf("event %s is not a notification: %w", ev.PrettyName(), errdefs.ErrInvalidArgument)
 	}
 	return err
+}
+
+// lateUpdates applies the updates a plugin asked for in answer to a queued
+// event, under the same per-container gates as unsolicited ones.
+func (p *plugin) lateUpdates(ctx context.Context, ev api.Event, upds []*api.ContainerUpdate) {
+	if len(upds) == 0 {
+		return
+	}
+	ids := make([]string, 0, len(upds))
+	for _, u := range upds {
+		ids = append(ids, u.GetContainerId())
+	}
+	unlock := p.a.gates.lock(ids)
+	failed, err := p.a.eng.UpdateContainers(ctx, upds)
+	unlock()
+	if err != nil || len(failed) > 0 {
+		p.log.WarnContext(ctx, "nri queued event's updates failed", "plugin", p.id(), "event", ev.PrettyName(), "failed", len(failed), "error", err)
+	}
 }
 
 // validate asks a validator about a merged adjustment. A rejection is a

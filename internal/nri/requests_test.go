@@ -3,9 +3,12 @@ package nri
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/containerd/errdefs"
 	"github.com/containerd/nri/pkg/api"
 )
 
@@ -17,6 +20,20 @@ func evictions(ids ...string) []*api.ContainerEviction {
 	return evs
 }
 
+// failedError carries the ids of an UpdateContainersResponse's Failed list
+// out of a test case's ask.
+type failedError struct{ ids []string }
+
+func (e *failedError) Error() string { return "failed: " + strings.Join(e.ids, ",") }
+
+func failedIDs(us []*api.ContainerUpdate) error {
+	fe := &failedError{}
+	for _, u := range us {
+		fe.ids = append(fe.ids, u.GetContainerId())
+	}
+	return fe
+}
+
 func TestPluginEvictions(t *testing.T) {
 	tests := []struct {
 		name     string
@@ -25,8 +42,9 @@ func TestPluginEvictions(t *testing.T) {
 		// it returns the error the asking side got.
 		ask         func(ctx context.Context, e *env, p *rawPlugin) error
 		wantEvicted []string
-		wantErr     string // in the error ask returns
-		wantLog     string // a warning naming the failed eviction
+		wantErr     string   // in the error ask returns
+		wantFailed  []string // ids in UpdateContainersResponse.Failed
+		wantLog     string   // a warning naming the failed eviction
 	}{
 		{
 			name: "from CreateContainer answer",
@@ -65,12 +83,30 @@ func TestPluginEvictions(t *testing.T) {
 		{
 			name: "from UpdateContainers request, engine fails",
 			ask: func(ctx context.Context, e *env, p *rawPlugin) error {
-				_, err := p.runtime.UpdateContainers(ctx, &api.UpdateContainersRequest{Evict: evictions("victim", "bystander")})
-				return err
+				rsp, err := p.runtime.UpdateContainers(ctx, &api.UpdateContainersRequest{Evict: evictions("victim", "bystander")})
+				if err != nil {
+					return err
+				}
+				return failedIDs(rsp.GetFailed())
 			},
 			evictErr:    map[string]error{"victim": errors.New("victim is protected")},
 			wantEvicted: []string{"bystander: make room for bystander"},
-			wantErr:     "victim is protected",
+			wantFailed:  []string{"victim"},
+			wantLog:     "victim is protected",
+		},
+		{
+			name: "from UpdateContainers request, unknown container",
+			ask: func(ctx context.Context, e *env, p *rawPlugin) error {
+				rsp, err := p.runtime.UpdateContainers(ctx, &api.UpdateContainersRequest{Evict: evictions("ghost", "victim", "bystander")})
+				if err != nil {
+					return err
+				}
+				return failedIDs(rsp.GetFailed())
+			},
+			evictErr:    map[string]error{"ghost": fmt.Errorf("evict container %q: %w", "ghost", errdefs.ErrNotFound)},
+			wantEvicted: []string{"victim: make room for victim", "bystander: make room for bystander"},
+			wantFailed:  []string{"ghost"},
+			wantLog:     "not found",
 		},
 	}
 	for _, tc := range tests {
@@ -90,6 +126,15 @@ func TestPluginEvictions(t *testing.T) {
 			waitPlugin(t, e.a, "10-evictor", StateReady)
 
 			err := tc.ask(context.Background(), e, p)
+			var fe *failedError
+			if errors.As(err, &fe) {
+				if !slices.Equal(fe.ids, tc.wantFailed) {
+					t.Errorf("failed = %v, want %v", fe.ids, tc.wantFailed)
+				}
+				err = nil
+			} else if len(tc.wantFailed) > 0 {
+				t.Errorf("failed = none, want %v (error %v)", tc.wantFailed, err)
+			}
 			switch {
 			case tc.wantErr == "" && err != nil:
 				t.Fatalf("asking for evictions: %v", err)
@@ -98,7 +143,11 @@ func TestPluginEvictions(t *testing.T) {
 			}
 			e.eng.waitEvicted(t, tc.wantEvicted...)
 			if tc.wantLog != "" {
-				e.waitLog("nri eviction failed", "container_id=victim", tc.wantLog)
+				id := "victim"
+				if len(tc.wantFailed) > 0 {
+					id = tc.wantFailed[0]
+				}
+				e.waitLog("nri eviction failed", "container_id="+id, tc.wantLog)
 			}
 		})
 	}

@@ -1,12 +1,16 @@
 package oci
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"maps"
+	"os"
 	"path"
 	"slices"
 	"strings"
 
+	"github.com/containerd/errdefs"
 	"github.com/containerd/nri/pkg/api"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"github.com/opencontainers/runtime-spec/specs-go/features"
@@ -223,7 +227,29 @@ func (a *adjuster) checkMount(m *api.Mount) (specs.Mount, error) {
 			return specs.Mount{}, unsupportedf("%s option %q: crin does not relabel for SELinux", field, opt)
 		}
 	}
+	if bind {
+		if err := checkBindSource(field, m.Source); err != nil {
+			return specs.Mount{}, err
+		}
+	}
 	return specs.Mount{Destination: dst, Type: m.Type, Source: m.Source, Options: slices.Clone(m.Options)}, nil
+}
+
+// checkBindSource checks a plugin's bind mount source on the host now,
+// so a missing one fails naming the plugin and the field instead of as
+// the runtime's message about a mount it cannot tell the origin of.
+func checkBindSource(field, src string) error {
+	if !path.IsAbs(src) {
+		return invalidf("%s source %q: not an absolute path", field, src)
+	}
+	_, err := os.Stat(src)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("%s: source %q does not exist: %w", field, src, errdefs.ErrNotFound)
+	case err != nil:
+		return invalidf("%s source %q: %v", field, src, err)
+	}
+	return nil
 }
 
 // propagation makes the rootfs propagation allow what a mount asks for:

@@ -60,8 +60,8 @@ func TestApplyAdjustment(t *testing.T) {
 		{
 			name: "mounts added after their parents, replaced and removed",
 			adj: &api.ContainerAdjustment{Mounts: []*api.Mount{
-				{Destination: "/data/sub", Type: "bind", Source: "/host/sub", Options: []string{"rbind", "ro"}},
-				{Destination: "/data", Type: "bind", Source: "/host/data", Options: []string{"rbind", "rw"}},
+				{Destination: "/data/sub", Type: "bind", Source: "/usr", Options: []string{"rbind", "ro"}},
+				{Destination: "/data", Type: "bind", Source: "/etc", Options: []string{"rbind", "rw"}},
 				{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: []string{"size=1g"}},
 				{Destination: "-/dev/mqueue"},
 			}},
@@ -81,7 +81,7 @@ func TestApplyAdjustment(t *testing.T) {
 		{
 			name: "shared mount makes the rootfs shared",
 			adj: &api.ContainerAdjustment{Mounts: []*api.Mount{
-				{Destination: "/var/lib/kubelet", Type: "bind", Source: "/var/lib/kubelet", Options: []string{"rbind", "rshared"}},
+				{Destination: "/var/lib/kubelet", Type: "bind", Source: "/var/lib", Options: []string{"rbind", "rshared"}},
 			}},
 			check: func(t *testing.T, s *specs.Spec) {
 				diff(t, "rootfsPropagation", s.Linux.RootfsPropagation, "rshared")

@@ -21,6 +21,7 @@ const (
 	sysctlNone sysctlNS = iota
 	sysctlIPC
 	sysctlNet
+	sysctlUTS
 )
 
 func classifySysctl(name string) sysctlNS {
@@ -33,6 +34,8 @@ func classifySysctl(name string) sysctlNS {
 		return sysctlIPC
 	case strings.HasPrefix(n, "net."):
 		return sysctlNet
+	case n == "kernel.hostname", n == "kernel.domainname":
+		return sysctlUTS
 	}
 	return sysctlNone
 }
@@ -44,9 +47,14 @@ type podNamespaces struct {
 	hostPID     bool
 }
 
+// ownUTS reports whether the pod has its own UTS namespace: Kubernetes
+// ties it to the network one (sandboxNamespaces), so a host-network pod
+// has the node's.
+func (ns podNamespaces) ownUTS() bool { return !ns.hostNetwork }
+
 // checkSysctls validates a pod's linux.sysctls: only sysctls of the pod's
-// own IPC and network namespaces are allowed, never those of a namespace
-// it shares with the host. It returns a copy.
+// own IPC, network and UTS namespaces are allowed, never those of a
+// namespace it shares with the host. It returns a copy.
 func checkSysctls(in map[string]string, ns podNamespaces) (map[string]string, error) {
 	if len(in) == 0 {
 		return nil, nil
@@ -68,6 +76,10 @@ func checkSysctls(in map[string]string, ns podNamespaces) (map[string]string, er
 		case sysctlNet:
 			if ns.hostNetwork {
 				return nil, invalidf("linux.sysctls[%q]: not allowed with host network", k)
+			}
+		case sysctlUTS:
+			if !ns.ownUTS() {
+				return nil, invalidf("linux.sysctls[%q]: not allowed with host network (the pod shares the host's UTS namespace)", k)
 			}
 		}
 		if len(v) > maxSysctlValue || strings.ContainsAny(v, "\n\x00") {

@@ -120,6 +120,7 @@ func (p *plugin) Configure(_ context.Context, config, runtime, version string) (
 }
 
 func (p *plugin) Synchronize(_ context.Context, pods []*api.PodSandbox, ctrs []*api.Container) ([]*api.ContainerUpdate, error) {
+	p.on("Synchronize")
 	for _, x := range pods {
 		p.record("Synchronize pod %s", x.GetId())
 	}
