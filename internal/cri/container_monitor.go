@@ -150,5 +150,6 @@ func (s *Service) watchSandbox(sb *sandbox) {
 		}
 		s.log.WarnContext(s.ctx, "pod infra process exited, pod is not ready", "pod_id", id,
 			"exit_code", st.ExitCode, "reason", st.Reason, "message", st.Message)
+		s.emitSandbox(eventStopped, sb) // evented PLEG learns of it at once
 	})
 }
