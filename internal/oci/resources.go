@@ -96,6 +96,9 @@ func linuxResources(field string, r *runtimeapi.LinuxContainerResources, host *H
 		if !hugePageSize.MatchString(h.GetPageSize()) {
 			return nil, invalidf("%s.hugepage_limits[%d].page_size %q: not a page size like 2MB", field, i, h.GetPageSize())
 		}
+		if host.NoHugetlb {
+			continue
+		}
 		out.HugepageLimits = append(out.HugepageLimits, specs.LinuxHugepageLimit{Pagesize: h.GetPageSize(), Limit: h.GetLimit()})
 	}
 
