@@ -63,6 +63,15 @@ func buildCrind(t *testing.T) string {
 	return binDir
 }
 
+// TestMain removes the binaries built for the run.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binDir != "" {
+		_ = os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
+
 func repoRoot() string {
 	wd, _ := os.Getwd()
 	return filepath.Clean(filepath.Join(wd, "..", ".."))

@@ -74,6 +74,8 @@ type node struct {
 	cmd       *exec.Cmd
 	exited    chan struct{}
 	client    *http.Client
+	// varLibKubelet records whether the host had /var/lib/kubelet before.
+	varLibKubelet bool
 }
 
 // startNode starts crind and a kubelet on it, and registers the cleanup
@@ -106,6 +108,9 @@ func startNode(t *testing.T) *node {
 			Timeout:   2 * time.Minute,
 			Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}},
 		},
+	}
+	if _, err := os.Stat("/var/lib/kubelet"); err == nil {
+		n.varLibKubelet = true
 	}
 	n.registry = imagetest.StartRegistry(t)
 	imagetest.Push(t, n.registry, "library/busybox:latest", imagetest.Busybox(t))
@@ -265,15 +270,25 @@ func (n *node) writeConfig() {
 	}
 }
 
-// kubeletWrapper runs in kubelet's new mount namespace: it puts the
-// stand-ins over the kernel tunables, then becomes kubelet. /proc is a
-// private mount, so nothing mounted on it leaves this namespace.
+// kubeletWrapper runs in kubelet's new mount namespace, a copy of the
+// host's. It turns every mount but kubelet's root dir into a slave (or
+// leaves it private), so nothing mounted in this namespace reaches the
+// host while kubelet's mounts under its root dir (a shared mount, peer of
+// the host's) still reach crind. Then it puts the stand-ins over the
+// kernel tunables, hides /var/lib behind a tmpfs (kubelet's device manager
+// socket is hard-coded to /var/lib/kubelet/device-plugins), and becomes
+// kubelet.
 const kubeletWrapper = `set -e
-standins=$1; shift
-mount --make-private /proc
-for f in ` + "$(cd \"$standins\" && find . -type f | sed 's|^\\./||')" + `; do
+standins=$1; root=$2; shift 2
+awk -v r="$root" '$5 != r {print $5}' /proc/self/mountinfo | while read -r m; do
+	mount --make-slave "$m" 2>/dev/null || true
+done
+mount --make-slave /
+mount --make-slave /proc
+for f in $(cd "$standins" && find . -type f | sed 's|^[.]/||'); do
 	mount --bind "$standins/$f" "/proc/sys/$f"
 done
+mount -t tmpfs -o mode=0755 e2e-var-lib /var/lib
 exec "$@"
 `
 
@@ -288,7 +303,7 @@ func (n *node) startKubelet() {
 		t.Fatal(err)
 	}
 	defer logf.Close()
-	args := []string{"--mount", "--propagation", "unchanged", "--", "/bin/sh", "-c", kubeletWrapper, "kubelet-wrapper", n.standins,
+	args := []string{"--mount", "--propagation", "unchanged", "--", "/bin/sh", "-c", kubeletWrapper, "kubelet-wrapper", n.standins, n.root,
 		n.kubelet,
 		"--config=" + n.cfgPath,
 		"--root-dir=" + n.root,
@@ -360,9 +375,12 @@ func (n *node) cleanup() {
 		n.crind.net.remove(t)
 	}
 	n.checkHostTunables()
-	// Mounts kubelet made under its root dir, deepest first, then the root
-	// dir's own bind mount.
-	ms := mountsUnder(n.root)
+	if _, err := os.Stat("/var/lib/kubelet"); err == nil && !n.varLibKubelet {
+		t.Errorf("kubelet created /var/lib/kubelet on the host")
+	}
+	// Mounts kubelet made under its root dir, the root dir's own bind
+	// mount and crind's netns dir, deepest first.
+	ms := mountsUnder(n.base)
 	sort.Slice(ms, func(i, j int) bool { return len(ms[i]) > len(ms[j]) })
 	for _, m := range ms {
 		if err := syscall.Unmount(m, syscall.MNT_DETACH); err != nil && !errors.Is(err, syscall.EINVAL) {

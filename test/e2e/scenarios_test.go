@@ -20,6 +20,18 @@ import (
 func TestKubelet(t *testing.T) {
 	n := startNode(t)
 
+	t.Run("KernelTunablesOnStandins", func(t *testing.T) {
+		// Kubelet set its values on the stand-ins; the host kept its own
+		// (checked again when the node is cleaned up).
+		for f, want := range map[string]string{"vm/overcommit_memory": "1", "kernel/panic": "10", "kernel/panic_on_oops": "1"} {
+			b, err := os.ReadFile(filepath.Join(n.standins, f))
+			if err != nil || strings.TrimSpace(string(b)) != want {
+				t.Errorf("stand-in %s: %q, %v; want kubelet's %s", f, b, err, want)
+			}
+		}
+		n.checkHostTunables()
+	})
+
 	t.Run("PodRunning", func(t *testing.T) {
 		n.addPod(t, "hello", map[string]any{"containers": []any{
 			n.ctr("main", "echo hello-from-crin; echo to-stderr >&2; exec sleep 3600"),
