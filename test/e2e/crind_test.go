@@ -206,6 +206,27 @@ func (d *crind) alive() bool {
 	return d.cmd != nil && d.cmd.ProcessState == nil && d.cmd.Process.Signal(syscall.Signal(0)) == nil
 }
 
+// logLen is the length of crind's log so far, for requestsSince.
+func (d *crind) logLen() int { return len(d.logBuf.String()) }
+
+// requestsSince counts the rpc requests crind logged after offset.
+func (d *crind) requestsSince(offset int, rpc string) int {
+	return strings.Count(d.logBuf.String()[offset:], "msg=request rpc="+rpc+" ")
+}
+
+// kill SIGKILLs crind alone (shims run in their own sessions).
+func (d *crind) kill() {
+	if d.conn != nil {
+		d.conn.Close()
+		d.conn = nil
+	}
+	if d.cmd != nil {
+		_ = d.cmd.Process.Signal(syscall.SIGKILL)
+		_ = d.cmd.Wait()
+		d.cmd = nil
+	}
+}
+
 // stop asks crind to shut down with SIGTERM.
 func (d *crind) stop() {
 	if d.conn != nil {

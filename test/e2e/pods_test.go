@@ -36,6 +36,8 @@ type pod struct {
 
 type podStatus struct {
 	Phase      string `json:"phase"`
+	Reason     string `json:"reason"`
+	Message    string `json:"message"`
 	PodIP      string `json:"podIP"`
 	HostIP     string `json:"hostIP"`
 	Conditions []struct {
@@ -52,6 +54,13 @@ type containerStatus struct {
 	Started      *bool          `json:"started"`
 	RestartCount int            `json:"restartCount"`
 	ContainerID  string         `json:"containerID"`
+	User         *struct {
+		Linux *struct {
+			UID                int64   `json:"uid"`
+			GID                int64   `json:"gid"`
+			SupplementalGroups []int64 `json:"supplementalGroups"`
+		} `json:"linux"`
+	} `json:"user"`
 	ImageID      string         `json:"imageID"`
 	State        containerState `json:"state"`
 	LastState    containerState `json:"lastState"`
@@ -110,6 +119,9 @@ func (p *pod) condition(typ string) string {
 func (p *pod) summary() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "phase=%s", p.Status.Phase)
+	if p.Status.Reason != "" {
+		fmt.Fprintf(&b, " reason=%s (%s)", p.Status.Reason, p.Status.Message)
+	}
 	for _, c := range append(p.Status.InitContainerStatuses, p.Status.ContainerStatuses...) {
 		fmt.Fprintf(&b, " %s[%s ready=%v restarts=%d]", c.Name, c.State, c.Ready, c.RestartCount)
 	}

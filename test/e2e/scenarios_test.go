@@ -279,6 +279,10 @@ func TestKubelet(t *testing.T) {
 		t.Logf("pod stats: %s", b)
 	})
 
+	t.Run("PauseKilled", func(t *testing.T) { testPauseKilled(t, n) })
+	t.Run("SupplementalGroupsPolicyStrict", func(t *testing.T) { testSupplementalGroupsStrict(t, n) })
+	t.Run("StatsRootfs", func(t *testing.T) { testStatsRootfs(t, n) })
+
 	t.Run("RemovedManifestLeavesNothing", func(t *testing.T) {
 		n.addPod(t, "gone", map[string]any{"containers": []any{n.ctr("main", "exec sleep 3600")}})
 		p := n.waitRunning(t, "gone")
