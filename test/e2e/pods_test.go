@@ -49,11 +49,11 @@ type podStatus struct {
 }
 
 type containerStatus struct {
-	Name         string         `json:"name"`
-	Ready        bool           `json:"ready"`
-	Started      *bool          `json:"started"`
-	RestartCount int            `json:"restartCount"`
-	ContainerID  string         `json:"containerID"`
+	Name         string `json:"name"`
+	Ready        bool   `json:"ready"`
+	Started      *bool  `json:"started"`
+	RestartCount int    `json:"restartCount"`
+	ContainerID  string `json:"containerID"`
 	User         *struct {
 		Linux *struct {
 			UID                int64   `json:"uid"`
@@ -61,9 +61,9 @@ type containerStatus struct {
 			SupplementalGroups []int64 `json:"supplementalGroups"`
 		} `json:"linux"`
 	} `json:"user"`
-	ImageID      string         `json:"imageID"`
-	State        containerState `json:"state"`
-	LastState    containerState `json:"lastState"`
+	ImageID   string         `json:"imageID"`
+	State     containerState `json:"state"`
+	LastState containerState `json:"lastState"`
 }
 
 type containerState struct {
