@@ -76,6 +76,9 @@ type node struct {
 	client    *http.Client
 	// varLibKubelet records whether the host had /var/lib/kubelet before.
 	varLibKubelet bool
+	// portmapChains records whether the nat table had portmap's chains
+	// before (if not, the node removes them when it is done).
+	portmapChains bool
 }
 
 // startNode starts crind and a kubelet on it, and registers the cleanup
@@ -112,6 +115,7 @@ func startNode(t *testing.T) *node {
 	if _, err := os.Stat("/var/lib/kubelet"); err == nil {
 		n.varLibKubelet = true
 	}
+	n.portmapChains = hasPortmapChains()
 	n.registry = imagetest.StartRegistry(t)
 	imagetest.Push(t, n.registry, "library/busybox:latest", imagetest.Busybox(t))
 	n.image = n.registry + "/library/busybox:latest"
@@ -373,6 +377,9 @@ func (n *node) cleanup() {
 		n.crind.stop()
 		n.crind.checkNoLeaks()
 		n.crind.net.remove(t)
+		if !n.portmapChains && hasPortmapChains() {
+			removePortmapChains(t)
+		}
 	}
 	n.checkHostTunables()
 	if _, err := os.Stat("/var/lib/kubelet"); err == nil && !n.varLibKubelet {

@@ -103,16 +103,59 @@ func overlapsAny(n *net.IPNet, others []*net.IPNet) bool {
 }
 
 // conflist is the CNI network list for n: bridged, no masquerade, no
-// default route off the machine.
+// default route off the machine, and portmap for hostPort.
 func (n testNet) conflist() string {
 	return fmt.Sprintf(`{
   "cniVersion": "1.0.0",
   "name": "crintest",
   "plugins": [
     {"type": "bridge", "bridge": %q, "isGateway": true, "ipMasq": false, "hairpinMode": true,
-     "ipam": {"type": "host-local", "ranges": [[{"subnet": %q}]], "dataDir": %q}}
+     "ipam": {"type": "host-local", "ranges": [[{"subnet": %q}]], "dataDir": %q}},
+    {"type": "portmap", "capabilities": {"portMappings": true}}
   ]
 }`, n.bridge, n.subnet.String(), n.ipamDir)
+}
+
+// gateway is the bridge's address: the first host of the subnet.
+func (n testNet) gateway() net.IP {
+	ip := make(net.IP, 4)
+	copy(ip, n.subnet.IP.To4())
+	ip[3]++
+	return ip
+}
+
+// portmapChains are the nat chains the portmap plugin creates on its first
+// port mapping and never removes.
+var portmapChains = []string{"CNI-HOSTPORT-DNAT", "CNI-HOSTPORT-SNAT", "CNI-HOSTPORT-MASQ", "CNI-HOSTPORT-SETMARK"}
+
+// hasPortmapChains reports whether portmap's chains are in the nat table.
+func hasPortmapChains() bool {
+	out, _ := exec.Command("iptables", "-w", "-t", "nat", "-S").Output()
+	for _, c := range portmapChains {
+		if strings.Contains(string(out), "-N "+c+"\n") {
+			return true
+		}
+	}
+	return false
+}
+
+// removePortmapChains deletes the jumps to portmap's chains and the chains,
+// for a test that found none before it ran.
+func removePortmapChains(t *testing.T) {
+	script := `iptables -w -t nat -S | grep -E '^-A (PREROUTING|OUTPUT|POSTROUTING) .*-j CNI-HOSTPORT-' | sed 's/^-A/-D/' |
+while read -r rule; do eval "iptables -w -t nat $rule"; done
+for c in ` + strings.Join(portmapChains, " ") + `; do
+	iptables -w -t nat -F "$c" 2>/dev/null || true
+done
+for c in ` + strings.Join(portmapChains, " ") + `; do
+	iptables -w -t nat -X "$c" 2>/dev/null || true
+done`
+	if out, err := exec.Command("sh", "-c", script).CombinedOutput(); err != nil {
+		t.Errorf("remove portmap's chains: %v: %s", err, out)
+	}
+	if hasPortmapChains() {
+		t.Errorf("portmap's chains are still in the nat table")
+	}
 }
 
 // checkNoLeaks fails t when a pod's veth is still on the bridge or an IP is

@@ -6,6 +6,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -88,6 +91,30 @@ func TestKubelet(t *testing.T) {
 		body := n.portForwardGet(t, n.podName("web"), 8080, "/index.html")
 		if !strings.Contains(body, "200 OK") || !strings.Contains(body, "forwarded-page") {
 			t.Errorf("GET through /portForward: %q", body)
+		}
+	})
+
+	t.Run("HostPort", func(t *testing.T) {
+		hostPort := freePort(t)
+		c := n.ctr("httpd", "mkdir -p /tmp/www && echo host-port-page > /tmp/www/index.html && exec httpd -f -p 8080 -h /tmp/www")
+		c["ports"] = []any{map[string]any{"containerPort": 8080, "hostPort": hostPort, "protocol": "TCP"}}
+		n.addPod(t, "hostport", map[string]any{"containers": []any{c}})
+		n.waitRunning(t, "hostport")
+		// The host's own address on the pod network, at the host port.
+		addr := net.JoinHostPort(n.crind.net.gateway().String(), fmt.Sprint(hostPort))
+		var body string
+		n.waitUntil(30*time.Second, "GET through the host port", func() (bool, string) {
+			resp, err := (&http.Client{Timeout: 5 * time.Second}).Get("http://" + addr + "/index.html")
+			if err != nil {
+				return false, err.Error()
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			body = string(b)
+			return resp.StatusCode == http.StatusOK, resp.Status
+		})
+		if !strings.Contains(body, "host-port-page") {
+			t.Errorf("GET %s: %q", addr, body)
 		}
 	})
 
