@@ -81,9 +81,21 @@ type node struct {
 	portmapChains bool
 }
 
+// nodeOptions change a node from the default.
+type nodeOptions struct {
+	// featureGates are kubelet's featureGates.
+	featureGates map[string]bool
+}
+
 // startNode starts crind and a kubelet on it, and registers the cleanup
 // that kills kubelet and removes everything either of them created.
 func startNode(t *testing.T) *node {
+	t.Helper()
+	return startNodeWith(t, nodeOptions{})
+}
+
+// startNodeWith is startNode with options.
+func startNodeWith(t *testing.T, o nodeOptions) *node {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("e2e tests need root")
@@ -128,7 +140,7 @@ func startNode(t *testing.T) *node {
 	t.Cleanup(n.cleanup)
 	n.crind = newCrind(t, base, n.cgroup, n.registry)
 	n.writeStandins()
-	n.writeConfig()
+	n.writeConfig(o)
 	// Mounts kubelet makes under its root dir must reach crind, which runs
 	// in the host's mount namespace: the root dir is a shared mount, so
 	// its copy in kubelet's namespace stays its peer.
@@ -217,7 +229,7 @@ func freePort(t *testing.T) int {
 // 127.0.0.1 with anonymous access, and nothing that reaches outside the
 // test (no iptables chains, no kernel tunables, no eviction or image GC
 // driven by the host's disk).
-func (n *node) writeConfig() {
+func (n *node) writeConfig(o nodeOptions) {
 	t := n.t
 	n.port, n.healthz = freePort(t), freePort(t)
 	resolv := filepath.Join(n.base, "resolv.conf")
@@ -263,6 +275,9 @@ func (n *node) writeConfig() {
 			"imagefs.available": "1%",
 		},
 		"serializeImagePulls": false,
+	}
+	if len(o.featureGates) > 0 {
+		cfg["featureGates"] = o.featureGates
 	}
 	b, err := json.MarshalIndent(cfg, "", "  ")
 	if err != nil {
