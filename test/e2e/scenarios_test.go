@@ -309,6 +309,7 @@ func TestKubelet(t *testing.T) {
 	t.Run("PauseKilled", func(t *testing.T) { testPauseKilled(t, n) })
 	t.Run("SupplementalGroupsPolicyStrict", func(t *testing.T) { testSupplementalGroupsStrict(t, n) })
 	t.Run("StatsRootfs", func(t *testing.T) { testStatsRootfs(t, n) })
+	t.Run("StatsFields", func(t *testing.T) { testStatsFields(t, n) })
 
 	t.Run("RemovedManifestLeavesNothing", func(t *testing.T) {
 		n.addPod(t, "gone", map[string]any{"containers": []any{n.ctr("main", "exec sleep 3600")}})
