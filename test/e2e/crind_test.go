@@ -177,7 +177,7 @@ func (d *crind) start() {
 	t.Helper()
 	cmd := exec.Command(filepath.Join(d.bin, "crind"), "--config", d.cfgPath)
 	cmd.Stdout, cmd.Stderr = d.logBuf, d.logBuf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

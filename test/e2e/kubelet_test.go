@@ -332,7 +332,9 @@ func (n *node) startKubelet() {
 	}
 	cmd := exec.Command("unshare", args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// Its own process group (killed as a whole), and killed with the test
+	// binary if that dies before its cleanup runs (a timeout).
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
