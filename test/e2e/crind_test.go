@@ -167,13 +167,12 @@ socket_path = %q
 	if err := os.WriteFile(d.cfgPath, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	d.start()
+	d.start(t)
 	return d
 }
 
 // start launches crind and connects to it.
-func (d *crind) start() {
-	t := d.t
+func (d *crind) start(t *testing.T) {
 	t.Helper()
 	cmd := exec.Command(filepath.Join(d.bin, "crind"), "--config", d.cfgPath)
 	cmd.Stdout, cmd.Stderr = d.logBuf, d.logBuf
@@ -253,7 +252,7 @@ func (d *crind) stop() {
 func (d *crind) removeAllPods() {
 	t := d.t
 	if d.cmd == nil {
-		d.start()
+		d.start(t)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()

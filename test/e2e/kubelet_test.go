@@ -136,8 +136,8 @@ func startNodeWith(t *testing.T, o nodeOptions) *node {
 			t.Fatal(err)
 		}
 	}
-	n.makeCgroup()
 	t.Cleanup(n.cleanup)
+	n.makeCgroup()
 	n.crind = newCrind(t, base, n.cgroup, n.registry)
 	n.writeStandins()
 	n.writeConfig(o)
@@ -150,7 +150,7 @@ func startNodeWith(t *testing.T, o nodeOptions) *node {
 	if err := syscall.Mount("", n.root, "", syscall.MS_SHARED, ""); err != nil {
 		t.Fatalf("make %s shared: %v", n.root, err)
 	}
-	n.startKubelet()
+	n.startKubelet(t)
 	return n
 }
 
@@ -314,8 +314,7 @@ exec "$@"
 // startKubelet starts kubelet in a private mount namespace (propagation
 // unchanged: the root dir stays a peer of the host's) and waits for its
 // healthz and its authenticated server.
-func (n *node) startKubelet() {
-	t := n.t
+func (n *node) startKubelet(t *testing.T) {
 	t.Helper()
 	logf, err := os.OpenFile(n.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
@@ -342,7 +341,7 @@ func (n *node) startKubelet() {
 	exited := make(chan struct{})
 	n.exited = exited
 	go func() { _ = cmd.Wait(); close(exited) }()
-	n.waitUntil(2*time.Minute, "kubelet healthz and /pods", func() (bool, string) {
+	n.waitUntil(t, 2*time.Minute, "kubelet healthz and /pods", func() (bool, string) {
 		select {
 		case <-exited:
 			t.Fatalf("kubelet exited: %v\n%s", cmd.ProcessState, n.kubeletLog(6000))
@@ -461,8 +460,8 @@ func (n *node) checkHostTunables() {
 
 // waitUntil polls cond until it holds, failing the test after d with the
 // last reason cond gave.
-func (n *node) waitUntil(d time.Duration, what string, cond func() (bool, string)) {
-	n.t.Helper()
+func (n *node) waitUntil(t *testing.T, d time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
 	deadline := time.Now().Add(d)
 	for {
 		ok, why := cond()
@@ -470,7 +469,7 @@ func (n *node) waitUntil(d time.Duration, what string, cond func() (bool, string
 			return
 		}
 		if time.Now().After(deadline) {
-			n.t.Fatalf("%s: not reached within %v: %s", what, d, why)
+			t.Fatalf("%s: not reached within %v: %s", what, d, why)
 		}
 		time.Sleep(250 * time.Millisecond)
 	}

@@ -178,7 +178,7 @@ func (n *node) pod(name string) (*pod, error) {
 func (n *node) waitPod(t *testing.T, name string, d time.Duration, what string, cond func(*pod) bool) *pod {
 	t.Helper()
 	var got *pod
-	n.waitUntil(d, name+": "+what, func() (bool, string) {
+	n.waitUntil(t, d, name+": "+what, func() (bool, string) {
 		p, err := n.pod(name)
 		if err != nil {
 			return false, err.Error()

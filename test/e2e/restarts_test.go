@@ -30,7 +30,7 @@ func TestKubeletRestarts(t *testing.T) {
 		t.Helper()
 		// Kubelet's PLEG relists every second: three relists after the
 		// restart, and it would have seen a container die or vanish.
-		n.waitUntil(time.Minute, "kubelet relists crind three times", func() (bool, string) {
+		n.waitUntil(t, time.Minute, "kubelet relists crind three times", func() (bool, string) {
 			got := n.crind.requestsSince(since, "ListPodSandbox")
 			return got >= 3, fmt.Sprintf("%d relists", got)
 		})
@@ -58,19 +58,19 @@ func TestKubeletRestarts(t *testing.T) {
 	t.Run("CrindSIGTERM", func(t *testing.T) {
 		n.crind.stop()
 		since := n.crind.logLen()
-		n.crind.start()
+		n.crind.start(t)
 		unchanged(t, since)
 	})
 	t.Run("CrindSIGKILL", func(t *testing.T) {
 		n.crind.kill()
 		since := n.crind.logLen()
-		n.crind.start()
+		n.crind.start(t)
 		unchanged(t, since)
 	})
 	t.Run("KubeletRestart", func(t *testing.T) {
 		n.stopKubelet(syscall.SIGTERM)
 		since := n.crind.logLen()
-		n.startKubelet()
+		n.startKubelet(t)
 		unchanged(t, since)
 	})
 }
@@ -125,7 +125,7 @@ func testPauseKilled(t *testing.T, n *node) {
 		time.Sleep(200 * time.Millisecond)
 	}
 	var now []string
-	n.waitUntil(2*time.Minute, "a new ready sandbox", func() (bool, string) {
+	n.waitUntil(t, 2*time.Minute, "a new ready sandbox", func() (bool, string) {
 		now = n.readySandboxes(t, "paused")
 		return len(now) == 1 && now[0] != old, fmt.Sprintf("ready sandboxes %v (old %s)", now, old)
 	})

@@ -47,7 +47,7 @@ func TestKubelet(t *testing.T) {
 		if p.Status.PodIP == "" || !n.crind.net.subnet.Contains(parseIP(p.Status.PodIP)) {
 			t.Errorf("pod IP %q not in the node's pod network %v", p.Status.PodIP, n.crind.net.subnet)
 		}
-		n.waitUntil(30*time.Second, "/runningpods lists hello", func() (bool, string) {
+		n.waitUntil(t, 30*time.Second, "/runningpods lists hello", func() (bool, string) {
 			rp, err := n.runningPods()
 			if err != nil {
 				return false, err.Error()
@@ -61,7 +61,7 @@ func TestKubelet(t *testing.T) {
 			}
 			return false, fmt.Sprintf("runningpods: %v", names)
 		})
-		n.waitUntil(30*time.Second, "/containerLogs has both streams", func() (bool, string) {
+		n.waitUntil(t, 30*time.Second, "/containerLogs has both streams", func() (bool, string) {
 			b, err := n.get("/containerLogs/default/" + n.podName("hello") + "/main")
 			if err != nil {
 				return false, err.Error()
@@ -84,7 +84,7 @@ func TestKubelet(t *testing.T) {
 			n.ctr("httpd", "mkdir -p /tmp/www && echo forwarded-page > /tmp/www/index.html && exec httpd -f -p 127.0.0.1:8080 -h /tmp/www"),
 		}})
 		n.waitRunning(t, "web")
-		n.waitUntil(30*time.Second, "httpd listens in the pod", func() (bool, string) {
+		n.waitUntil(t, 30*time.Second, "httpd listens in the pod", func() (bool, string) {
 			out, err := n.runIn(n.podName("web"), "httpd", "netstat -ltn")
 			return err == nil && strings.Contains(out, "127.0.0.1:8080"), out
 		})
@@ -103,7 +103,7 @@ func TestKubelet(t *testing.T) {
 		// The host's own address on the pod network, at the host port.
 		addr := net.JoinHostPort(n.crind.net.gateway().String(), fmt.Sprint(hostPort))
 		var body string
-		n.waitUntil(30*time.Second, "GET through the host port", func() (bool, string) {
+		n.waitUntil(t, 30*time.Second, "GET through the host port", func() (bool, string) {
 			resp, err := (&http.Client{Timeout: 5 * time.Second}).Get("http://" + addr + "/index.html")
 			if err != nil {
 				return false, err.Error()
@@ -285,7 +285,7 @@ func TestKubelet(t *testing.T) {
 		}})
 		n.waitRunning(t, "stats")
 		var s statsSummary
-		n.waitUntil(90*time.Second, "/stats/summary lists the pod with CPU and memory", func() (bool, string) {
+		n.waitUntil(t, 90*time.Second, "/stats/summary lists the pod with CPU and memory", func() (bool, string) {
 			b, err := n.get("/stats/summary")
 			if err != nil {
 				return false, err.Error()
@@ -321,7 +321,7 @@ func TestKubelet(t *testing.T) {
 		n.removePod("gone")
 		// Kubelet stops the pod at once and removes its sandbox in its next
 		// container GC (once a minute).
-		n.waitUntil(3*time.Minute, "pod gone from kubelet and crind", func() (bool, string) {
+		n.waitUntil(t, 3*time.Minute, "pod gone from kubelet and crind", func() (bool, string) {
 			if p, err := n.pod("gone"); err != nil || p != nil {
 				return false, "still in /pods"
 			}
@@ -365,7 +365,7 @@ func TestKubelet(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(n.crind.net.ipamDir, "crintest", ip)); err == nil {
 			t.Errorf("leaked IPAM reservation %s", ip)
 		}
-		n.waitUntil(2*time.Minute, "no veth of the pod and no pod cgroup", func() (bool, string) {
+		n.waitUntil(t, 2*time.Minute, "no veth of the pod and no pod cgroup", func() (bool, string) {
 			if left := n.vethsLeft(); left > n.runningNetPods(ctx) {
 				return false, fmt.Sprintf("%d veths on %s for %d running pods", left, n.crind.net.bridge, n.runningNetPods(ctx))
 			}
