@@ -20,17 +20,19 @@ fi
 
 mkdir -p "$(dirname "$out")"
 tmp="$out.tmp.$$"
-trap 'rm -f "$tmp"' EXIT INT TERM
+trap 'rm -f "$tmp"' EXIT
+trap 'exit 130' INT TERM
 
 echo "kubelet $version: building into $out (first run on this machine; takes a while)"
 start=$(date +%s)
 cd "$here/tools"
 # -mod=readonly: go.sum is committed and must already cover every module;
+# -buildvcs=false: no git needed (the version comes from -X below);
 # the version stamp is what `kubelet --version` prints and what the check above reads.
-CGO_ENABLED=0 GOFLAGS=-mod=readonly go build -trimpath -tags tools \
+CGO_ENABLED=0 GOFLAGS="-mod=readonly -buildvcs=false" go build -trimpath -tags tools \
 	-ldflags "-s -w -X k8s.io/component-base/version.gitVersion=$version -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=37" \
 	-o "$tmp" k8s.io/kubernetes/cmd/kubelet
 "$tmp" --version | grep -q "Kubernetes $version\$"
 mv -f "$tmp" "$out"
-trap - EXIT INT TERM
+trap - EXIT
 echo "kubelet $version: built $out in $(( $(date +%s) - start ))s"
