@@ -53,6 +53,14 @@ var kernelTunables = []string{
 	"kernel/keys/root_maxbytes",
 }
 
+// hostPaths are kubelet's default or hard-coded paths on the host; the
+// node's kubelet must create none of them (its config moves the others
+// under the node's dir, its mount namespace hides /var/lib and /var/log).
+var hostPaths = []string{
+	"/var/lib/kubelet", "/var/log/containers", "/var/log/pods", "/etc/kubernetes",
+	"/var/run/kubernetes", "/run/kubernetes", "/usr/libexec/kubernetes",
+}
+
 // node is one standalone kubelet on top of one crind.
 type node struct {
 	t         *testing.T
@@ -74,8 +82,8 @@ type node struct {
 	cmd       *exec.Cmd
 	exited    chan struct{}
 	client    *http.Client
-	// varLibKubelet records whether the host had /var/lib/kubelet before.
-	varLibKubelet bool
+	// hostPathsBefore are the hostPaths the host already had.
+	hostPathsBefore map[string]bool
 	// portmapChains records whether the nat table had portmap's chains
 	// before (if not, the node removes them when it is done).
 	portmapChains bool
@@ -124,8 +132,11 @@ func startNodeWith(t *testing.T, o nodeOptions) *node {
 			Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}},
 		},
 	}
-	if _, err := os.Stat("/var/lib/kubelet"); err == nil {
-		n.varLibKubelet = true
+	n.hostPathsBefore = map[string]bool{}
+	for _, p := range hostPaths {
+		if _, err := os.Lstat(p); err == nil {
+			n.hostPathsBefore[p] = true
+		}
 	}
 	n.portmapChains = hasPortmapChains()
 	n.registry = imagetest.StartRegistry(t)
@@ -294,9 +305,9 @@ func (n *node) writeConfig(o nodeOptions) {
 // leaves it private), so nothing mounted in this namespace reaches the
 // host while kubelet's mounts under its root dir (a shared mount, peer of
 // the host's) still reach crind. Then it puts the stand-ins over the
-// kernel tunables, hides /var/lib behind a tmpfs (kubelet's device manager
-// socket is hard-coded to /var/lib/kubelet/device-plugins), and becomes
-// kubelet.
+// kernel tunables, hides /var/lib and /var/log behind tmpfs mounts (kubelet's
+// device manager socket is hard-coded to /var/lib/kubelet/device-plugins,
+// its container log symlinks to /var/log/containers), and becomes kubelet.
 const kubeletWrapper = `set -e
 standins=$1; root=$2; shift 2
 awk -v r="$root" '$5 != r {print $5}' /proc/self/mountinfo | while read -r m; do
@@ -308,6 +319,7 @@ for f in $(cd "$standins" && find . -type f | sed 's|^[.]/||'); do
 	mount --bind "$standins/$f" "/proc/sys/$f"
 done
 mount -t tmpfs -o mode=0755 e2e-var-lib /var/lib
+mount -t tmpfs -o mode=0755 e2e-var-log /var/log
 exec "$@"
 `
 
@@ -398,8 +410,10 @@ func (n *node) cleanup() {
 		}
 	}
 	n.checkHostTunables()
-	if _, err := os.Stat("/var/lib/kubelet"); err == nil && !n.varLibKubelet {
-		t.Errorf("kubelet created /var/lib/kubelet on the host")
+	for _, p := range hostPaths {
+		if _, err := os.Lstat(p); err == nil && !n.hostPathsBefore[p] {
+			t.Errorf("kubelet created %s on the host", p)
+		}
 	}
 	// Mounts kubelet made under its root dir, the root dir's own bind
 	// mount and crind's netns dir, deepest first.
