@@ -15,7 +15,8 @@ import (
 // TestKubeletEventedPLEG runs kubelet with the EventedPLEG feature gate:
 // kubelet subscribes to crind's GetContainerEvents, and a container's exit
 // must reach it as an event (counted in kubelet's
-// evented_pleg_connection_latency_seconds), not only by relisting.
+// evented_pleg_connection_latency_seconds), not only by relisting. Then
+// it runs every scenario of TestKubelet on that node.
 func TestKubeletEventedPLEG(t *testing.T) {
 	n := startNodeWith(t, nodeOptions{featureGates: map[string]bool{"EventedPLEG": true}})
 	const (
@@ -49,6 +50,9 @@ func TestKubeletEventedPLEG(t *testing.T) {
 		got := n.metric(t, events)
 		return got > before, fmt.Sprintf("events %v, %v before the exit", got, before)
 	})
+	// Everything else works the same with events on.
+	n.removePod("once")
+	kubeletScenarios(t, n)
 }
 
 // metric reads one unlabelled sample from kubelet's /metrics; 0 if absent.

@@ -18,10 +18,14 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
-// TestKubelet runs everyday pods on one kubelet+crind node. Each subtest
-// owns its manifests and removes them when it ends.
+// TestKubelet runs everyday pods on one kubelet+crind node.
 func TestKubelet(t *testing.T) {
-	n := startNode(t)
+	kubeletScenarios(t, startNode(t))
+}
+
+// kubeletScenarios are the pod scenarios, each a subtest that owns its
+// manifests and removes them when it ends.
+func kubeletScenarios(t *testing.T, n *node) {
 
 	t.Run("KernelTunablesOnStandins", func(t *testing.T) {
 		// Kubelet set its values on the stand-ins; the host kept its own
