@@ -132,6 +132,7 @@ func startNodeWith(t *testing.T, o nodeOptions) *node {
 			Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}},
 		},
 	}
+	t.Cleanup(n.cleanup)
 	n.hostPathsBefore = map[string]bool{}
 	for _, p := range hostPaths {
 		if _, err := os.Lstat(p); err == nil {
@@ -147,7 +148,6 @@ func startNodeWith(t *testing.T, o nodeOptions) *node {
 			t.Fatal(err)
 		}
 	}
-	t.Cleanup(n.cleanup)
 	n.makeCgroup()
 	n.crind = newCrind(t, base, n.cgroup, n.registry)
 	n.writeStandins()
