@@ -3,7 +3,7 @@ GO ?= go
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 
-.PHONY: build test unit integration lint run bench clean deps fuzz
+.PHONY: build test unit integration e2e lint run bench clean deps fuzz
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/crind ./cmd/crind
@@ -15,14 +15,21 @@ deps:
 	./scripts/deps.sh
 
 # Every test: unit tests, then the integration tests (root, real runc, CNI,
-# a registry on 127.0.0.1) against the real crind.
-test: deps build unit integration
+# a registry on 127.0.0.1) against the real crind, then a real kubelet on
+# crind (e2e).
+test: deps build unit integration e2e
 
 unit:
 	$(GO) test -race ./...
 
 integration:
 	$(GO) test -tags integration -count=1 -p 1 -timeout 20m ./...
+
+# A standalone kubelet (built once into ~/.cache/crin from the Go module
+# proxy; CRIN_KUBELET overrides the path) drives crind through static pods.
+e2e:
+	./test/e2e/kubelet/build.sh
+	$(GO) test -tags e2e -count=1 -p 1 -timeout 30m ./test/e2e/...
 
 # Fuzz every Go native fuzz target for FUZZTIME each (default 30s); their
 # seed corpora run in every `make unit`.

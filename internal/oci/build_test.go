@@ -516,6 +516,7 @@ func TestResourcesValidation(t *testing.T) {
 		name    string
 		r       *runtimeapi.LinuxContainerResources
 		v2      bool
+		noHuge  bool
 		wantErr string
 		notImpl bool // refused as something the host cannot do
 	}{
@@ -527,6 +528,9 @@ func TestResourcesValidation(t *testing.T) {
 		{name: "swap below memory", r: &runtimeapi.LinuxContainerResources{MemoryLimitInBytes: 100 << 20, MemorySwapLimitInBytes: 50 << 20}, wantErr: "memory_swap_limit_in_bytes"},
 		{name: "cpuset", r: &runtimeapi.LinuxContainerResources{CpusetCpus: "0-1;rm"}, wantErr: `cpuset_cpus "0-1;rm"`},
 		{name: "hugepage size", r: &runtimeapi.LinuxContainerResources{HugepageLimits: []*runtimeapi.HugepageLimit{{PageSize: "2M"}}}, wantErr: "page_size"},
+		{name: "hugepages", r: &runtimeapi.LinuxContainerResources{HugepageLimits: []*runtimeapi.HugepageLimit{{PageSize: "2MB"}, {PageSize: "1GB"}}}},
+		{name: "hugepages without hugetlb", r: &runtimeapi.LinuxContainerResources{HugepageLimits: []*runtimeapi.HugepageLimit{{PageSize: "2MB"}, {PageSize: "1GB"}}}, noHuge: true},
+		{name: "bad hugepage size without hugetlb", r: &runtimeapi.LinuxContainerResources{HugepageLimits: []*runtimeapi.HugepageLimit{{PageSize: "2M"}}}, noHuge: true, wantErr: "page_size"},
 		{name: "oom out of range", r: &runtimeapi.LinuxContainerResources{OomScoreAdj: 1001}, wantErr: "oom_score_adj 1001"},
 		{name: "unified on v1", r: &runtimeapi.LinuxContainerResources{Unified: map[string]string{"memory.high": "1G"}}, wantErr: "needs cgroup v2", notImpl: true},
 		{name: "unified on v2", r: &runtimeapi.LinuxContainerResources{Unified: map[string]string{"memory.high": "1G"}}, v2: true},
@@ -536,7 +540,7 @@ func TestResourcesValidation(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := &runtimeapi.ContainerConfig{Linux: &runtimeapi.LinuxContainerConfig{Resources: tc.r}}
 			o := containerOpts(t, podConfig(nil), cfg)
-			o.Host = &Host{CgroupV2: tc.v2}
+			o.Host = &Host{CgroupV2: tc.v2, NoHugetlb: tc.noHuge}
 			s, err := ContainerSpec(o)
 			if tc.notImpl {
 				if !errors.Is(err, errdefs.ErrNotImplemented) || !strings.Contains(err.Error(), tc.wantErr) {
@@ -550,6 +554,9 @@ func TestResourcesValidation(t *testing.T) {
 			}
 			if err != nil {
 				t.Fatal(err)
+			}
+			if want := len(tc.r.HugepageLimits); tc.noHuge && len(s.Linux.Resources.HugepageLimits) != 0 || !tc.noHuge && len(s.Linux.Resources.HugepageLimits) != want {
+				t.Errorf("hugepage limits %v with NoHugetlb %v, from %d asked", s.Linux.Resources.HugepageLimits, tc.noHuge, want)
 			}
 			if tc.v2 && s.Linux.Resources.Unified["memory.high"] != "1G" {
 				t.Errorf("unified = %v", s.Linux.Resources.Unified)

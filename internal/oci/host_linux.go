@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -15,6 +16,7 @@ import (
 // enabled, and crind's own RLIMIT_NOFILE.
 func DetectHost() *Host {
 	h := &Host{CgroupV2: cgroups.Mode() == cgroups.Unified}
+	h.NoHugetlb = !hugetlbController(h.CgroupV2)
 	if b, err := os.ReadFile("/sys/module/apparmor/parameters/enabled"); err == nil {
 		h.AppArmor = bytes.HasPrefix(b, []byte("Y"))
 	}
@@ -46,4 +48,25 @@ func boundingSet() []string {
 		return capabilitiesFromMask(mask)
 	}
 	return nil
+}
+
+// hugetlbController reports whether pods can get hugetlb limits: on v2 the
+// root enables the controller, on v1 (and hybrid) a hierarchy mounts it.
+func hugetlbController(v2 bool) bool {
+	if v2 {
+		b, err := os.ReadFile("/sys/fs/cgroup/cgroup.controllers")
+		return err == nil && slices.Contains(strings.Fields(string(b)), "hugetlb")
+	}
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return true // unknown: keep the limits, as before
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		_, post, ok := strings.Cut(line, " - ")
+		f := strings.Fields(post)
+		if ok && len(f) >= 3 && f[0] == "cgroup" && slices.Contains(strings.Split(f[2], ","), "hugetlb") {
+			return true
+		}
+	}
+	return false
 }

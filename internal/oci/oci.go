@@ -85,6 +85,11 @@ type Host struct {
 	// it as their hard limit (capped at 1048576) since crind may lack the
 	// privilege to raise it. Zero means 1048576.
 	NofileHard uint64
+	// NoHugetlb is true when the host has no hugetlb cgroup controller
+	// (none mounted on v1, none enabled on v2): kubelet's hugepage limits
+	// (a zero limit per page size the pod did not ask for) cannot be
+	// applied there, and runc refuses a spec that names them.
+	NoHugetlb bool
 }
 
 // SandboxOptions describe a pod's infra container (crin-pause).

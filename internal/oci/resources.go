@@ -262,6 +262,9 @@ func linuxResources(field string, r *runtimeapi.LinuxContainerResources, host *H
 		if err := checkHugepageSize(fmt.Sprintf("%s.hugepage_limits[%d].page_size", field, i), h.GetPageSize()); err != nil {
 			return nil, err
 		}
+		if host.NoHugetlb {
+			continue
+		}
 		out.HugepageLimits = append(out.HugepageLimits, specs.LinuxHugepageLimit{Pagesize: h.GetPageSize(), Limit: h.GetLimit()})
 	}
 
