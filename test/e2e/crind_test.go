@@ -210,7 +210,15 @@ func (d *crind) logLen() int { return len(d.logBuf.String()) }
 
 // requestsSince counts the rpc requests crind logged after offset.
 func (d *crind) requestsSince(offset int, rpc string) int {
-	return strings.Count(d.logBuf.String()[offset:], "msg=request rpc="+rpc+" ")
+	// crind logs every request at debug level as `msg=request ...` with
+	// the rpc attribute among the others (request_id, rpc, payload).
+	n := 0
+	for _, line := range strings.Split(d.logBuf.String()[offset:], "\n") {
+		if strings.Contains(line, " msg=request ") && (strings.Contains(line, " rpc="+rpc+" ") || strings.HasSuffix(line, " rpc="+rpc)) {
+			n++
+		}
+	}
+	return n
 }
 
 // kill SIGKILLs crind alone (shims run in their own sessions).
