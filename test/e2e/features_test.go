@@ -140,8 +140,15 @@ func testStatsFields(t *testing.T, n *node) {
 		t.Fatalf("/stats/summary never listed the pod")
 	}
 	t.Logf("pod stats: %s", last)
+	if len(missing) == 1 && missing[0] == "pod network" && !n.opts.featureGates["PodAndContainerStatsFromCRI"] {
+		// Without the gate kubelet asks cAdvisor for the pod's network,
+		// and cAdvisor attributes network namespaces only to runtimes it
+		// knows (docker, containerd, CRI-O); TestKubeletCRIStats checks
+		// crind's own figures through the CRI stats path.
+		t.Skipf("pod network comes from cAdvisor on this path, which does not know crind: see TestKubeletCRIStats")
+	}
 	if len(missing) > 0 {
-		t.Skipf("crind's stats leave these /stats/summary fields empty or zero (issue 9, item 3): %s", strings.Join(missing, ", "))
+		t.Errorf("/stats/summary fields empty or zero: %s", strings.Join(missing, ", "))
 	}
 }
 

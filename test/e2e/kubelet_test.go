@@ -87,6 +87,8 @@ type node struct {
 	// portmapChains records whether the nat table had portmap's chains
 	// before (if not, the node removes them when it is done).
 	portmapChains bool
+	// opts are the options the node was started with.
+	opts nodeOptions
 }
 
 // nodeOptions change a node from the default.
@@ -117,6 +119,7 @@ func startNodeWith(t *testing.T, o nodeOptions) *node {
 		t.Fatal(err)
 	}
 	n := &node{
+		opts:      o,
 		t:         t,
 		base:      base,
 		name:      "crine2e-" + randHex(3),
