@@ -170,6 +170,10 @@ bin_dirs = ["/usr/lib/cni"]
 		if t.Failed() {
 			t.Logf("crind log:\n%s", tail(d.logBuf.String(), 8000))
 		}
+		// crind makes its netns dir a mount point of its own (so pins
+		// propagate) and leaves it for the next crind on the same state
+		// dir; the test's state dir goes, so its mount goes too.
+		_ = syscall.Unmount(d.state+"/netns", syscall.MNT_DETACH)
 		_ = os.RemoveAll(base)
 	})
 	return d
@@ -294,6 +298,11 @@ func (d *daemon) checkNoLeaks() {
 	if ents, _ := os.ReadDir(filepath.Join(d.state, "c")); len(ents) > 0 {
 		for _, e := range ents {
 			t.Errorf("leaked container state dir: %s", e.Name())
+		}
+	}
+	if ents, _ := os.ReadDir(filepath.Join(d.state, "ns")); len(ents) > 0 {
+		for _, e := range ents {
+			t.Errorf("leaked namespace pins: %s", e.Name())
 		}
 	}
 	if ents, _ := os.ReadDir(filepath.Join(d.state, "netns")); len(ents) > 0 {
