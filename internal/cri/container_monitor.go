@@ -142,12 +142,16 @@ func (s *Service) watchSandbox(sb *sandbox) {
 		if sb.removed || sb.rec.State != store.SandboxReady {
 			return
 		}
+		// Persisted before it is shown, so a client that sees NOTREADY
+		// finds it after a crind restart too.
+		persisted := *sb.rec
+		persisted.State = store.SandboxNotReady
+		if err := s.opts.Store.PutSandbox(&persisted); err != nil {
+			s.log.WarnContext(s.ctx, "persist pod state", "pod_id", id, "error", err)
+		}
 		sb.mu.Lock()
 		sb.rec.State = store.SandboxNotReady
 		sb.mu.Unlock()
-		if err := s.opts.Store.PutSandbox(sb.rec); err != nil {
-			s.log.WarnContext(s.ctx, "persist pod state", "pod_id", id, "error", err)
-		}
 		s.log.WarnContext(s.ctx, "pod infra process exited, pod is not ready", "pod_id", id,
 			"exit_code", st.ExitCode, "reason", st.Reason, "message", st.Message)
 		s.emitSandbox(eventStopped, sb) // evented PLEG learns of it at once
