@@ -26,6 +26,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/crin-dev/crin/test/testnet"
 )
 
 var (
@@ -117,7 +119,7 @@ type crind struct {
 	root    string
 	state   string
 	socket  string
-	net     testNet
+	net     testnet.Net
 	logBuf  *lockedBuffer
 	cmd     *exec.Cmd
 	conn    *grpc.ClientConn
@@ -135,12 +137,12 @@ func newCrind(t *testing.T, base, cgroup, registry string) *crind {
 		socket: filepath.Join(base, "crin-state", "crin.sock"),
 		logBuf: &lockedBuffer{},
 	}
-	d.net = pickTestNet(t, base)
+	d.net = testnet.Pick(t, "crine", base)
 	confDir := filepath.Join(base, "net.d")
 	if err := os.MkdirAll(confDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(confDir, "10-test.conflist"), []byte(d.net.conflist()), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(confDir, "10-test.conflist"), []byte(d.net.Conflist(`{"type": "portmap", "capabilities": {"portMappings": true}}`)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	cfg := fmt.Sprintf(`root = %q
@@ -303,7 +305,7 @@ func (d *crind) checkNoLeaks() {
 			t.Errorf("leaked process %s: %q", filepath.Dir(p), strings.ReplaceAll(string(b), "\x00", " "))
 		}
 	}
-	d.net.checkNoLeaks(t)
+	d.net.CheckNoLeaks(t)
 }
 
 // mountsUnder lists the mount points in this mount namespace at or below

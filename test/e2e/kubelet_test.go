@@ -407,7 +407,7 @@ func (n *node) cleanup() {
 		n.crind.removeAllPods()
 		n.crind.stop()
 		n.crind.checkNoLeaks()
-		n.crind.net.remove(t)
+		n.crind.net.Remove(t)
 		if !n.portmapChains && hasPortmapChains() {
 			removePortmapChains(t)
 		}

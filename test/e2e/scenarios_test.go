@@ -16,6 +16,8 @@ import (
 	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/crin-dev/crin/test/testnet"
 )
 
 // TestKubelet runs everyday pods on one kubelet+crind node.
@@ -48,8 +50,8 @@ func kubeletScenarios(t *testing.T, n *node) {
 		if c == nil || c.State.Running == nil || c.ContainerID == "" {
 			t.Fatalf("container status: %+v", c)
 		}
-		if p.Status.PodIP == "" || !n.crind.net.subnet.Contains(parseIP(p.Status.PodIP)) {
-			t.Errorf("pod IP %q not in the node's pod network %v", p.Status.PodIP, n.crind.net.subnet)
+		if p.Status.PodIP == "" || !n.crind.net.Subnet.Contains(parseIP(p.Status.PodIP)) {
+			t.Errorf("pod IP %q not in the node's pod network %v", p.Status.PodIP, n.crind.net.Subnet)
 		}
 		n.waitUntil(t, 30*time.Second, "/runningpods lists hello", func() (bool, string) {
 			rp, err := n.runningPods()
@@ -105,7 +107,7 @@ func kubeletScenarios(t *testing.T, n *node) {
 		n.addPod(t, "hostport", map[string]any{"containers": []any{c}})
 		n.waitRunning(t, "hostport")
 		// The host's own address on the pod network, at the host port.
-		addr := net.JoinHostPort(n.crind.net.gateway().String(), fmt.Sprint(hostPort))
+		addr := net.JoinHostPort(n.crind.net.Gateway().String(), fmt.Sprint(hostPort))
 		var body string
 		n.waitUntil(t, 30*time.Second, "GET through the host port", func() (bool, string) {
 			resp, err := (&http.Client{Timeout: 5 * time.Second}).Get("http://" + addr + "/index.html")
@@ -366,12 +368,12 @@ func kubeletScenarios(t *testing.T, n *node) {
 		if _, err := os.Stat(filepath.Join(n.crind.state, "netns", sandbox)); err == nil {
 			t.Errorf("leaked netns %s", sandbox)
 		}
-		if _, err := os.Stat(filepath.Join(n.crind.net.ipamDir, "crintest", ip)); err == nil {
+		if _, err := os.Stat(filepath.Join(n.crind.net.IPAMDir, testnet.Name, ip)); err == nil {
 			t.Errorf("leaked IPAM reservation %s", ip)
 		}
 		n.waitUntil(t, 2*time.Minute, "no veth of the pod and no pod cgroup", func() (bool, string) {
 			if left := n.vethsLeft(); left > n.runningNetPods(ctx) {
-				return false, fmt.Sprintf("%d veths on %s for %d running pods", left, n.crind.net.bridge, n.runningNetPods(ctx))
+				return false, fmt.Sprintf("%d veths on %s for %d running pods", left, n.crind.net.Bridge, n.runningNetPods(ctx))
 			}
 			var left []string
 			for _, ctl := range cgroupHierarchies() {
@@ -385,7 +387,7 @@ func kubeletScenarios(t *testing.T, n *node) {
 }
 
 func (n *node) vethsLeft() int {
-	ents, _ := os.ReadDir(filepath.Join("/sys/class/net", n.crind.net.bridge, "brif"))
+	ents, _ := os.ReadDir(filepath.Join("/sys/class/net", n.crind.net.Bridge, "brif"))
 	return len(ents)
 }
 

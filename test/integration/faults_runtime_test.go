@@ -16,6 +16,8 @@ import (
 	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/crin-dev/crin/test/testnet"
 )
 
 // killedRuntime wraps runc: every create, start or delete that the switch
@@ -255,11 +257,11 @@ func (d *daemon) plantOrphans(t *testing.T) {
 		t.Fatalf("mount: %v: %s", err, out)
 	}
 
-	ipam := filepath.Join(d.net.ipamDir, "crintest")
+	ipam := filepath.Join(d.net.IPAMDir, testnet.Name)
 	if err := os.MkdirAll(ipam, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	ip := d.net.subnet.IP.To4()
+	ip := d.net.Subnet.IP.To4()
 	reserved := fmt.Sprintf("%d.%d.%d.250", ip[0], ip[1], ip[2])
 	if err := os.WriteFile(filepath.Join(ipam, reserved), []byte(podID+"\r\neth0"), 0o644); err != nil {
 		t.Fatal(err)
@@ -338,7 +340,7 @@ func (d *daemon) runtimeLeaks() []string {
 			out = append(out, sub+" "+e.Name())
 		}
 	}
-	ents, _ := os.ReadDir(filepath.Join(d.net.ipamDir, "crintest"))
+	ents, _ := os.ReadDir(filepath.Join(d.net.IPAMDir, testnet.Name))
 	for _, e := range ents {
 		if strings.HasPrefix(e.Name(), "10.") {
 			out = append(out, "IPAM "+e.Name())

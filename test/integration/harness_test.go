@@ -24,6 +24,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/crin-dev/crin/test/testnet"
 )
 
 // bins holds the binaries built once for the whole run.
@@ -76,7 +78,7 @@ type daemon struct {
 	state   string
 	socket  string
 	cgroup  string
-	net     testNet
+	net     testnet.Net
 	logBuf  *lockedBuffer
 	cmd     *exec.Cmd
 	conn    *grpc.ClientConn
@@ -132,13 +134,13 @@ func startDaemon(t *testing.T, o daemonOptions) *daemon {
 		cgroup: "/crintest-" + randHex(4),
 		logBuf: &lockedBuffer{},
 	}
-	d.net = pickTestNet(t, base)
+	d.net = testnet.Pick(t, "crint", base)
 	confDir := filepath.Join(base, "net.d")
 	if err := os.MkdirAll(confDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	if !o.noCNI {
-		if err := os.WriteFile(filepath.Join(confDir, "10-test.conflist"), []byte(d.net.conflist()), 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(confDir, "10-test.conflist"), []byte(d.net.Conflist()), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -272,8 +274,8 @@ func (d *daemon) cleanupAll() {
 	}
 	d.stop()
 	d.checkNoLeaks()
-	d.net.checkNoLeaks(t)
-	d.net.remove(t)
+	d.net.CheckNoLeaks(t)
+	d.net.Remove(t)
 	ctls, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup/*", d.cgroup))
 	for _, c := range ctls {
 		_ = os.Remove(c)

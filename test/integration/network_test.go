@@ -36,8 +36,8 @@ func TestPodNetwork(t *testing.T) {
 		t.Fatal(err)
 	}
 	ip := net.ParseIP(ps.Status.GetNetwork().GetIp())
-	if ip == nil || !d.net.subnet.Contains(ip) {
-		t.Fatalf("pod IP %q not in the test network %s", ps.Status.GetNetwork().GetIp(), d.net.subnet)
+	if ip == nil || !d.net.Subnet.Contains(ip) {
+		t.Fatalf("pod IP %q not in the test network %s", ps.Status.GetNetwork().GetIp(), d.net.Subnet)
 	}
 	id := d.runContainer(t, pod, podCfg, containerConfig("httpd", ref, "sh", "-c",
 		"mkdir -p /tmp/www && echo hello-from-pod > /tmp/www/index.html && exec httpd -f -p 8080 -h /tmp/www"))

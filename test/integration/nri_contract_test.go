@@ -23,6 +23,8 @@ import (
 	"github.com/containerd/nri/pkg/api"
 	"google.golang.org/protobuf/encoding/protojson"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/crin-dev/crin/test/testnet"
 )
 
 // contractLifecycleEvents are the events of a pod and its containers, as
@@ -414,7 +416,7 @@ func TestNRIContractFailingHooks(t *testing.T) {
 	}
 	ref, _ := busybox(t)
 	d.pull(t, ref)
-	ipamDir := filepath.Join(d.net.ipamDir, "crintest")
+	ipamDir := filepath.Join(d.net.IPAMDir, testnet.Name)
 
 	before := contractLeakState(d)
 	podCfg := podConfig("bad")

@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/crin-dev/crin/test/testnet"
 )
 
 // flakyRuntime is an OCI runtime wrapper around runc that fails `create`
@@ -59,7 +61,7 @@ path = %q
 `, filepath.Join(dir, "flaky-pod"), filepath.Join(dir, "flaky-ctr"))})
 	ref, _ := busybox(t)
 	d.pull(t, ref)
-	ipamDir := filepath.Join(d.net.ipamDir, "crintest")
+	ipamDir := filepath.Join(d.net.IPAMDir, testnet.Name)
 
 	podCfg := podConfig("rollback")
 	_, err = d.rs.RunPodSandbox(ctxT(t), &runtimeapi.RunPodSandboxRequest{Config: podCfg, RuntimeHandler: "flakypod"})
