@@ -129,8 +129,11 @@ func testPauseKilled(t *testing.T, n *node) {
 		now = n.readySandboxes(t, "paused")
 		return len(now) == 1 && now[0] != old, fmt.Sprintf("ready sandboxes %v (old %s)", now, old)
 	})
-	p := n.waitRunning(t, "paused")
-	if c := p.container("main"); c.RestartCount < 1 {
-		t.Errorf("container restarts %d after its sandbox was recreated; want at least 1", c.RestartCount)
-	}
+	// kubelet's status catches up with the new sandbox's container a sync
+	// or two later: wait for it to report the container running again,
+	// restarted.
+	n.waitPod(t, "paused", 2*time.Minute, "main running again, restarted", func(p *pod) bool {
+		c := p.container("main")
+		return c != nil && c.RestartCount >= 1 && c.State.Running != nil
+	})
 }
