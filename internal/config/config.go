@@ -60,7 +60,7 @@ type CRI struct {
 	StreamAddress string `toml:"stream_address" comment:"host:port of the exec/attach/port-forward server (port 0: any free port); empty disables"`
 	// StatsPeriod is how often container writable layers are measured and
 	// CPU usage sampled for the stats RPCs; zero means 10s.
-	StatsPeriod Duration `toml:"stats_period" comment:"how often writable layers are measured and CPU sampled for stats (default 10s)"`
+	StatsPeriod Duration `toml:"stats_period" comment:"how often writable layers are measured and CPU sampled for stats "`
 	// CgroupParent is the cgroup under which pods without a cgroup parent run.
 	CgroupParent string `toml:"cgroup_parent" comment:"cgroup for pods that name no cgroup_parent"`
 	// PauseBinary is crin-pause, the infra process of every pod; empty means
@@ -156,6 +156,7 @@ func Default() *Config {
 		CRI: CRI{
 			Socket:         "/run/crin/crin.sock",
 			MetricsAddress: "127.0.0.1:9781",
+			StatsPeriod:    Duration(10 * time.Second),
 			StreamAddress:  "127.0.0.1:0",
 			CgroupParent:   "/crin",
 			CDISpecDirs:    []string{"/etc/cdi", "/var/run/cdi"},
