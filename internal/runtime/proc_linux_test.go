@@ -1,7 +1,10 @@
 package runtime
 
 import (
+	"bytes"
 	"context"
+	"fmt"
+	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -129,6 +132,16 @@ func TestIsShimOf(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	pid := cmd.Process.Pid
+	// Until the child has exec'd, its cmdline is the test binary's.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if bytes.Contains(b, []byte("-dir\x00")) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("child %d never exec'd sh: cmdline %q", pid, b)
+		}
+	}
 	tests := []struct {
 		dir  string
 		want bool
