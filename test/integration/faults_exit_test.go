@@ -84,22 +84,6 @@ func waitProcessGone(t *testing.T, what string, pid int, st string) {
 	}
 }
 
-// waitShimExit polls ContainerStatus until the container is exited.
-func (d *daemon) waitShimExit(t *testing.T, id string) *runtimeapi.ContainerStatus {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		st := d.status(t, id)
-		if st.State == runtimeapi.ContainerState_CONTAINER_EXITED {
-			return st
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("container %s is %v 30s after its shim was killed", id, st.State)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 func killPid(t *testing.T, pid int) {
 	t.Helper()
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
@@ -127,7 +111,7 @@ func TestShimKilled(t *testing.T) {
 		st := startTime(pid)
 		killPid(t, d.shimPid(t, id))
 		killed := time.Now()
-		cs := d.waitShimExit(t, id)
+		cs := d.waitExited(t, id)
 		t.Logf("container %s: EXITED %v after its shim was killed: exit %d, %s: %s",
 			id[:12], time.Since(killed).Round(time.Millisecond), cs.ExitCode, cs.Reason, cs.Message)
 		if cs.ExitCode == 0 || cs.Reason != "ShimDied" || !strings.Contains(cs.Message, "crin-shim") {
@@ -171,7 +155,7 @@ func TestShimKilledWhileDown(t *testing.T) {
 	waitProcessGone(t, "shim", shim, shimStart)
 	d.start()
 
-	cs := d.waitShimExit(t, id)
+	cs := d.waitExited(t, id)
 	if cs.ExitCode != 255 || cs.Reason != "ShimDied" {
 		t.Errorf("after restart: exit %d reason %q message %q, want 255 ShimDied", cs.ExitCode, cs.Reason, cs.Message)
 	}
