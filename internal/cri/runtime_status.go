@@ -32,6 +32,10 @@ func (s *Service) Status(ctx context.Context, r *runtimeapi.StatusRequest) (*run
 			{Type: runtimeapi.RuntimeReady, Status: true},
 			netCond,
 		}},
+		// Supplemental groups policy (Merge and Strict) and the bind
+		// mount options (noexec, nodev, nosuid and the atime family) are
+		// crind's own work on the spec, so every handler has them.
+		Features: &runtimeapi.RuntimeFeatures{SupplementalGroupsPolicy: true, MountOptions: true},
 	}
 	// The CRI names the handler used for pods that name none "" (kubelet
 	// reads the default's features under that name); every configured
@@ -56,11 +60,19 @@ func (s *Service) Status(ctx context.Context, r *runtimeapi.StatusRequest) (*run
 }
 
 // handlerFeatures is what a handler ("" for the default) supports. It says
-// only what crind really implements: recursive read-only mounts and user
-// namespaces are not implemented yet, so kubelet refuses pods that need
-// them instead of running them without.
+// only what crind really implements with that handler's runtime: recursive
+// read-only mounts when the runtime lists the "rro" mount option in its
+// features; user namespaces are not implemented yet, so kubelet refuses
+// pods that need them instead of running them without.
 func (s *Service) handlerFeatures(name string) *runtimeapi.RuntimeHandlerFeatures {
-	return &runtimeapi.RuntimeHandlerFeatures{RecursiveReadOnlyMounts: false, UserNamespaces: false}
+	if name == "" {
+		name = s.opts.DefaultRuntime
+	}
+	f := s.features[name]
+	return &runtimeapi.RuntimeHandlerFeatures{
+		RecursiveReadOnlyMounts: f != nil && slices.Contains(f.MountOptions, "rro"),
+		UserNamespaces:          false,
+	}
 }
 
 // RuntimeConfig reports the cgroup driver: crind drives cgroupfs.

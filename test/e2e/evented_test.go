@@ -39,7 +39,7 @@ func TestKubeletEventedPLEG(t *testing.T) {
 	if log := n.kubeletLog(1 << 20); strings.Contains(log, gaveUp) {
 		line := log[strings.Index(log, gaveUp):]
 		line, _, _ = strings.Cut(line, "\n")
-		t.Skipf("kubelet gave up on crind's GetContainerEvents (Unimplemented in crind, issue 9, item 3) and relies on relisting: %s", line)
+		t.Fatalf("kubelet gave up on crind's GetContainerEvents and relies on relisting: %s", line)
 	}
 	before := n.metric(t, events)
 	if _, err := n.runIn(n.podName("once"), "main", "touch /tmp/exit"); err != nil {
