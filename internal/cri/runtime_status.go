@@ -37,6 +37,16 @@ func (s *Service) Status(ctx context.Context, r *runtimeapi.StatusRequest) (*run
 		// crind's own work on the spec, so every handler has them.
 		Features: &runtimeapi.RuntimeFeatures{SupplementalGroupsPolicy: true, MountOptions: true},
 	}
+	// A handler whose runtime cannot run here is listed (with no features)
+	// and has a condition of its own saying why; kubelet needs only
+	// RuntimeReady and NetworkReady, the other conditions are for people.
+	for _, name := range s.runtimeNames() {
+		if err := s.notReady[name]; err != nil {
+			resp.Status.Conditions = append(resp.Status.Conditions, &runtimeapi.RuntimeCondition{
+				Type: "RuntimeHandlerReady/" + name, Status: false, Reason: "RuntimeHandlerNotReady", Message: err.Error(),
+			})
+		}
+	}
 	// The CRI names the handler used for pods that name none "" (kubelet
 	// reads the default's features under that name); every configured
 	// handler is listed under its own name too.
@@ -69,6 +79,9 @@ func (s *Service) handlerFeatures(name string) *runtimeapi.RuntimeHandlerFeature
 		name = s.opts.DefaultRuntime
 	}
 	f := s.features[name]
+	if s.notReady[name] != nil {
+		f = nil
+	}
 	return &runtimeapi.RuntimeHandlerFeatures{
 		RecursiveReadOnlyMounts: f != nil && slices.Contains(f.MountOptions, "rro"),
 		UserNamespaces:          false,

@@ -104,6 +104,10 @@ type Service struct {
 	opts     Options
 	log      *slog.Logger
 	features map[string]*features.Features
+	// notReady holds, per runtime handler, why its runtime cannot run
+	// containers on this host (runtime.Checker, asked once at start-up).
+	// Written only in New.
+	notReady map[string]error
 
 	// ctx bounds the background exit monitors; cancel stops them.
 	ctx    context.Context
@@ -199,6 +203,7 @@ func New(ctx context.Context, o Options) (*Service, error) {
 		opts:        o,
 		log:         o.Logger,
 		features:    map[string]*features.Features{},
+		notReady:    map[string]error{},
 		sandboxes:   map[string]*sandbox{},
 		containers:  map[string]*container{},
 		pendingPods: map[string]*api.PodSandbox{},
@@ -229,6 +234,14 @@ func New(ctx context.Context, o Options) (*Service, error) {
 			f = nil
 		}
 		s.features[name] = f
+		if c, ok := rt.(runtime.Checker); ok {
+			cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			if err := c.Check(cctx); err != nil {
+				s.log.WarnContext(ctx, "runtime handler not ready", "runtime", name, "error", err)
+				s.notReady[name] = err
+			}
+			cancel()
+		}
 	}
 	if err := s.recover(ctx); err != nil {
 		s.cancel()
@@ -288,6 +301,9 @@ func (s *Service) runtimeFor(handler string) (string, runtime.Runtime, error) {
 	if !ok {
 		return "", nil, fmt.Errorf("runtime_handler %q: unknown runtime handler (configured: %s): %w",
 			handler, strings.Join(s.runtimeNames(), ", "), errdefs.ErrInvalidArgument)
+	}
+	if err := s.notReady[name]; err != nil {
+		return "", nil, fmt.Errorf("runtime_handler %q: not ready: %v: %w", name, err, errdefs.ErrFailedPrecondition)
 	}
 	return name, rt, nil
 }
