@@ -108,6 +108,8 @@ type Service struct {
 	// containers on this host (runtime.Checker, asked once at start-up).
 	// Written only in New.
 	notReady map[string]error
+	// criu says whether checkpoint and restore can work here.
+	criu *criuProbe
 
 	// ctx bounds the background exit monitors; cancel stops them.
 	ctx    context.Context
@@ -204,6 +206,7 @@ func New(ctx context.Context, o Options) (*Service, error) {
 		log:         o.Logger,
 		features:    map[string]*features.Features{},
 		notReady:    map[string]error{},
+		criu:        newCRIUProbe(),
 		sandboxes:   map[string]*sandbox{},
 		containers:  map[string]*container{},
 		pendingPods: map[string]*api.PodSandbox{},
