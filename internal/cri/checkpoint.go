@@ -30,7 +30,6 @@ type criuProbe struct {
 	mu   sync.Mutex
 	at   time.Time
 	err  error
-	bin  string
 	look func(string) (string, error)
 	run  func(ctx context.Context, bin string) ([]byte, error)
 }

@@ -233,10 +233,12 @@ func classOf(e error) (codes.Code, bool) {
 
 // contextClass is pass 2: a context's end.
 func contextClass(e error) (codes.Code, bool) {
-	switch e { //nolint:errorlint // one chain member; walkChain does the unwrapping
-	case context.DeadlineExceeded:
+	// Identity, not errors.Is: e is one member of a chain walkChain walks
+	// with a cycle guard, and errors.Is would loop on a cyclic chain.
+	switch e {
+	case context.DeadlineExceeded: //nolint:errorlint // see above
 		return codes.DeadlineExceeded, true
-	case context.Canceled:
+	case context.Canceled: //nolint:errorlint // see above
 		return codes.Canceled, true
 	}
 	switch e.(type) { //nolint:errorlint // one chain member; walkChain does the unwrapping

@@ -59,7 +59,7 @@ func classOf(err error) error {
 	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
 		return errdefs.ErrResourceExhausted
 	}
-	if c := errdefs.Resolve(err); c != errdefs.ErrUnknown {
+	if c := errdefs.Resolve(err); !errors.Is(c, errdefs.ErrUnknown) {
 		return c
 	}
 	if unreachable(err) {
@@ -84,7 +84,7 @@ func unreachable(err error) bool {
 // cap) keeps it. Anything else the client reports is a registry that could
 // not serve the request: errdefs.ErrUnavailable.
 func classify(err error) error {
-	if errdefs.Resolve(err) != errdefs.ErrUnknown {
+	if !errors.Is(errdefs.Resolve(err), errdefs.ErrUnknown) {
 		return err
 	}
 	var te *transport.Error

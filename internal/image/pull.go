@@ -135,7 +135,7 @@ func (s *Service) pullFrom(ctx context.Context, r reference, auth *Auth, watch h
 		s.log.DebugContext(ctx, "registry endpoint failed", "ref", r.String(), "endpoint", ep.String(), "error", err)
 		failures = append(failures, fmt.Sprintf("%s: %v", ep, err))
 		switch c := classOf(err); {
-		case c != errdefs.ErrUnavailable:
+		case !errors.Is(c, errdefs.ErrUnavailable):
 			class, definite = c, true
 		case !definite:
 			class = c

@@ -13,7 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// ErrRequiredPluginMissing: a plugin configured as required is not
+// ErrRequiredPluginMissing says a plugin configured as required is not
 // connected, so the request cannot be served.
 var ErrRequiredPluginMissing = fmt.Errorf("required nri plugin not connected: %w", errdefs.ErrUnavailable)
 

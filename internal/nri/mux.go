@@ -191,7 +191,7 @@ func (m *mux) reader() {
 // of the trunk inside a frame is io.ErrUnexpectedEOF.
 func (m *mux) readFrames(self *muxConn, p []byte) (int, error) {
 	n, err := m.readFramesOnce(self, p)
-	if err == io.EOF && m.in.hn > 0 {
+	if errors.Is(err, io.EOF) && m.in.hn > 0 {
 		err = io.ErrUnexpectedEOF
 	}
 	return n, err
@@ -492,7 +492,6 @@ func (c *muxConn) SetWriteDeadline(time.Time) error { return nil }
 // a ttrpc.Server serve a single logical mux connection.
 type connListener struct {
 	conn      net.Conn
-	once      sync.Once
 	closeOnce sync.Once
 	handed    chan net.Conn
 	closed    chan struct{}
