@@ -28,7 +28,7 @@ func volumeImage(t *testing.T) (bb, data, digest string) {
 			imagetest.Dir("data", 0o755),
 			imagetest.File("data/hello.txt", "hello from the image\n", 0o644),
 			imagetest.Dir("data/sub", 0o755),
-			imagetest.File("data/sub/inner.txt", "inner\n", 0o644),
+			imagetest.File("data/sub/inner.txt", "inner", 0o644),
 		),
 		// A second layer: the view is an overlay of all of them, and a
 		// symlink resolves inside the image, never on the host.
@@ -85,7 +85,7 @@ func TestImageVolume(t *testing.T) {
 		"cat /data/data/hello.txt":                  "hello from the image",
 		"cat /data/data/two.txt":                    "layer two",
 		"ls /sub":                                   "inner.txt",
-		"cat /link/inner.txt":                       "inner\n",
+		"cat /link/inner.txt":                       "inner",
 		"touch /data/x 2>/dev/null || echo refused": "refused",
 	} {
 		if got := d.execOut(t, id, "sh", "-c", cmd); got != want {
