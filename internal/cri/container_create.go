@@ -28,6 +28,9 @@ func (s *Service) CreateContainer(ctx context.Context, r *runtimeapi.CreateConta
 	if err := validateContainerConfig(cfg); err != nil {
 		return nil, err
 	}
+	if err := oci.CheckImageMounts(cfg.GetMounts()); err != nil {
+		return nil, err
+	}
 	sb, err := s.getSandbox(r.GetPodSandboxId())
 	if err != nil {
 		return nil, err
@@ -97,8 +100,13 @@ func (s *Service) CreateContainer(ctx context.Context, r *runtimeapi.CreateConta
 	if err != nil {
 		return nil, fmt.Errorf("prepare rootfs: %w", err)
 	}
+	// Releasing the rootfs releases the image volumes too.
 	undo.add("release rootfs", func(ctx context.Context) error { return s.releaseRootfs(ctx, id) })
 	rec.Rootfs = rootfs
+	imageVolumes, err := s.prepareImageVolumes(ctx, rec, cfg.GetMounts())
+	if err != nil {
+		return nil, err
+	}
 
 	ipcShm := ""
 	if podCfg.GetLinux().GetSecurityContext().GetNamespaceOptions().GetIpc() != runtimeapi.NamespaceMode_NODE {
@@ -130,6 +138,7 @@ func (s *Service) CreateContainer(ctx context.Context, r *runtimeapi.CreateConta
 		ShmPath:            ipcShm,
 		OOMScoreAdjMin:     s.opts.OOMScoreAdjMin,
 		SeccompProfileRoot: s.opts.SeccompProfileRoot,
+		ImageVolumes:       imageVolumes,
 	})
 	if err != nil {
 		return nil, err

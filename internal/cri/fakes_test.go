@@ -203,6 +203,8 @@ type fakeImages struct {
 	mu  sync.Mutex
 	// rootfs holds the prepared, not released, container rootfs dirs.
 	rootfs map[string]bool
+	// missing is an image ref PrepareVolume does not find.
+	missing string
 }
 
 var testImage = &image.Image{
@@ -234,10 +236,28 @@ func (f *fakeImages) PrepareRootfs(_ context.Context, id, _ string) (string, err
 	return p, nil
 }
 
+// PrepareVolume makes the volume an empty dir beside the rootfs.
+func (f *fakeImages) PrepareVolume(_ context.Context, id, name, ref string) (*image.Volume, error) {
+	if ref == f.missing {
+		return nil, fmt.Errorf("image %q: %w", ref, errdefs.ErrNotFound)
+	}
+	p := filepath.Join(f.dir, id+"-volumes", name)
+	if err := os.MkdirAll(p, 0o755); err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	f.rootfs[id] = true
+	f.mu.Unlock()
+	return &image.Volume{Path: p, Image: testImage}, nil
+}
+
 func (f *fakeImages) ReleaseRootfs(_ context.Context, id string) error {
 	f.mu.Lock()
 	delete(f.rootfs, id)
 	f.mu.Unlock()
+	if err := os.RemoveAll(filepath.Join(f.dir, id+"-volumes")); err != nil {
+		return err
+	}
 	return os.RemoveAll(filepath.Join(f.dir, id))
 }
 

@@ -39,6 +39,9 @@ type Images interface {
 	PrepareRootfs(ctx context.Context, containerID, imageID string) (string, error)
 	ReleaseRootfs(ctx context.Context, containerID string) error
 	Rootfs(ctx context.Context, containerID string) (string, error)
+	// PrepareVolume mounts an image volume of a container; ReleaseRootfs
+	// releases it with the rootfs.
+	PrepareVolume(ctx context.Context, containerID, name, ref string) (*image.Volume, error)
 }
 
 // Network is what the hub needs of pod networking.

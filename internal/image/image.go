@@ -8,6 +8,7 @@
 //	blobs/tmp/              downloads in progress
 //	l/<short>/              one unpacked layer per diff id (overlay lower dir)
 //	containers/<id>/        upper, work and rootfs (the overlay mountpoint)
+//	containers/<id>/volumes/<name>/  read-only overlays of image volumes
 //
 // Every write is made crash-safe by writing to a temporary name and renaming
 // into place; metadata is committed last, and New removes whatever a crash
@@ -138,7 +139,9 @@ type Service struct {
 	layers map[string]*layerRecord // by diff id
 	dirs   map[string]string       // layer dir name -> diff id, committed or being unpacked
 	leases map[string]*leaseRecord // rootfs by container id
-	pins   map[string]int          // digests and diff ids used by pulls in progress
+	// volumes are the image volumes of containers, by volumeKey.
+	volumes map[string]*volumeRecord
+	pins    map[string]int // digests and diff ids used by pulls in progress
 
 	// fs caches usage figures for FsInfo (fsinfo.go).
 	fs fsCache
@@ -198,12 +201,13 @@ func New(cfg Config) (*Service, error) {
 	s := &Service{
 		cfg: cfg, log: log, root: root, db: db, mirrors: mirrors,
 		ctx: ctx, cancel: cancel,
-		images: map[string]*imageRecord{},
-		refs:   map[string]string{},
-		layers: map[string]*layerRecord{},
-		dirs:   map[string]string{},
-		leases: map[string]*leaseRecord{},
-		pins:   map[string]int{},
+		images:  map[string]*imageRecord{},
+		refs:    map[string]string{},
+		layers:  map[string]*layerRecord{},
+		dirs:    map[string]string{},
+		leases:  map[string]*leaseRecord{},
+		volumes: map[string]*volumeRecord{},
+		pins:    map[string]int{},
 	}
 	if err := s.load(); err != nil {
 		cancel()
@@ -291,13 +295,20 @@ func (s *Service) resolveLocked(ref string) (*imageRecord, error) {
 
 // Remove removes the image ref resolves to (every tag of it) and any layer no
 // other image uses. Unknown is errdefs.ErrNotFound. Layers still used by a
-// container rootfs stay until that rootfs is released.
+// container rootfs stay until that rootfs is released. An image mounted as
+// an image volume (PrepareVolume) is not removed: that is
+// errdefs.ErrFailedPrecondition naming the containers.
 func (s *Service) Remove(ctx context.Context, ref string) error {
 	s.mu.Lock()
 	rec, err := s.resolveLocked(ref)
 	if err != nil {
 		s.mu.Unlock()
 		return err
+	}
+	if users := s.volumeUsersLocked(rec.ID); len(users) > 0 {
+		s.mu.Unlock()
+		return fmt.Errorf("remove image %s: mounted as an image volume by container(s) %s: %w",
+			rec.ID, strings.Join(users, ", "), errdefs.ErrFailedPrecondition)
 	}
 	if err := s.db.Update(func(tx *bolt.Tx) error {
 		return tx.Bucket(bucketImages).Delete([]byte(rec.ID))

@@ -41,3 +41,8 @@ func (s *Service) ReleaseRootfs(ctx context.Context, containerID string) error {
 func (s *Service) Rootfs(ctx context.Context, containerID string) (string, error) {
 	return "", fmt.Errorf("rootfs: %w", errdefs.ErrNotImplemented)
 }
+
+// PrepareVolume is not implemented on this platform.
+func (s *Service) PrepareVolume(ctx context.Context, containerID, name, ref string) (*Volume, error) {
+	return nil, fmt.Errorf("prepare image volume: %w", errdefs.ErrNotImplemented)
+}

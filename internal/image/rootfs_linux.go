@@ -97,7 +97,7 @@ func (s *Service) lowerDirsLocked(lease *leaseRecord) ([]string, error) {
 }
 
 // Rootfs reports the mountpoint of containerID's rootfs after a restart,
-// remounting it if it is not mounted. Unknown is errdefs.ErrNotFound.
+// remounting it (and its image volumes) if it is not mounted. Unknown is errdefs.ErrNotFound.
 func (s *Service) Rootfs(ctx context.Context, containerID string) (string, error) {
 	if err := checkContainerID(containerID); err != nil {
 		return "", err
@@ -116,17 +116,25 @@ func (s *Service) Rootfs(ctx context.Context, containerID string) (string, error
 	if err := s.mountRootfs(containerID, lowers, false); err != nil {
 		return "", fmt.Errorf("rootfs of container %s: %w", containerID, err)
 	}
+	if err := s.remountVolumes(containerID); err != nil {
+		return "", fmt.Errorf("image volumes of container %s: %w", containerID, err)
+	}
 	return filepath.Join(s.containerDir(containerID), "rootfs"), nil
 }
 
-// ReleaseRootfs unmounts and removes containerID's rootfs, then the layers
-// only it kept. Releasing an unknown container is not an error.
+// ReleaseRootfs unmounts and removes containerID's rootfs and image
+// volumes, then the layers only they kept; the images of the volumes can
+// be removed again. Releasing an unknown container is not an error.
 func (s *Service) ReleaseRootfs(ctx context.Context, containerID string) error {
 	if err := checkContainerID(containerID); err != nil {
 		return err
 	}
 	dir := s.containerDir(containerID)
 	target := filepath.Join(dir, "rootfs")
+	// The volumes first: RemoveAll must never walk into a mounted view.
+	if err := s.unmountVolumes(containerID); err != nil {
+		return fmt.Errorf("release image volumes of %s: %w", containerID, err)
+	}
 	if err := unmountAll(target); err != nil {
 		return fmt.Errorf("release rootfs of %s: %w", containerID, err)
 	}
@@ -134,17 +142,27 @@ func (s *Service) ReleaseRootfs(ctx context.Context, containerID string) error {
 		return fmt.Errorf("release rootfs of %s: %w", containerID, err)
 	}
 	s.mu.Lock()
-	if _, ok := s.leases[containerID]; !ok {
+	_, ok := s.leases[containerID]
+	vols := s.volumeKeysLocked(containerID)
+	if !ok && len(vols) == 0 {
 		s.mu.Unlock()
 		return nil
 	}
 	if err := s.db.Update(func(tx *bolt.Tx) error {
+		for _, k := range vols {
+			if err := tx.Bucket(bucketVolumes).Delete([]byte(k)); err != nil {
+				return err
+			}
+		}
 		return tx.Bucket(bucketLeases).Delete([]byte(containerID))
 	}); err != nil {
 		s.mu.Unlock()
 		return fmt.Errorf("release rootfs of %s: %w", containerID, err)
 	}
 	delete(s.leases, containerID)
+	for _, k := range vols {
+		delete(s.volumes, k)
+	}
 	trash, err := s.gcLocked()
 	s.mu.Unlock()
 	s.emptyTrash(ctx, trash)
@@ -162,6 +180,9 @@ func (s *Service) mountRootfs(containerID string, lowers []string, fresh bool) e
 	dir := s.containerDir(containerID)
 	target := filepath.Join(dir, "rootfs")
 	if fresh {
+		if err := s.unmountVolumes(containerID); err != nil {
+			return err
+		}
 		if err := unmountAll(target); err != nil {
 			return err
 		}
@@ -207,7 +228,7 @@ func (s *Service) mountRootfs(containerID string, lowers []string, fresh bool) e
 	if len(data) > maxMountData {
 		return fmt.Errorf("mount overlay on %s: %d layers do not fit in the mount options", target, len(lowers))
 	}
-	if err := mountFrom(s.root, target, data); err != nil {
+	if err := mountFrom(s.root, target, data, 0); err != nil {
 		return fmt.Errorf("mount overlay on %s (relative paths): %w", target, err)
 	}
 	return nil
@@ -221,7 +242,7 @@ func overlayData(lowers []string, upper, work string) string {
 // working directory is per process, so the mount runs on a thread that
 // unshares it first and is thrown away afterwards (a locked goroutine that
 // returns without unlocking ends its thread).
-func mountFrom(dir, target, data string) error {
+func mountFrom(dir, target, data string, flags uintptr) error {
 	errc := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
@@ -233,7 +254,7 @@ func mountFrom(dir, target, data string) error {
 			errc <- err
 			return
 		}
-		errc <- unix.Mount("overlay", target, "overlay", 0, data)
+		errc <- unix.Mount("overlay", target, "overlay", flags, data)
 	}()
 	return <-errc
 }

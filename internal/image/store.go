@@ -17,6 +17,8 @@ var (
 	bucketImages = []byte("images") // id -> imageRecord
 	bucketLayers = []byte("layers") // diff id -> layerRecord
 	bucketLeases = []byte("leases") // container id -> leaseRecord
+	// bucketVolumes holds the image volumes of containers (volume.go).
+	bucketVolumes = []byte("volumes") // "<container id>/<name>" -> volumeRecord
 )
 
 // imageRecord is an image as stored. The references of an image are its
@@ -59,7 +61,7 @@ type leaseRecord struct {
 // load reads the metadata into memory.
 func (s *Service) load() error {
 	return s.db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bucketImages, bucketLayers, bucketLeases} {
+		for _, b := range [][]byte{bucketImages, bucketLayers, bucketLeases, bucketVolumes} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return fmt.Errorf("create bucket %s: %w", b, err)
 			}
@@ -88,12 +90,22 @@ func (s *Service) load() error {
 		}); err != nil {
 			return err
 		}
-		return tx.Bucket(bucketLeases).ForEach(func(k, v []byte) error {
+		if err := tx.Bucket(bucketLeases).ForEach(func(k, v []byte) error {
 			var rec leaseRecord
 			if err := json.Unmarshal(v, &rec); err != nil {
 				return fmt.Errorf("decode rootfs lease %s: %w", k, err)
 			}
 			s.leases[string(k)] = &rec
+			return nil
+		}); err != nil {
+			return err
+		}
+		return tx.Bucket(bucketVolumes).ForEach(func(k, v []byte) error {
+			var rec volumeRecord
+			if err := json.Unmarshal(v, &rec); err != nil {
+				return fmt.Errorf("decode image volume %s: %w", k, err)
+			}
+			s.volumes[string(k)] = &rec
 			return nil
 		})
 	})
@@ -160,8 +172,8 @@ func (s *Service) pin(keys []string) func() {
 	}
 }
 
-// gcLocked forgets the layers and removes the blobs that no image, rootfs
-// or pull in progress uses. Layer dirs are renamed out of the way and
+// gcLocked forgets the layers and removes the blobs that no image, rootfs,
+// image volume or pull in progress uses. Layer dirs are renamed out of the way and
 // returned, to be removed without holding mu (emptyTrash).
 func (s *Service) gcLocked() ([]string, error) {
 	usedLayers := map[string]bool{}
@@ -176,6 +188,11 @@ func (s *Service) gcLocked() ([]string, error) {
 	}
 	for _, l := range s.leases {
 		for _, d := range l.Layers {
+			usedLayers[d] = true
+		}
+	}
+	for _, v := range s.volumes {
+		for _, d := range v.Layers {
 			usedLayers[d] = true
 		}
 	}

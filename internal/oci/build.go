@@ -325,7 +325,11 @@ func buildContainer(o ContainerOptions) (*specs.Spec, error) {
 
 // containerMounts assembles the mounts and devices of a workload container.
 func containerMounts(o ContainerOptions, ns podNamespaces, privileged, readonlyRoot bool) ([]specs.Mount, []specs.LinuxDevice, []specs.LinuxDeviceCgroup, string, error) {
-	user, propagation, err := criMounts(o.Config.GetMounts())
+	in, err := imageVolumeMounts(o.Config.GetMounts(), o.ImageVolumes)
+	if err != nil {
+		return nil, nil, nil, "", err
+	}
+	user, propagation, err := criMounts(in)
 	if err != nil {
 		return nil, nil, nil, "", err
 	}

@@ -69,7 +69,8 @@ func criMounts(in []*runtimeapi.Mount) ([]specs.Mount, string, error) {
 			return nil, "", invalidf("%s.container_path %q: cannot mount over the rootfs", field, cp)
 		}
 		if m.GetImage().GetImage() != "" {
-			return nil, "", unsupportedf("%s.image %q: image volumes are not supported", field, m.GetImage().GetImage())
+			// ContainerSpec turns prepared image volumes into binds first.
+			return nil, "", unsupportedf("%s.image %q: the image volume was not prepared", field, m.GetImage().GetImage())
 		}
 		if len(m.GetUidMappings()) > 0 || len(m.GetGidMappings()) > 0 {
 			return nil, "", unsupportedf("%s.uidMappings: id-mapped mounts are not supported", field)

@@ -153,6 +153,11 @@ type ContainerOptions struct {
 	SeccompProfileRoot string
 	// Host is the node's description; nil means DetectHost().
 	Host *Host
+	// ImageVolumes holds, for each mount of Config that names an image
+	// (Config.Mounts[i]), the host path bind-mounted read-only in its
+	// place: the image's prepared read-only view, with image_sub_path
+	// already resolved inside it. An image mount without one is refused.
+	ImageVolumes map[int]string
 }
 
 // SandboxSpec returns the spec of a pod's infra container. Invalid input

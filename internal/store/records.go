@@ -102,4 +102,9 @@ type Container struct {
 	// resolved at creation so a later image change or removal does not
 	// change it. Empty in records made before it was recorded.
 	StopSignal string `json:"stop_signal,omitempty"`
+	// ImageVolumes maps the index of each config mount that names an image
+	// (an image volume) to the image it mounts, as ContainerStatus
+	// reports it in that mount's image.image_ref: the image's repo digest
+	// reference, else its id.
+	ImageVolumes map[int]string `json:"image_volumes,omitempty"`
 }
