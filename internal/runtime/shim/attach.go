@@ -384,7 +384,10 @@ func (s *server) streamAttach(c net.Conn, sess attachSession) {
 		s.readInput(c, sess)
 	}()
 	// The input reader ends once c is closed, or, when it is blocked on a
-	// container that reads no input, once the container's stdin closes.
+	// container that reads no input, once the container takes the input
+	// or its stdin closes (at the latest when it exits): input the shim
+	// took from a client that left is still delivered, then a stdin_once
+	// session's end closes the container's stdin.
 	defer func() {
 		_ = c.Close()
 		<-gone

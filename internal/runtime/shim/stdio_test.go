@@ -289,3 +289,37 @@ func TestAttachOldClient(t *testing.T) {
 		t.Error("an output-only session used up stdin_once")
 	}
 }
+
+// TestAttachStdinOnceBlocked: a stdin_once client leaves while its input
+// is stuck on a container that reads none. Once the container reads, it
+// gets what the shim had taken from the client, then the end of its stdin.
+func TestAttachStdinOnceBlocked(t *testing.T) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	s, sock := newStdioServer(t, &stdio{in: w, once: true})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	inr, inw := io.Pipe()
+	defer inw.Close()
+	errc := make(chan error, 1)
+	go func() { errc <- Attach(ctx, sock, AttachStreams{Stdin: inr, Stdout: io.Discard}) }()
+	waitSubs(t, s, 1)
+	// More than a pipe holds, written in the background: the shim's
+	// write blocks once the pipe is full.
+	go func() { _, _ = inw.Write(make([]byte, 4<<20)) }()
+	waitUntil(t, "the pipe to fill", func() bool {
+		n, err := unix.IoctlGetInt(int(r.Fd()), unix.TIOCINQ)
+		return err == nil && n >= 64<<10
+	})
+	cancel()
+	recv(t, "the attach to end", errc)
+	var read syncBuffer
+	got := recv(t, "the container's stdin to end", readAll(r, &read))
+	if len(got) < 64<<10 {
+		t.Errorf("container read %d bytes, want at least the full pipe's", len(got))
+	}
+	waitSubs(t, s, 0)
+}
