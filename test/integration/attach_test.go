@@ -204,6 +204,10 @@ func TestAttachTTYResize(t *testing.T) {
 	a.waitOutput("size-43x132")
 	// A terminal's output is all stdout in the log.
 	waitLog(t, logPath(podCfg, cfg), " stdout F size-43x132\r")
+	// Exec'd processes do not inherit the container's terminal.
+	if out := d.execOut(t, ctr, "sh", "-c", "[ -t 0 ] || echo no-tty"); out != "no-tty" {
+		t.Errorf("exec in a terminal container printed %q, want no-tty", out)
+	}
 
 	_, err := d.rs.Attach(ctxT(t), &runtimeapi.AttachRequest{ContainerId: ctr, Tty: true, Stdout: true, Stderr: true})
 	if code(err) != "InvalidArgument" {
