@@ -143,6 +143,9 @@ func (s *Service) CreateContainer(ctx context.Context, r *runtimeapi.CreateConta
 	if err != nil {
 		return nil, err
 	}
+	// The runtime makes the terminal and hands it to the shim, which
+	// keeps it (and stdin) for attach.
+	spec.Process.Terminal = cfg.GetTty()
 	var cdiNames []string
 	for _, d := range cfg.GetCDIDevices() {
 		cdiNames = append(cdiNames, d.GetName())
@@ -173,7 +176,10 @@ func (s *Service) CreateContainer(ctx context.Context, r *runtimeapi.CreateConta
 			return nil, fmt.Errorf("create log dir: %w", err)
 		}
 	}
-	if err := rt.Create(ctx, runtime.CreateRequest{ID: id, Spec: spec, LogPath: rec.LogPath}); err != nil {
+	if err := rt.Create(ctx, runtime.CreateRequest{
+		ID: id, Spec: spec, LogPath: rec.LogPath,
+		Stdin: cfg.GetStdin(), StdinOnce: cfg.GetStdinOnce(),
+	}); err != nil {
 		return nil, fmt.Errorf("create container: %w", err)
 	}
 	undo.add("delete container", func(ctx context.Context) error { return s.deleteFromRuntime(ctx, pod.RuntimeHandler, id) })

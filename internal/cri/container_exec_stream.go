@@ -39,10 +39,12 @@ func (s *Service) Exec(ctx context.Context, r *runtimeapi.ExecRequest) (*runtime
 	return s.stream.GetExec(req)
 }
 
-// Attach prepares an attachment to a running container's output and
-// returns the streaming server URL. Only output can be attached to: crin
-// starts containers with stdin on /dev/null, so a request for stdin is
-// Unimplemented. Errors are as for Exec.
+// Attach prepares an attachment to a running container's stdio and
+// returns the streaming server URL. The container's shim holds its stdin
+// (when the config asked for stdin) and its terminal (tty), so the client's
+// input reaches the container and a terminal follows the client's size; a
+// request for stdin to a container created without it is
+// FailedPrecondition. Other errors are as for Exec.
 func (s *Service) Attach(ctx context.Context, r *runtimeapi.AttachRequest) (*runtimeapi.AttachResponse, error) {
 	if err := s.streamingEnabled(); err != nil {
 		return nil, err
@@ -50,18 +52,18 @@ func (s *Service) Attach(ctx context.Context, r *runtimeapi.AttachRequest) (*run
 	if err := checkStreams(r.GetTty(), r.GetStdin(), r.GetStdout(), r.GetStderr()); err != nil {
 		return nil, err
 	}
-	if r.GetStdin() {
-		return nil, fmt.Errorf("stdin: attaching to a container's stdin is not supported: %w", errdefs.ErrNotImplemented)
-	}
 	ref, rt, err := s.runningContainer(r.GetContainerId())
 	if err != nil {
 		return nil, err
+	}
+	if r.GetStdin() && !ref.Stdin {
+		return nil, fmt.Errorf("stdin: container %s was created without stdin: %w", ref.ID, errdefs.ErrFailedPrecondition)
 	}
 	if _, ok := rt.(runtime.Attacher); !ok {
 		return nil, fmt.Errorf("attach to %s: runtime cannot attach: %w", ref.ID, errdefs.ErrNotImplemented)
 	}
 	req := &runtimeapi.AttachRequest{
-		ContainerId: ref.ID, Tty: r.GetTty(),
+		ContainerId: ref.ID, Tty: r.GetTty(), Stdin: r.GetStdin(),
 		Stdout: r.GetStdout(), Stderr: r.GetStderr(),
 	}
 	return s.stream.GetAttach(req)

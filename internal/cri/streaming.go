@@ -168,7 +168,8 @@ func (r *streamRuntime) Exec(ctx context.Context, containerID string, cmd []stri
 	return nil
 }
 
-// Attach copies a running container's output to the client.
+// Attach connects the client to a running container's stdio: its output,
+// its stdin when it was created with one, and its terminal's size.
 func (r *streamRuntime) Attach(ctx context.Context, containerID string, in io.Reader, out, errOut io.WriteCloser, tty bool, resize <-chan remotecommand.TerminalSize) (err error) {
 	defer r.s.recoverSession(ctx, "attach", &err)
 	ctx, done, err := r.begin(ctx)
@@ -185,12 +186,21 @@ func (r *streamRuntime) Attach(ctx context.Context, containerID string, in io.Re
 		return fmt.Errorf("attach to %s: runtime cannot attach: %w", rec.ID, errdefs.ErrNotImplemented)
 	}
 	var req runtime.AttachRequest
+	if in != nil && rec.Stdin {
+		req.Stdin = in
+	}
 	if out != nil {
 		req.Stdout = out
 	}
-	if errOut != nil {
+	if errOut != nil && !rec.TTY {
 		req.Stderr = errOut
 	}
+	if rec.TTY {
+		sizes, stopSizes := relaySizes(ctx, resize)
+		defer stopSizes()
+		req.Resize = sizes
+	}
+	r.s.log.DebugContext(ctx, "attach stream", "container_id", rec.ID, "stdin", req.Stdin != nil, "tty", rec.TTY)
 	if err := at.Attach(ctx, rec.ID, req); err != nil && ctx.Err() == nil {
 		return fmt.Errorf("attach to %s: %w", rec.ID, err)
 	}
@@ -214,11 +224,16 @@ func (s *Service) runningContainer(id string) (recID containerRef, rt runtime.Ru
 	if err != nil {
 		return containerRef{}, nil, err
 	}
-	return containerRef{ID: rec.ID}, rt, nil
+	return containerRef{ID: rec.ID, Stdin: c.config.GetStdin(), TTY: c.config.GetTty()}, rt, nil
 }
 
-// containerRef names a container outside its lock.
-type containerRef struct{ ID string }
+// containerRef names a container outside its lock, with what attach needs
+// of its (immutable) config.
+type containerRef struct {
+	ID    string
+	Stdin bool // created with stdin kept open
+	TTY   bool // runs on a terminal
+}
 
 // relaySizes turns the streaming server's resize events into the runtime's;
 // stop ends the relay and waits for it.

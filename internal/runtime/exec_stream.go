@@ -24,10 +24,7 @@ import (
 const streamDrainWait = 2 * time.Second
 
 // TerminalSize is a terminal's size in character cells.
-type TerminalSize struct {
-	Width  uint16
-	Height uint16
-}
+type TerminalSize = shim.TerminalSize
 
 // StreamExecRequest is an interactive process to run in a container. Like
 // ExecRequest, the process inherits the container's process spec with Args

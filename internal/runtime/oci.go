@@ -206,6 +206,8 @@ func (o *OCI) launchShim(ctx context.Context, req CreateRequest, dir string) (sh
 	cfg := shim.Config{
 		ID: req.ID, Dir: dir, Runtime: o.cfg.Binary, RuntimeRoot: o.cfg.Root,
 		LogPath: req.LogPath, OOMScoreAdj: o.cfg.OOMScoreAdj,
+		Stdin: req.Stdin, StdinOnce: req.StdinOnce,
+		TTY: req.Spec.Process != nil && req.Spec.Process.Terminal,
 	}
 	// The first shim process only starts the detached one and exits; it
 	// is not cut short by ctx, or the detached one might run unseen.

@@ -98,8 +98,15 @@ type CreateRequest struct {
 	// an absolute path to a prepared rootfs.
 	Spec *specs.Spec
 	// LogPath is the CRI log file the shim writes stdout and stderr to, in
-	// the CRI format. Empty means the output is discarded.
+	// the CRI format. Empty means the output is discarded. With a
+	// terminal (Spec.Process.Terminal) all output is stdout.
 	LogPath string
+	// Stdin keeps the container's stdin open for attach (see Attacher);
+	// without it the container's stdin is /dev/null.
+	Stdin bool
+	// StdinOnce closes the container's stdin once the first attach that
+	// brought stdin ends.
+	StdinOnce bool
 }
 
 // SignalOptions modify Signal.

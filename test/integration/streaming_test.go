@@ -406,8 +406,8 @@ func TestAttach(t *testing.T) {
 		t.Errorf("Attach to an exited container: %v (%s), want FailedPrecondition", err, code(err))
 	}
 	_, err = d.rs.Attach(ctxT(t), &runtimeapi.AttachRequest{ContainerId: ctr, Stdin: true, Stdout: true})
-	if code(err) != "Unimplemented" {
-		t.Errorf("Attach with stdin: %v (%s), want Unimplemented", err, code(err))
+	if code(err) != "FailedPrecondition" {
+		t.Errorf("Attach with stdin to an exited container: %v (%s), want FailedPrecondition", err, code(err))
 	}
 }
 

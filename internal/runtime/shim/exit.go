@@ -9,14 +9,17 @@ import (
 
 // Names of the files a shim keeps in its container's state directory.
 const (
-	ExitFile     = "exit"     // JSON Exit, written once the container exited
-	ShimPidFile  = "shim.pid" // the shim's own pid
-	InitPidFile  = "init.pid" // the container init's pid, from the runtime
-	ShimLogFile  = "shim.log" // the shim's own log
-	RuntimeLog   = "runtime.log"
-	SocketFile   = "shim.sock"
-	ConfigFile   = "config.json"
-	socketMaxLen = 107 // sun_path holds 108 bytes including the NUL
+	ExitFile    = "exit"     // JSON Exit, written once the container exited
+	ShimPidFile = "shim.pid" // the shim's own pid
+	InitPidFile = "init.pid" // the container init's pid, from the runtime
+	ShimLogFile = "shim.log" // the shim's own log
+	RuntimeLog  = "runtime.log"
+	SocketFile  = "shim.sock"
+	// ConsoleSocketFile is where a terminal container's shim receives
+	// the terminal from the runtime; it exists only during create.
+	ConsoleSocketFile = "console.sock"
+	ConfigFile        = "config.json"
+	socketMaxLen      = 107 // sun_path holds 108 bytes including the NUL
 )
 
 // WriteExit records e as dir/exit atomically: readers see either no file or

@@ -68,6 +68,12 @@ func TestSocketPath(t *testing.T) {
 	if other := SocketPath(long + "x"); other == got {
 		t.Errorf("two dirs share socket %q", got)
 	}
+	if c := ConsoleSocketPath(short); c != "/run/crin/s/abc/console.sock" {
+		t.Errorf("ConsoleSocketPath(%q) = %q", short, c)
+	}
+	if c := ConsoleSocketPath(long); len(c) > socketMaxLen || !strings.HasPrefix(c, ShortSocketDir+"/") || c == got {
+		t.Errorf("ConsoleSocketPath(long) = %q, want a short path in %s other than the control socket %q", c, ShortSocketDir, got)
+	}
 }
 
 func TestParseRuntimeLog(t *testing.T) {

@@ -39,6 +39,16 @@ type Config struct {
 	LogPath     string // CRI log; empty discards output
 	// OOMScoreAdj, when set, becomes the shim's own oom_score_adj.
 	OOMScoreAdj *int
+	// Stdin keeps the container's stdin open for attach clients (a pipe,
+	// or the terminal with TTY); without it stdin is /dev/null.
+	Stdin bool
+	// StdinOnce closes the container's stdin once the first attach
+	// session that brought stdin ends.
+	StdinOnce bool
+	// TTY runs the container on a terminal (the bundle's process.terminal
+	// must be true): the runtime hands the shim its master through a
+	// console socket.
+	TTY bool
 }
 
 // Args returns the command-line flags that make a shim use c.
@@ -49,6 +59,15 @@ func (c Config) Args() []string {
 	}
 	if c.OOMScoreAdj != nil {
 		args = append(args, "-oom-score-adj", strconv.Itoa(*c.OOMScoreAdj))
+	}
+	if c.Stdin {
+		args = append(args, "-stdin")
+	}
+	if c.StdinOnce {
+		args = append(args, "-stdin-once")
+	}
+	if c.TTY {
+		args = append(args, "-tty")
 	}
 	return args
 }
@@ -64,6 +83,9 @@ func parseArgs(args []string) (Config, bool, error) {
 	fs.StringVar(&c.RuntimeRoot, "root", "", "OCI runtime --root")
 	fs.StringVar(&c.LogPath, "log", "", "CRI log file")
 	fs.StringVar(&oom, "oom-score-adj", "", "oom_score_adj for the shim")
+	fs.BoolVar(&c.Stdin, "stdin", false, "keep the container's stdin open for attach")
+	fs.BoolVar(&c.StdinOnce, "stdin-once", false, "close the container's stdin after the first attach with stdin")
+	fs.BoolVar(&c.TTY, "tty", false, "run the container on a terminal")
 	detached := fs.Bool("detached", false, "internal: run as the detached shim")
 	if err := fs.Parse(args); err != nil {
 		return c, false, err
@@ -192,7 +214,12 @@ func runDetached(cfg Config) int {
 	}
 	log.Info("container created", "pid", c.pid)
 
-	srv := newServer(log, c.pid, func() (int, error) { return startContainer(cfg, rp, c.pid) }, logw)
+	in := c.stdio(cfg)
+	defer in.release()
+	if c.term != nil {
+		defer c.term.Close()
+	}
+	srv := newServer(log, c.pid, func() (int, error) { return startContainer(cfg, rp, c.pid) }, logw, in)
 	ioDone := copyOutput(log, logw, srv.fan, c)
 	oom := newOOMWatch(log, c.pid)
 	initExited := make(chan unix.WaitStatus, 1)
@@ -223,9 +250,18 @@ func runDetached(cfg Config) int {
 
 // copyOutput copies both streams into the log, and to attached clients,
 // until every process holding the pipes is gone; the returned channel
-// closes then.
+// closes then. A terminal's output is all stdout.
 func copyOutput(log *slog.Logger, logw *LogWriter, fan *fanout, c *created) <-chan struct{} {
 	done := make(chan struct{})
+	if c.term != nil {
+		go func() {
+			defer close(done)
+			if err := logw.Copy(StreamStdout, io.TeeReader(hangupReader{c.term}, fan.writer(attachStdout))); err != nil {
+				log.Warn("copy terminal output", "error", err)
+			}
+		}()
+		return done
+	}
 	go func() {
 		defer close(done)
 		errc := make(chan error, 1)
@@ -281,7 +317,10 @@ func recordExit(log *slog.Logger, cfg Config, srv *server, oom oomWatch, ws unix
 	case <-time.After(ioDrainWait):
 		log.Warn("container output still open after exit")
 	}
-	// Attached clients have seen all the output there is to see.
+	// Attached clients have seen all the output there is to see; input
+	// has nowhere to go (this also unblocks a client's write to a full
+	// stdin pipe).
+	srv.stdio.release()
 	srv.fan.close()
 	if err := WriteExit(cfg.Dir, e); err != nil {
 		log.Error("record exit", "error", err)
@@ -307,7 +346,22 @@ func listen(sock string) (net.Listener, error) {
 
 type created struct {
 	pid            int
-	stdout, stderr *os.File
+	stdout, stderr *os.File // nil with a terminal
+	stdin          *os.File // the stdin pipe's write end; nil without
+	term           *os.File // the terminal's master; nil without
+}
+
+// stdio is the container's input as the attach server sees it.
+func (c *created) stdio(cfg Config) *stdio {
+	s := &stdio{in: c.stdin, term: c.term, once: cfg.StdinOnce}
+	if c.term != nil {
+		if cfg.Stdin {
+			s.in = c.term
+		}
+		s.resize = func(w, h uint16) error { return setTerminalSize(c.term, w, h) }
+		s.eof = func() error { return sendTerminalEOF(c.term) }
+	}
+	return s
 }
 
 // runtimeArgv is the runtime command line with the global flags.
@@ -342,16 +396,31 @@ func runtimeError(cfg Config, offset int64, extra string) string {
 }
 
 // create runs "runtime create" with the container's stdout and stderr on
-// pipes the shim keeps; the container's init stays behind as its child.
-func create(cfg Config) (*created, error) {
-	outR, outW, err := os.Pipe()
+// pipes the shim keeps (and its stdin on one too with cfg.Stdin), or, with
+// cfg.TTY, receives the container's terminal from the runtime on a console
+// socket; the container's init stays behind as its child.
+func create(cfg Config) (_ *created, retErr error) {
+	var closers []*os.File
+	defer func() {
+		if retErr != nil {
+			for _, f := range closers {
+				_ = f.Close()
+			}
+		}
+	}()
+	pipe := func() (r, w *os.File, err error) {
+		r, w, err = os.Pipe()
+		if err == nil {
+			closers = append(closers, r, w)
+		}
+		return r, w, err
+	}
+	outR, outW, err := pipe()
 	if err != nil {
 		return nil, err
 	}
-	errR, errW, err := os.Pipe()
+	errR, errW, err := pipe()
 	if err != nil {
-		outR.Close()
-		outW.Close()
 		return nil, err
 	}
 	null, err := os.Open(os.DevNull)
@@ -359,25 +428,44 @@ func create(cfg Config) (*created, error) {
 		return nil, err
 	}
 	defer null.Close()
+	c := &created{}
+	var stdinR *os.File = null
+	if cfg.Stdin && !cfg.TTY {
+		if stdinR, c.stdin, err = pipe(); err != nil {
+			return nil, err
+		}
+	}
+	var console *consoleSocket
+	if cfg.TTY {
+		if console, err = listenConsole(ConsoleSocketPath(cfg.Dir)); err != nil {
+			return nil, err
+		}
+		defer console.close()
+	}
 
 	off := logSize(cfg)
 	pidFile := filepath.Join(cfg.Dir, InitPidFile)
 	ctx, cancel := context.WithTimeout(context.Background(), createTimeout)
 	defer cancel()
-	argv := runtimeArgv(cfg, "create", "--bundle", cfg.Dir, "--pid-file", pidFile, cfg.ID)
+	args := []string{"create", "--bundle", cfg.Dir, "--pid-file", pidFile}
+	if console != nil {
+		args = append(args, "--console-socket", console.path)
+	}
+	argv := runtimeArgv(cfg, append(args, cfg.ID)...)
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = null, outW, errW
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdinR, outW, errW
 	cmd.Dir = cfg.Dir
 	runErr := cmd.Run()
 	outW.Close()
 	errW.Close()
+	if stdinR != null {
+		stdinR.Close()
+	}
 	if runErr != nil {
 		// The runtime may have written its complaint to stderr, which
 		// is the container's stderr pipe.
 		_ = errR.SetReadDeadline(time.Now().Add(time.Second))
 		stderr, _ := io.ReadAll(io.LimitReader(errR, 64<<10))
-		outR.Close()
-		errR.Close()
 		msg := runtimeError(cfg, off, string(stderr))
 		forceDelete(cfg)
 		if msg == "" {
@@ -385,18 +473,29 @@ func create(cfg Config) (*created, error) {
 		}
 		return nil, fmt.Errorf("%s create: %s", filepath.Base(cfg.Runtime), msg)
 	}
-	data, err := os.ReadFile(pidFile)
-	pid := 0
-	if err == nil {
-		pid, err = strconv.Atoi(strings.TrimSpace(string(data)))
-	}
-	if err != nil || pid <= 0 {
+	if console != nil {
+		// The runtime sent the terminal before create returned.
+		if c.term, err = console.receive(5 * time.Second); err != nil {
+			forceDelete(cfg)
+			return nil, fmt.Errorf("receive the container's terminal: %w", err)
+		}
+		closers = append(closers, c.term)
+		// The container's stdio is the terminal; the pipes only
+		// carried the runtime's own output.
 		outR.Close()
 		errR.Close()
+	} else {
+		c.stdout, c.stderr = outR, errR
+	}
+	data, err := os.ReadFile(pidFile)
+	if err == nil {
+		c.pid, err = strconv.Atoi(strings.TrimSpace(string(data)))
+	}
+	if err != nil || c.pid <= 0 {
 		forceDelete(cfg)
 		return nil, fmt.Errorf("read init pid: %v", err)
 	}
-	return &created{pid: pid, stdout: outR, stderr: errR}, nil
+	return c, nil
 }
 
 // forceDelete removes the container from the runtime after a failed create.

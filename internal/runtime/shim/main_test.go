@@ -14,6 +14,7 @@ func TestConfigArgsRoundTrip(t *testing.T) {
 	}{
 		{"full", Config{ID: "abc", Dir: "/run/crin/s/abc", Runtime: "/usr/sbin/runc", RuntimeRoot: "/run/crin/runc", LogPath: "/var/log/pods/x/0.log", OOMScoreAdj: &adj}},
 		{"no log, inherited oom score", Config{ID: "abc", Dir: "/d", Runtime: "crun", RuntimeRoot: "/r"}},
+		{"stdin once on a terminal", Config{ID: "abc", Dir: "/d", Runtime: "runc", RuntimeRoot: "/r", Stdin: true, StdinOnce: true, TTY: true}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

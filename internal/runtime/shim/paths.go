@@ -18,13 +18,25 @@ const ShortSocketDir = "/run/crin-shim"
 // that is too long for a unix socket address. Both the shim and its clients
 // compute it the same way, so it needs no record.
 func SocketPath(dir string) string {
-	p := filepath.Join(dir, SocketFile)
+	return socketPath(dir, SocketFile, ".sock")
+}
+
+// ConsoleSocketPath returns where the shim of the container whose state
+// directory is dir listens for the runtime to hand it the container's
+// terminal during create: dir/console.sock, or a derived path in
+// ShortSocketDir like SocketPath's.
+func ConsoleSocketPath(dir string) string {
+	return socketPath(dir, ConsoleSocketFile, ".console")
+}
+
+func socketPath(dir, file, suffix string) string {
+	p := filepath.Join(dir, file)
 	if len(p) <= socketMaxLen {
 		return p
 	}
 	h := fnv.New128a()
 	_, _ = h.Write([]byte(filepath.Clean(dir)))
-	return filepath.Join(ShortSocketDir, hex.EncodeToString(h.Sum(nil))+".sock")
+	return filepath.Join(ShortSocketDir, hex.EncodeToString(h.Sum(nil))+suffix)
 }
 
 // ParseRuntimeLog extracts the error messages from the output of an OCI

@@ -32,6 +32,9 @@ const (
 // Request is one call on the control socket: a single JSON line.
 type Request struct {
 	Op string `json:"op"`
+	// Stdin asks, with OpAttach, for the session's input to reach the
+	// container's stdin.
+	Stdin bool `json:"stdin,omitempty"`
 }
 
 // Response answers a Request with a single JSON line.
@@ -40,8 +43,14 @@ type Response struct {
 	Pid       int       `json:"pid,omitempty"`   // the container's init pid
 	StartedAt time.Time `json:"started_at,omitzero"`
 	Exit      *Exit     `json:"exit,omitempty"` // set once the container exited
-	Error     string    `json:"error,omitempty"`
-	Code      string    `json:"code,omitempty"`
+	// Stdin and TTY answer OpAttach: the session's input reaches the
+	// container's stdin; the container runs on a terminal (resize works,
+	// and its output all comes as stdout). A shim that predates them
+	// leaves them false, so a client sends it nothing.
+	Stdin bool   `json:"stdin,omitempty"`
+	TTY   bool   `json:"tty,omitempty"`
+	Error string `json:"error,omitempty"`
+	Code  string `json:"code,omitempty"`
 }
 
 // Exit is how a container's init process ended. It is kept by the shim and

@@ -28,7 +28,7 @@ func newTestServer(t *testing.T, start starter) (*server, string) {
 		t.Fatal(err)
 	}
 	logw, _ := OpenLog("", LogOptions{})
-	s := newServer(slog.New(slog.DiscardHandler), 1234, start, logw)
+	s := newServer(slog.New(slog.DiscardHandler), 1234, start, logw, nil)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

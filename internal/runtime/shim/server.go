@@ -33,6 +33,7 @@ type server struct {
 	start starter
 	logw  *LogWriter
 	fan   *fanout // the container's output, for attached clients
+	stdio *stdio  // the container's input; nil when it has none
 
 	// startMu serializes start requests.
 	startMu sync.Mutex
@@ -50,12 +51,15 @@ type server struct {
 	conns    sync.WaitGroup
 }
 
-func newServer(log *slog.Logger, pid int, start starter, logw *LogWriter) *server {
+// newServer makes the server of a created container; in is its input
+// (nil when the container has no stdin and no terminal).
+func newServer(log *slog.Logger, pid int, start starter, logw *LogWriter, in *stdio) *server {
 	return &server{
 		log:    log,
 		start:  start,
 		logw:   logw,
 		fan:    newFanout(),
+		stdio:  in,
 		state:  StateCreated,
 		pid:    pid,
 		exited: make(chan struct{}),
@@ -108,15 +112,19 @@ func (s *server) handle(c net.Conn) {
 	}
 	var req Request
 	var resp Response
-	if err := json.Unmarshal(line, &req); err != nil {
+	var sess attachSession
+	switch err := json.Unmarshal(line, &req); {
+	case err != nil:
 		resp = Response{Error: fmt.Sprintf("decode request: %v", err), Code: CodeInvalidArgument}
-	} else {
+	case req.Op == OpAttach:
+		resp, sess = s.attach(req)
+	default:
 		resp = s.dispatch(req.Op, c)
 	}
 	data, _ := json.Marshal(resp)
 	_, _ = c.Write(append(data, '\n'))
 	if req.Op == OpAttach && resp.Error == "" {
-		s.streamAttach(c)
+		s.streamAttach(c, sess)
 	}
 	if req.Op == OpShutdown && resp.Error == "" {
 		s.quitOnce.Do(func() { close(s.quit) })
@@ -145,13 +153,6 @@ func (s *server) dispatch(op string, c net.Conn) Response {
 		err = s.doStart()
 	case OpReopenLog:
 		err = s.logw.Reopen()
-	case OpAttach:
-		s.mu.Lock()
-		st := s.state
-		s.mu.Unlock()
-		if st == StateStopped {
-			err = fmt.Errorf("container is %s: %w", st, errdefs.ErrFailedPrecondition)
-		}
 	case OpShutdown:
 		s.mu.Lock()
 		st := s.state
