@@ -114,7 +114,7 @@ type CloneOptions struct {
 }
 
 // Clone makes an id-mapped copy of the mount (tree) at src at dst, mapped
-// by the user namespace open at usernsFd: a file a host id owns on disk
+// by the user namespace open at usernsFd (-1: a plain bind mount): a file a host id owns on disk
 // looks owned, through dst, by the id the user namespace maps to it, and
 // what a process of that namespace creates through dst is owned on disk
 // by the id it has inside. src may be a directory or a file; dst is
@@ -137,7 +137,9 @@ func Clone(usernsFd int, src, dst string, o CloneOptions) (retErr error) {
 	}
 	defer unix.Close(fd)
 	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_IDMAP, Userns_fd: uint64(usernsFd)}
-	if err := unix.MountSetattr(fd, "", setFlags, &attr); err != nil {
+	if usernsFd < 0 {
+		// nothing to set
+	} else if err := unix.MountSetattr(fd, "", setFlags, &attr); err != nil {
 		if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EPERM) || errors.Is(err, unix.EOPNOTSUPP) {
 			return fmt.Errorf("id-map %s: the kernel or filesystem cannot id-map it (%w): %w", src, err, errdefs.ErrFailedPrecondition)
 		}
