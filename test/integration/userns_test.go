@@ -167,6 +167,38 @@ func TestUserNamespacePod(t *testing.T) {
 		t.Errorf("GET from the pod = %q", body)
 	}
 
+	// A create that fails after the rootfs was id-mapped leaves nothing
+	// of it behind.
+	bad := containerConfig("bad", ref, "true")
+	bad.Mounts = []*runtimeapi.Mount{{ContainerPath: "/gone", HostPath: filepath.Join(vol, "missing", "dir")}}
+	if _, err := d.rs.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{PodSandboxId: pod, Config: bad, SandboxConfig: podCfg}); err == nil {
+		t.Errorf("CreateContainer with a missing mount source succeeded")
+	}
+	if ents, _ := os.ReadDir(filepath.Join(d.state+"-userns", pod, "c")); len(ents) != 1 {
+		t.Errorf("%d container entries in the pod's user namespace dir after a failed create, want 1 (the running one)", len(ents))
+	}
+
+	// A crind restart keeps the container working; the sweep leaves its
+	// mounts alone and removes what no record owns.
+	orphan := filepath.Join(d.state+"-userns", strings.Repeat("ab", 32))
+	if err := os.MkdirAll(filepath.Join(orphan, "m", "0"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount(vol, filepath.Join(orphan, "m", "0"), "", unix.MS_BIND, ""); err != nil {
+		t.Fatal(err)
+	}
+	d.kill()
+	d.start()
+	if got := d.execOut(t, id, "cat", "/vol/host-file"); got != "from-host" {
+		t.Errorf("after a crind restart /vol/host-file = %q", got)
+	}
+	if _, err := os.Stat(orphan); !os.IsNotExist(err) {
+		t.Errorf("orphaned id-mapped mounts %s were not swept: %v", orphan, err)
+	}
+	if _, err := os.Stat(filepath.Join(vol, "host-file")); err != nil {
+		t.Errorf("the sweep reached through the orphan's mount: %v", err)
+	}
+
 	for _, call := range []func() error{
 		func() error {
 			_, err := d.rs.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: pod})
@@ -236,6 +268,32 @@ func httpGetEventually(t *testing.T, url string) string {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// TestUserNamespaceUnavailable checks that a node where the mapped ids
+// cannot reach crind's user namespace dir (here the harness's 0700 base
+// dir) does not advertise user namespaces and refuses such pods with
+// FailedPrecondition saying why, while other pods run.
+func TestUserNamespaceUnavailable(t *testing.T) {
+	d := startDaemon(t, daemonOptions{})
+	ctx := ctxT(t)
+	st, err := d.rs.Status(ctx, &runtimeapi.StatusRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range st.RuntimeHandlers {
+		if h.GetFeatures().GetUserNamespaces() {
+			t.Errorf("handler %q advertises user namespaces on a node that cannot give them", h.Name)
+		}
+	}
+	cfg := podConfig("no-userns")
+	cfg.Linux.SecurityContext = &runtimeapi.LinuxSandboxSecurityContext{NamespaceOptions: &runtimeapi.NamespaceOption{UsernsOptions: usernsOptions(usernsHostID)}}
+	_, err = d.rs.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: cfg})
+	_ = os.RemoveAll(cfg.LogDirectory)
+	if code(err) != "FailedPrecondition" || !strings.Contains(err.Error(), "does not let the mapped ids reach") {
+		t.Errorf("RunPodSandbox: %v, want FailedPrecondition saying why", err)
+	}
+	d.runPod(t, podConfig("plain"))
 }
 
 // TestUserNamespaceRefused checks that bad user namespace options are
