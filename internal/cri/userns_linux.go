@@ -209,16 +209,7 @@ func removeUserNSDir(dir string) error {
 	if dir == "" {
 		return nil
 	}
-	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	if err := idmap.UnmountUnder(dir); err != nil {
-		return err
-	}
-	if err := os.RemoveAll(dir); err != nil {
-		return fmt.Errorf("remove %s: %w", dir, err)
-	}
-	return nil
+	return idmap.RemoveAll(dir)
 }
 
 // sweepUserNS removes the id-mapped mounts of pods and containers no

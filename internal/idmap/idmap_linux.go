@@ -170,21 +170,9 @@ func Clone(usernsFd int, src, dst string, o CloneOptions) (retErr error) {
 // that dir can be removed without reaching through a mount into what it
 // shows. Nothing mounted is fine.
 func UnmountUnder(dir string) error {
-	dir = filepath.Clean(dir)
-	mi, err := os.ReadFile("/proc/self/mountinfo")
+	points, err := mountsUnder(dir)
 	if err != nil {
 		return fmt.Errorf("unmount under %s: %w", dir, err)
-	}
-	var points []string
-	for _, line := range strings.Split(string(mi), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 5 {
-			continue
-		}
-		mp := unescape(f[4])
-		if mp == dir || strings.HasPrefix(mp, dir+"/") {
-			points = append(points, mp)
-		}
 	}
 	slices.SortFunc(points, func(a, b string) int { return len(b) - len(a) })
 	for _, mp := range points {
@@ -200,6 +188,51 @@ func UnmountUnder(dir string) error {
 		}
 	}
 	return nil
+}
+
+// RemoveAll unmounts everything at or below dir (UnmountUnder), checks
+// that nothing is mounted there any more, and only then removes dir, so
+// the removal never reaches through a mount into what it shows (a volume,
+// the pause rootfs). A missing dir is fine.
+func RemoveAll(dir string) error {
+	if _, err := os.Lstat(dir); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err := UnmountUnder(dir); err != nil {
+		return err
+	}
+	left, err := mountsUnder(dir)
+	if err != nil {
+		return fmt.Errorf("remove %s: %w", dir, err)
+	}
+	if len(left) > 0 {
+		return fmt.Errorf("remove %s: %s is still mounted", dir, left[0])
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("remove %s: %w", dir, err)
+	}
+	return nil
+}
+
+// mountsUnder lists the mount points at or below dir.
+func mountsUnder(dir string) ([]string, error) {
+	dir = filepath.Clean(dir)
+	mi, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil, err
+	}
+	var points []string
+	for _, line := range strings.Split(string(mi), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 5 {
+			continue
+		}
+		mp := unescape(f[4])
+		if mp == dir || strings.HasPrefix(mp, dir+"/") {
+			points = append(points, mp)
+		}
+	}
+	return points, nil
 }
 
 // unescape undoes mountinfo's octal escapes (\040 for a space).

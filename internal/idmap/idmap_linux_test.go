@@ -102,3 +102,35 @@ func TestNewUserNSAndClone(t *testing.T) {
 		t.Errorf("after UnmountUnder: uid %d, err %v; want the bare mount point owned by 0", st.Uid, err)
 	}
 }
+
+func TestRemoveAllNeverReachesThroughAMount(t *testing.T) {
+	needRoot(t)
+	base := t.TempDir()
+	vol := filepath.Join(base, "vol")
+	if err := os.MkdirAll(vol, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(vol, "keep"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(base, "pod")
+	if err := Clone(-1, vol, filepath.Join(dir, "m", "0"), CloneOptions{Recursive: true}); err != nil {
+		t.Fatal(err)
+	}
+	// Stacked twice on the same mount point.
+	if err := unix.Mount(vol, filepath.Join(dir, "m", "0"), "", unix.MS_BIND, ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := RemoveAll(dir); err != nil {
+		t.Fatalf("RemoveAll: %v", err)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("%s still there: %v", dir, err)
+	}
+	if _, err := os.Stat(filepath.Join(vol, "keep")); err != nil {
+		t.Errorf("the volume lost its file: %v", err)
+	}
+	if err := RemoveAll(dir); err != nil {
+		t.Errorf("RemoveAll of a missing dir: %v", err)
+	}
+}

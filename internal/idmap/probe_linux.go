@@ -24,10 +24,9 @@ func Probe(helper []string, dir string) (retErr error) {
 		return fmt.Errorf("idmap probe: %w", err)
 	}
 	defer func() {
-		if err := UnmountUnder(scratch); err != nil && retErr == nil {
-			retErr = err
+		if err := RemoveAll(scratch); err != nil && retErr == nil {
+			retErr = fmt.Errorf("idmap probe: %w", err)
 		}
-		_ = os.RemoveAll(scratch)
 	}()
 	userPath := filepath.Join(scratch, "user")
 	m := []specs.LinuxIDMapping{{ContainerID: 0, HostID: probeHostID, Size: 65536}}
