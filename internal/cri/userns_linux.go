@@ -43,12 +43,21 @@ func (s *Service) probeUserNS(ctx context.Context) {
 	default:
 		s.usernsErr = s.prepareUserNSDir()
 		if s.usernsErr == nil {
-			s.usernsErr = idmap.Probe([]string{s.opts.PauseBinary}, s.opts.UserNSDir)
+			s.usernsErr = idmap.Probe([]string{s.opts.PauseBinary}, s.probeDir())
 		}
 	}
 	if s.usernsErr != nil {
 		s.log.InfoContext(ctx, "user namespaces are not offered", "reason", s.usernsErr)
 	}
+}
+
+// probeDir is where the probe id-maps: the root dir, whose filesystem
+// holds the image layers that container rootfs are made of.
+func (s *Service) probeDir() string {
+	if s.opts.RootDir != "" {
+		return s.opts.RootDir
+	}
+	return s.opts.UserNSDir
 }
 
 // prepareUserNSDir makes the user namespace dir 0711 and checks that its
@@ -217,6 +226,12 @@ func removeUserNSDir(dir string) error {
 func (s *Service) sweepUserNS(ctx context.Context) {
 	if s.opts.UserNSDir == "" {
 		return
+	}
+	if s.probeDir() != s.opts.UserNSDir {
+		left, _ := filepath.Glob(filepath.Join(s.probeDir(), "idmap-probe-*"))
+		for _, p := range left {
+			s.sweepUserNSDir(ctx, p)
+		}
 	}
 	ents, _ := os.ReadDir(s.opts.UserNSDir)
 	for _, e := range ents {
