@@ -167,12 +167,14 @@ func TestUserNamespacePod(t *testing.T) {
 		t.Errorf("GET from the pod = %q", body)
 	}
 
-	// A create that fails after the rootfs was id-mapped leaves nothing
-	// of it behind.
+	// A volume on a filesystem that cannot be id-mapped (sysfs) is
+	// FailedPrecondition naming it, and the create, which failed after
+	// the rootfs was id-mapped, leaves nothing of it behind.
 	bad := containerConfig("bad", ref, "true")
-	bad.Mounts = []*runtimeapi.Mount{{ContainerPath: "/gone", HostPath: filepath.Join(vol, "missing", "dir")}}
-	if _, err := d.rs.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{PodSandboxId: pod, Config: bad, SandboxConfig: podCfg}); err == nil {
-		t.Errorf("CreateContainer with a missing mount source succeeded")
+	bad.Mounts = []*runtimeapi.Mount{{ContainerPath: "/vol", HostPath: vol}, {ContainerPath: "/hostsys", HostPath: "/sys/kernel"}}
+	_, err = d.rs.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{PodSandboxId: pod, Config: bad, SandboxConfig: podCfg})
+	if code(err) != "FailedPrecondition" || !strings.Contains(err.Error(), "/sys/kernel") {
+		t.Errorf("CreateContainer with a sysfs volume: %v, want FailedPrecondition naming /sys/kernel", err)
 	}
 	if ents, _ := os.ReadDir(filepath.Join(d.state+"-userns", pod, "c")); len(ents) != 1 {
 		t.Errorf("%d container entries in the pod's user namespace dir after a failed create, want 1 (the running one)", len(ents))
