@@ -164,7 +164,7 @@ func (s *Service) CreateContainer(ctx context.Context, r *runtimeapi.CreateConta
 	if userns != nil {
 		// After NRI: the mounts plugins added are id-mapped too.
 		dir := s.usernsCtrDir(pod.ID, id)
-		undo.add("remove id-mapped mounts", func(context.Context) error { return removeUserNSDir(dir) })
+		undo.add("remove id-mapped mounts", func(ctx context.Context) error { return s.releaseUserNSDir(ctx, id, dir) })
 		if err := s.idmapSpec(spec, userns, usernsPin, dir, idmapOptions{overlay: true}); err != nil {
 			return nil, err
 		}

@@ -17,6 +17,7 @@ import (
 	"github.com/crin-dev/crin/internal/cni"
 	"github.com/crin-dev/crin/internal/idmap"
 	"github.com/crin-dev/crin/internal/oci"
+	"github.com/crin-dev/crin/internal/store"
 )
 
 // User namespaces (docs/userns.md). A pod with userns_options mode POD
@@ -219,6 +220,26 @@ func removeUserNSDir(dir string) error {
 		return nil
 	}
 	return idmap.RemoveAll(dir)
+}
+
+// releaseUserNSDir removes dir, the id-mapped mounts of pod or container
+// id; a failure is returned and recorded for the cleanup loop.
+func (s *Service) releaseUserNSDir(ctx context.Context, id, dir string) error {
+	err := removeUserNSDir(dir)
+	if err != nil {
+		s.deferCleanup(ctx, store.Cleanup{Kind: store.CleanupIDMapped, ID: id, Path: dir}, err)
+	}
+	return err
+}
+
+// retryUserNSDir is the cleanup loop's releaseUserNSDir. A recorded path
+// outside the user namespace dir is not crind's to remove: dropped.
+func (s *Service) retryUserNSDir(ctx context.Context, dir string) error {
+	if s.opts.UserNSDir == "" || !strings.HasPrefix(filepath.Clean(dir), filepath.Clean(s.opts.UserNSDir)+"/") {
+		s.log.WarnContext(ctx, "pending id-mapped mount cleanup outside the user namespace dir dropped", "dir", dir)
+		return nil
+	}
+	return removeUserNSDir(dir)
 }
 
 // sweepUserNS removes the id-mapped mounts of pods and containers no
