@@ -167,6 +167,33 @@ func TestUserNamespacePod(t *testing.T) {
 		t.Errorf("GET from the pod = %q", body)
 	}
 
+	// Port forwarding enters the pod's network namespace, which its user
+	// namespace owns.
+	pf, err := d.rs.PortForward(ctx, &runtimeapi.PortForwardRequest{PodSandboxId: pod, Port: []int32{8080}})
+	if err != nil {
+		t.Fatalf("PortForward: %v", err)
+	}
+	conn := dialStream(t, pf.Url, portForwardV1)
+	h := http.Header{}
+	h.Set("streamType", "error")
+	h.Set("port", "8080")
+	h.Set("requestID", "0")
+	if _, err := conn.CreateStream(h); err != nil {
+		t.Fatal(err)
+	}
+	h.Set("streamType", "data")
+	data, err := conn.CreateStream(h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.WriteString(data, "GET /ctr-file HTTP/1.0\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	if fwd, err := io.ReadAll(data); err != nil || !strings.Contains(string(fwd), "from-container") {
+		t.Errorf("forwarded GET = %q, %v", fwd, err)
+	}
+	conn.Close()
+
 	// A volume on a filesystem that cannot be id-mapped (sysfs) is
 	// FailedPrecondition naming it, and the create, which failed after
 	// the rootfs was id-mapped, leaves nothing of it behind.
