@@ -165,7 +165,7 @@ func (s *Service) CreateContainer(ctx context.Context, r *runtimeapi.CreateConta
 		// After NRI: the mounts plugins added are id-mapped too.
 		dir := s.usernsCtrDir(pod.ID, id)
 		undo.add("remove id-mapped mounts", func(ctx context.Context) error { return s.releaseUserNSDir(ctx, id, dir) })
-		if err := s.idmapSpec(spec, userns, usernsPin, dir, idmapOptions{overlay: true}); err != nil {
+		if err := s.idmapSpec(spec, userns, pod.ID, dir, idmapOptions{overlay: true}); err != nil {
 			return nil, err
 		}
 	}

@@ -149,7 +149,7 @@ func (s *Service) RunPodSandbox(ctx context.Context, r *runtimeapi.RunPodSandbox
 	if userns != nil {
 		dir := s.usernsPodDir(id)
 		undo.add("remove id-mapped mounts", func(ctx context.Context) error { return s.releaseUserNSDir(ctx, id, dir) })
-		if err := s.idmapSpec(spec, userns, usernsPin, dir, idmapOptions{}); err != nil {
+		if err := s.idmapSpec(spec, userns, id, dir, idmapOptions{}); err != nil {
 			return nil, err
 		}
 	}

@@ -168,15 +168,29 @@ type idmapOptions struct {
 }
 
 // idmapSpec points spec's rootfs and bind mount sources at id-mapped
-// clones in dir, made with the user namespace pinned at pin. On error
-// what it made is left for removeUserNSDir(dir).
-func (s *Service) idmapSpec(spec *specs.Spec, u *oci.UserNS, pin, dir string, o idmapOptions) error {
-	f, err := os.Open(pin)
+// clones in dir (the pod's user namespace dir or one below it), made with
+// pod podID's pinned user namespace. On error what it made is left for
+// removeUserNSDir(dir).
+func (s *Service) idmapSpec(spec *specs.Spec, u *oci.UserNS, podID, dir string, o idmapOptions) error {
+	f, err := os.Open(s.usernsPin(podID))
 	if err != nil {
 		return fmt.Errorf("id-map mounts: the pod's user namespace: %w", err)
 	}
 	defer f.Close()
 	fd := int(f.Fd())
+	// The clones show host root's files as the pod's: only the pod's
+	// mapped root (which the runtime sets the container up as) and host
+	// root may reach them, never another host user.
+	podDir := s.usernsPodDir(podID)
+	if err := os.MkdirAll(podDir, 0o700); err != nil {
+		return fmt.Errorf("id-map mounts: %w", err)
+	}
+	if err := os.Chown(podDir, int(u.RootUID()), int(u.RootGID())); err != nil {
+		return fmt.Errorf("id-map mounts: %w", err)
+	}
+	if err := os.Chmod(podDir, 0o700); err != nil {
+		return fmt.Errorf("id-map mounts: %w", err)
+	}
 	if err := os.MkdirAll(dir, 0o711); err != nil {
 		return fmt.Errorf("id-map mounts: %w", err)
 	}

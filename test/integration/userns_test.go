@@ -127,6 +127,15 @@ func TestUserNamespacePod(t *testing.T) {
 	if got := d.execOut(t, id, "cat", "/vol/host-file"); got != "from-host" {
 		t.Errorf("/vol/host-file = %q", got)
 	}
+	// On the host, the id-mapped clones (which show host root's files as
+	// the pod's) are reachable by the pod's mapped root only.
+	var dst unix.Stat_t
+	if err := unix.Stat(filepath.Join(d.state+"-userns", pod), &dst); err != nil {
+		t.Fatal(err)
+	}
+	if dst.Uid != usernsHostID || dst.Mode&0o077 != 0 {
+		t.Errorf("the pod's id-mapped mount dir is %d, mode %o; want owned by %d, closed to others", dst.Uid, dst.Mode&0o777, usernsHostID)
+	}
 	// Written inside as root: root's on the host too.
 	d.execOut(t, id, "sh", "-c", "echo from-container > /vol/ctr-file")
 	var fst unix.Stat_t
