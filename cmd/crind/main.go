@@ -222,6 +222,7 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		DefaultRuntime:     cfg.DefaultRuntime,
 		RootDir:            cfg.Root,
 		NetNSDir:           filepath.Join(cfg.State, "netns"),
+		UserNSDir:          filepath.Clean(cfg.State) + "-userns",
 		PauseRoot:          pauseRoot,
 		PauseBinary:        pause,
 		CgroupParent:       cfg.CRI.CgroupParent,

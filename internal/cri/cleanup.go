@@ -163,6 +163,11 @@ func (s *Service) runCleanup(ctx context.Context, c *store.Cleanup) error {
 			return errStillOwned
 		}
 		return s.opts.Images.ReleaseRootfs(ctx, c.ID)
+	case store.CleanupIDMapped:
+		if s.knownID(c.ID) {
+			return errStillOwned
+		}
+		return s.retryUserNSDir(ctx, c.Path)
 	default:
 		s.log.WarnContext(ctx, "unknown pending cleanup dropped", "kind", c.Kind, "id", c.ID)
 		return nil

@@ -116,6 +116,14 @@ func (s *Service) CreateContainer(ctx context.Context, r *runtimeapi.CreateConta
 	if err != nil {
 		return nil, err
 	}
+	userns, err := oci.PodUserNS(podCfg)
+	if err != nil {
+		return nil, err
+	}
+	usernsPin := ""
+	if userns != nil {
+		usernsPin = s.usernsPin(pod.ID)
+	}
 	spec, err := oci.ContainerSpec(oci.ContainerOptions{
 		ID:        id,
 		SandboxID: pod.ID,
@@ -132,6 +140,7 @@ func (s *Service) CreateContainer(ctx context.Context, r *runtimeapi.CreateConta
 		UTSNSPath:          pod.UTSNS,
 		PIDNSPath:          pod.PIDNS,
 		NetNSPath:          pod.NetNS,
+		UserNSPath:         usernsPin,
 		HostnamePath:       filepath.Join(pod.PodDir, "hostname"),
 		HostsPath:          filepath.Join(pod.PodDir, "hosts"),
 		ResolvConfPath:     filepath.Join(pod.PodDir, "resolv.conf"),
@@ -161,6 +170,14 @@ func (s *Service) CreateContainer(ctx context.Context, r *runtimeapi.CreateConta
 	h := s.hooks()
 	if h != nil {
 		if rec.NRIOwners, err = s.createHook(ctx, h, sb, rec, cfg, spec, &undo); err != nil {
+			return nil, err
+		}
+	}
+	if userns != nil {
+		// After NRI: the mounts plugins added are id-mapped too.
+		dir := s.usernsCtrDir(pod.ID, id)
+		undo.add("remove id-mapped mounts", func(ctx context.Context) error { return s.releaseUserNSDir(ctx, id, dir) })
+		if err := s.idmapSpec(spec, userns, pod.ID, dir, idmapOptions{overlay: true}); err != nil {
 			return nil, err
 		}
 	}

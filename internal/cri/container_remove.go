@@ -56,6 +56,10 @@ func (s *Service) removeContainer(ctx context.Context, c *container) error {
 			return fmt.Errorf("delete container %s: %w", rec.ID, err)
 		}
 	}
+	// The id-mapped clones hold the rootfs overlay: they go first.
+	if err := s.releaseUserNSDir(ctx, rec.ID, s.usernsCtrDir(rec.SandboxID, rec.ID)); err != nil {
+		return fmt.Errorf("remove container %s: %w", rec.ID, err)
+	}
 	if err := s.opts.Images.ReleaseRootfs(ctx, rec.ID); err != nil {
 		return fmt.Errorf("release rootfs of %s: %w", rec.ID, err)
 	}

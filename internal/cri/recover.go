@@ -127,6 +127,9 @@ func (s *Service) recoverContainer(ctx context.Context, rec *store.Container) er
 				}
 			}
 		}
+		if err := removeUserNSDir(s.usernsCtrDir(rec.SandboxID, rec.ID)); err != nil {
+			return err
+		}
 		if err := s.opts.Images.ReleaseRootfs(ctx, rec.ID); err != nil {
 			return err
 		}

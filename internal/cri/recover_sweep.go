@@ -20,12 +20,14 @@ import (
 // left behind (docs/recovery.md, "The sweep"): crin-shim processes (and
 // their runc init children) of containers nobody knows, mounts under
 // crind's dirs naming such a container or pod, pod cgroups under
-// crind's cgroup parent, IP reservations of pods that are gone. Then it
+// crind's cgroup parent, id-mapped mounts of pods and containers that are
+// gone (userns_linux.go), IP reservations of pods that are gone. Then it
 // starts the loop that retries recorded cleanup steps. Failures are
 // logged: the sweep never stops crind from starting.
 func (s *Service) sweep(ctx context.Context) {
 	s.sweepShims(ctx)
 	s.sweepMounts(ctx)
+	s.sweepUserNS(ctx)
 	s.sweepCgroups(ctx)
 	s.sweepIPAM(ctx)
 	s.startCleanups()

@@ -72,8 +72,8 @@ func (s *Service) Status(ctx context.Context, r *runtimeapi.StatusRequest) (*run
 // handlerFeatures is what a handler ("" for the default) supports. It says
 // only what crind really implements with that handler's runtime: recursive
 // read-only mounts when the runtime lists the "rro" mount option in its
-// features; user namespaces are not implemented yet, so kubelet refuses
-// pods that need them instead of running them without.
+// features; user namespaces when the start-up probe found that id-mapped
+// mounts work here and the runtime is one they were tested with (runc).
 func (s *Service) handlerFeatures(name string) *runtimeapi.RuntimeHandlerFeatures {
 	if name == "" {
 		name = s.opts.DefaultRuntime
@@ -84,7 +84,7 @@ func (s *Service) handlerFeatures(name string) *runtimeapi.RuntimeHandlerFeature
 	}
 	return &runtimeapi.RuntimeHandlerFeatures{
 		RecursiveReadOnlyMounts: f != nil && slices.Contains(f.MountOptions, "rro"),
-		UserNamespaces:          false,
+		UserNamespaces:          s.usernsUsable(name) == nil,
 	}
 }
 

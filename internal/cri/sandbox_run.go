@@ -14,6 +14,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/crin-dev/crin/internal/cni"
+	"github.com/crin-dev/crin/internal/idmap"
 	"github.com/crin-dev/crin/internal/oci"
 	"github.com/crin-dev/crin/internal/runtime"
 	"github.com/crin-dev/crin/internal/store"
@@ -31,6 +32,15 @@ func (s *Service) RunPodSandbox(ctx context.Context, r *runtimeapi.RunPodSandbox
 	handler, rt, err := s.runtimeFor(r.GetRuntimeHandler())
 	if err != nil {
 		return nil, err
+	}
+	userns, err := oci.PodUserNS(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if userns != nil {
+		if err := s.usernsUsable(handler); err != nil {
+			return nil, err
+		}
 	}
 	md := cfg.Metadata
 	id := newID()
@@ -95,7 +105,14 @@ func (s *Service) RunPodSandbox(ctx context.Context, r *runtimeapi.RunPodSandbox
 	}
 
 	if !hostNet {
-		if _, err := cni.NewNetNS(s.opts.NetNSDir, id); err != nil {
+		if userns != nil {
+			// The pod's network namespace is owned by its user
+			// namespace, so its sysctls and sysfs work inside.
+			if err := s.newPodUserNS(id, rec.NetNS, userns); err != nil {
+				return nil, err
+			}
+			undo.add("remove user namespace", func(context.Context) error { return idmap.Unpin(s.usernsPin(id)) })
+		} else if _, err := cni.NewNetNS(s.opts.NetNSDir, id); err != nil {
 			return nil, fmt.Errorf("create network namespace: %w", err)
 		}
 		undo.add("remove netns", func(context.Context) error { return cni.RemoveNetNS(rec.NetNS) })
@@ -108,7 +125,12 @@ func (s *Service) RunPodSandbox(ctx context.Context, r *runtimeapi.RunPodSandbox
 		rec.IPs = res.IPs
 	}
 
+	usernsPin := ""
+	if userns != nil {
+		usernsPin = s.usernsPin(id)
+	}
 	spec, err := oci.SandboxSpec(oci.SandboxOptions{
+		UserNSPath:         usernsPin,
 		ID:                 id,
 		Config:             cfg,
 		Rootfs:             s.opts.PauseRoot,
@@ -123,6 +145,13 @@ func (s *Service) RunPodSandbox(ctx context.Context, r *runtimeapi.RunPodSandbox
 	}
 	if err := oci.Fit(spec, s.features[handler]); err != nil {
 		return nil, fmt.Errorf("runtime %s: %w", handler, err)
+	}
+	if userns != nil {
+		dir := s.usernsPodDir(id)
+		undo.add("remove id-mapped mounts", func(ctx context.Context) error { return s.releaseUserNSDir(ctx, id, dir) })
+		if err := s.idmapSpec(spec, userns, id, dir, idmapOptions{}); err != nil {
+			return nil, err
+		}
 	}
 	undo.add("remove pod cgroup", func(context.Context) error { return s.removePodCgroup(rec) })
 	if err := rt.Create(ctx, runtime.CreateRequest{ID: id, Spec: spec}); err != nil {
@@ -274,6 +303,9 @@ func cniPod(rec *store.Sandbox, cfg *runtimeapi.PodSandboxConfig) cni.Pod {
 // its files. It is how rollback, removal and recovery dispose of them.
 func (s *Service) removePodDir(rec *store.Sandbox) error {
 	if err := s.unpinPodNamespaces(rec); err != nil {
+		return err
+	}
+	if err := removeUserNSDir(s.usernsPodDir(rec.ID)); err != nil {
 		return err
 	}
 	if err := unmountAll(filepath.Join(rec.PodDir, "shm")); err != nil {

@@ -69,6 +69,10 @@ type Options struct {
 	NSDir string
 	// Pinner pins them; nil means bind mounts (tests give a fake).
 	Pinner NSPinner
+	// UserNSDir holds the id-mapped mounts of pods in user namespaces
+	// (docs/userns.md); crind makes it 0711, and every directory above
+	// it must let any id through. Empty: user namespaces are not offered.
+	UserNSDir string
 	// PauseRoot is the shared read-only rootfs of infra containers.
 	PauseRoot   string
 	PauseBinary string
@@ -113,6 +117,9 @@ type Service struct {
 	notReady map[string]error
 	// criu says whether checkpoint and restore can work here.
 	criu *criuProbe
+	// usernsErr is why pods cannot have user namespaces on this host
+	// (the start-up probe's finding), or nil; set before serving.
+	usernsErr error
 
 	// ctx bounds the background exit monitors; cancel stops them.
 	ctx    context.Context
@@ -249,6 +256,7 @@ func New(ctx context.Context, o Options) (*Service, error) {
 			cancel()
 		}
 	}
+	s.probeUserNS(ctx)
 	if err := s.recover(ctx); err != nil {
 		s.cancel()
 		return nil, fmt.Errorf("recover state: %w", err)

@@ -155,6 +155,13 @@ func buildSandbox(o SandboxOptions) (*specs.Spec, error) {
 			ReadonlyPaths: slices.Clone(defaultReadonlyPaths),
 		},
 	}
+	userns, err := PodUserNS(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := joinUserNS(s.Linux, userns, o.UserNSPath); err != nil {
+		return nil, err
+	}
 	return s, nil
 }
 
@@ -319,6 +326,16 @@ func buildContainer(o ContainerOptions) (*specs.Spec, error) {
 			MaskedPaths:       masked,
 			ReadonlyPaths:     readonly,
 		},
+	}
+	userns, err := PodUserNS(sb)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkContainerUserNS(cfg, userns); err != nil {
+		return nil, err
+	}
+	if err := joinUserNS(s.Linux, userns, o.UserNSPath); err != nil {
+		return nil, err
 	}
 	return s, nil
 }

@@ -179,13 +179,6 @@ func TestSandboxNamespaces(t *testing.T) {
 	}
 }
 
-func TestSandboxUserNamespaceRefused(t *testing.T) {
-	cfg := podConfig(&runtimeapi.NamespaceOption{UsernsOptions: &runtimeapi.UserNamespace{Mode: runtimeapi.NamespaceMode_POD}})
-	if _, err := SandboxSpec(sandboxOpts(cfg)); !errors.Is(err, errdefs.ErrNotImplemented) {
-		t.Errorf("err = %v, want not implemented", err)
-	}
-}
-
 func TestContainerNamespaces(t *testing.T) {
 	pod := func(net, ipc, pid runtimeapi.NamespaceMode) *runtimeapi.PodSandboxConfig {
 		return podConfig(&runtimeapi.NamespaceOption{Network: net, Ipc: ipc, Pid: pid})

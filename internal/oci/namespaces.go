@@ -8,7 +8,7 @@ import (
 )
 
 // podNamespaceModes reads which of a pod's namespaces are the host's, and
-// refuses what crin cannot do (user namespaces).
+// refuses modes that are not valid (user namespaces: PodUserNS).
 func podNamespaceModes(cfg *runtimeapi.PodSandboxConfig) (podNamespaces, error) {
 	no := cfg.GetLinux().GetSecurityContext().GetNamespaceOptions()
 	if err := checkNamespaceMode("linux.security_context.namespace_options.network", no.GetNetwork(), false); err != nil {
@@ -20,8 +20,8 @@ func podNamespaceModes(cfg *runtimeapi.PodSandboxConfig) (podNamespaces, error) 
 	if err := checkNamespaceMode("linux.security_context.namespace_options.pid", no.GetPid(), false); err != nil {
 		return podNamespaces{}, err
 	}
-	if u := no.GetUsernsOptions(); u != nil && u.GetMode() != runtimeapi.NamespaceMode_NODE {
-		return podNamespaces{}, unsupportedf("linux.security_context.namespace_options.userns_options.mode %s: user namespaces are not supported", u.GetMode())
+	if _, err := PodUserNS(cfg); err != nil {
+		return podNamespaces{}, err
 	}
 	return podNamespaces{
 		hostNetwork: no.GetNetwork() == runtimeapi.NamespaceMode_NODE,

@@ -105,6 +105,9 @@ type SandboxOptions struct {
 	NetNSPath string
 	// CgroupsPath is the infra container's linux.cgroupsPath.
 	CgroupsPath string
+	// UserNSPath is the pod's user namespace pinned as a file, required
+	// when the pod has one (PodUserNS).
+	UserNSPath string
 	// OOMScoreAdjMin is crind's own oom_score_adj: lower values are
 	// clamped to it (root here lacks CAP_SYS_RESOURCE). The infra container
 	// asks for -998, as kubelet's pods expect.
@@ -138,6 +141,9 @@ type ContainerOptions struct {
 	// namespace_options.target_id; required for the TARGET pid mode.
 	TargetPid int
 	NetNSPath string // empty for host network
+	// UserNSPath is the pod's user namespace pinned as a file, required
+	// when the pod has one (PodUserNS).
+	UserNSPath string
 	// HostnamePath, HostsPath and ResolvConfPath are bind-mounted at
 	// /etc/hostname, /etc/hosts and /etc/resolv.conf unless the config
 	// mounts something there itself. Empty means not mounted.

@@ -12,6 +12,9 @@ const (
 	CleanupRuntimeContainer CleanupKind = "runtime-container"
 	// CleanupRootfs releases container ID's rootfs (unmount, remove).
 	CleanupRootfs CleanupKind = "rootfs"
+	// CleanupIDMapped unmounts and removes Path, the id-mapped mounts of
+	// pod or container ID in a user namespace.
+	CleanupIDMapped CleanupKind = "idmapped-mounts"
 )
 
 // Cleanup is a cleanup step that failed (the OCI runtime was killed, a
@@ -21,7 +24,7 @@ type Cleanup struct {
 	Kind    CleanupKind `json:"kind"`
 	ID      string      `json:"id"`                // pod or container id
 	Runtime string      `json:"runtime,omitempty"` // handler, for runtime containers
-	Path    string      `json:"path,omitempty"`    // cgroup path, for pod cgroups
+	Path    string      `json:"path,omitempty"`    // cgroup path, for pod cgroups; dir, for id-mapped mounts
 	// Attempts counts the failed tries; LastError is the latest failure.
 	Attempts  int    `json:"attempts"`
 	LastError string `json:"last_error,omitempty"`
