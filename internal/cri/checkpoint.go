@@ -17,7 +17,7 @@ import (
 // Checkpoint and restore need CRIU. crind asks "criu check" whether CRIU
 // works on this host before it touches a container, and refuses with
 // FailedPrecondition and CRIU's own words when it does not: Debian 12's
-// criu 3.17 cannot read the vDSO layout of kernels from 6.11 on, which is
+// criu 3.17 cannot read the vDSO layout of kernels from 6.13 on, which is
 // this project's CI machine. Where CRIU works the requests are still
 // Unimplemented: crind has no checkpoint path yet that a test with a
 // working CRIU has shown to restore (docs/checkpoint.md).

@@ -14,7 +14,7 @@ import (
 
 // TestCheckpointRefusals checks what crind says to checkpoint and restore
 // requests: bad requests name the field, and where CRIU does not work on
-// this host (Debian 12's criu 3.17 on a kernel from 6.11 on) the request is
+// this host (Debian 12's criu 3.17 on a kernel from 6.13 on) the request is
 // FailedPrecondition with CRIU's reason, the container keeps running and
 // nothing is written.
 func TestCheckpointRefusals(t *testing.T) {
