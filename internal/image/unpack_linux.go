@@ -131,8 +131,9 @@ func unpackTar(ctx context.Context, r io.Reader, dir string, opts unpackOptions)
 		}
 		// An entry costs its content and a tar block for its inode, so
 		// that a flood of empty files is bounded too.
+		// (tar.Reader has made the legacy '\x00' typeflag TypeReg.)
 		cost := int64(512)
-		if hdr.Typeflag == tar.TypeReg || hdr.Typeflag == tar.TypeRegA {
+		if hdr.Typeflag == tar.TypeReg {
 			cost += max(hdr.Size, 0)
 		}
 		if err := opts.budget.take(cost); err != nil {
@@ -188,60 +189,111 @@ func entryPath(name string) (string, error) {
 func extractEntry(root *os.Root, name string, hdr *tar.Header, body io.Reader, opts unpackOptions) error {
 	parent, base := path.Split(name)
 	parent = path.Clean(parent)
-	if parent != "." {
-		if err := root.MkdirAll(parent, 0o755); err != nil {
-			return err
-		}
-	}
-	pdir, err := root.Open(parent)
+	pdir, err := openParent(root, parent)
 	if err != nil {
 		return err
 	}
 	defer pdir.Close()
 	pfd := int(pdir.Fd())
-	if fi, err := pdir.Stat(); err != nil {
-		return err
-	} else if !fi.IsDir() {
-		return fmt.Errorf("parent %q is not a directory", parent)
-	}
 
+	if whiteout, err := applyWhiteout(root, pfd, parent, base); whiteout || err != nil {
+		return err
+	}
+	if err := replaceExisting(root, name, hdr.Typeflag); err != nil {
+		return err
+	}
+	if hdr.Typeflag == tar.TypeLink {
+		// A hard link shares the inode of its target: no metadata of its own.
+		return linkEntry(root, name, hdr.Linkname)
+	}
+	if err := createNode(root, pfd, name, base, hdr, body); err != nil {
+		return err
+	}
+	return setMetadata(pfd, base, hdr, opts)
+}
+
+// openParent makes the directory parent of an entry inside root, if
+// needed, and opens it.
+func openParent(root *os.Root, parent string) (*os.File, error) {
+	if parent != "." {
+		if err := root.MkdirAll(parent, 0o755); err != nil {
+			return nil, err
+		}
+	}
+	pdir, err := root.Open(parent)
+	if err != nil {
+		return nil, err
+	}
+	if fi, err := pdir.Stat(); err != nil {
+		pdir.Close()
+		return nil, err
+	} else if !fi.IsDir() {
+		pdir.Close()
+		return nil, fmt.Errorf("parent %q is not a directory", parent)
+	}
+	return pdir, nil
+}
+
+// applyWhiteout turns an OCI whiteout entry base in parent (the dir pfd)
+// into overlayfs's form: an opaque xattr on parent, or a 0/0 char device
+// in place of what it hides. It reports whether base was a whiteout.
+func applyWhiteout(root *os.Root, pfd int, parent, base string) (bool, error) {
 	if base == whiteoutOpaque {
 		if err := unix.Fsetxattr(pfd, opaqueXattr, []byte("y"), 0); err != nil {
-			return fmt.Errorf("mark %q opaque: %w", parent, err)
+			return true, fmt.Errorf("mark %q opaque: %w", parent, err)
 		}
+		return true, nil
+	}
+	hidden, ok := strings.CutPrefix(base, whiteoutPrefix)
+	if !ok {
+		return false, nil
+	}
+	if hidden == "" || hidden == "." || hidden == ".." {
+		return true, errors.New("bad whiteout name")
+	}
+	target := path.Join(parent, hidden)
+	if err := root.RemoveAll(target); err != nil {
+		return true, err
+	}
+	if err := unix.Mknodat(pfd, hidden, unix.S_IFCHR, 0); err != nil {
+		return true, fmt.Errorf("create whiteout %q: %w", target, err)
+	}
+	return true, nil
+}
+
+// replaceExisting removes what an earlier entry put at name, since this
+// entry replaces it, except that a directory is kept when it stays a
+// directory.
+func replaceExisting(root *os.Root, name string, typeflag byte) error {
+	fi, err := root.Lstat(name)
+	if err != nil || (fi.IsDir() && typeflag == tar.TypeDir) {
 		return nil
 	}
-	if hidden, ok := strings.CutPrefix(base, whiteoutPrefix); ok {
-		if hidden == "" || hidden == "." || hidden == ".." {
-			return errors.New("bad whiteout name")
-		}
-		target := path.Join(parent, hidden)
-		if err := root.RemoveAll(target); err != nil {
-			return err
-		}
-		if err := unix.Mknodat(pfd, hidden, unix.S_IFCHR, 0); err != nil {
-			return fmt.Errorf("create whiteout %q: %w", target, err)
-		}
-		return nil
-	}
+	return root.RemoveAll(name)
+}
 
-	// An entry replaces what an earlier entry put at the same name, except
-	// that a directory is kept when it stays a directory.
-	if fi, err := root.Lstat(name); err == nil {
-		if !(fi.IsDir() && hdr.Typeflag == tar.TypeDir) {
-			if err := root.RemoveAll(name); err != nil {
-				return err
-			}
-		}
+// linkEntry makes name a hard link to target, a path in the archive.
+func linkEntry(root *os.Root, name, target string) error {
+	clean, err := entryPath(target)
+	if err != nil {
+		return fmt.Errorf("hard link target %q: %w", target, err)
 	}
+	return root.Link(clean, name)
+}
 
-	perm := uint32(hdr.Mode & 0o7777)
+// createNode makes the file, directory, symlink or device node of hdr at
+// name (base in the dir pfd), with body as a regular file's content.
+// archive/tar's Reader already turns the legacy '\x00' typeflag of old
+// tarballs into TypeReg (TypeDir for a name ending in "/"), so those arrive
+// here as TypeReg.
+func createNode(root *os.Root, pfd int, name, base string, hdr *tar.Header, body io.Reader) error {
 	switch hdr.Typeflag {
 	case tar.TypeDir:
 		if err := root.Mkdir(name, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
 			return err
 		}
-	case tar.TypeReg, tar.TypeRegA:
+		return nil
+	case tar.TypeReg:
 		f, err := root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 		if err != nil {
 			return err
@@ -250,25 +302,14 @@ func extractEntry(root *os.Root, name string, hdr *tar.Header, body io.Reader, o
 		if cerr := f.Close(); err == nil {
 			err = cerr
 		}
-		if err != nil {
-			return err
-		}
+		return err
 	case tar.TypeSymlink:
 		if hdr.Linkname == "" {
 			return errors.New("symlink without target")
 		}
-		if err := root.Symlink(hdr.Linkname, name); err != nil {
-			return err
-		}
-	case tar.TypeLink:
-		target, err := entryPath(hdr.Linkname)
-		if err != nil {
-			return fmt.Errorf("hard link target %q: %w", hdr.Linkname, err)
-		}
-		// A hard link shares the inode of its target: no metadata of its own.
-		return root.Link(target, name)
+		return root.Symlink(hdr.Linkname, name)
 	case tar.TypeChar, tar.TypeBlock, tar.TypeFifo:
-		mode := perm
+		mode := uint32(hdr.Mode & 0o7777)
 		switch hdr.Typeflag {
 		case tar.TypeChar:
 			mode |= unix.S_IFCHR
@@ -281,10 +322,15 @@ func extractEntry(root *os.Root, name string, hdr *tar.Header, body io.Reader, o
 		if err := unix.Mknodat(pfd, base, mode, int(dev)); err != nil {
 			return fmt.Errorf("mknod: %w", err)
 		}
+		return nil
 	default:
 		return fmt.Errorf("unsupported tar entry type %q", hdr.Typeflag)
 	}
+}
 
+// setMetadata applies the owner, mode, xattrs and times of hdr to base in
+// the dir pfd.
+func setMetadata(pfd int, base string, hdr *tar.Header, opts unpackOptions) error {
 	// Owner first: chown clears setuid/setgid bits and file capabilities.
 	if opts.chown {
 		if err := unix.Fchownat(pfd, base, hdr.Uid, hdr.Gid, unix.AT_SYMLINK_NOFOLLOW); err != nil {
@@ -292,7 +338,7 @@ func extractEntry(root *os.Root, name string, hdr *tar.Header, body io.Reader, o
 		}
 	}
 	if hdr.Typeflag != tar.TypeSymlink {
-		if err := unix.Fchmodat(pfd, base, perm, 0); err != nil {
+		if err := unix.Fchmodat(pfd, base, uint32(hdr.Mode&0o7777), 0); err != nil {
 			return fmt.Errorf("chmod: %w", err)
 		}
 	}

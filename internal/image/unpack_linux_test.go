@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containerd/errdefs"
 	"github.com/crin-dev/crin/internal/image/imagetest"
 	"github.com/google/go-cmp/cmp"
 	"golang.org/x/sys/unix"
@@ -276,6 +278,48 @@ func TestUnpackEntries(t *testing.T) {
 	}
 	if _, err := os.Lstat(p("data/.wh..wh..opq")); !os.IsNotExist(err) {
 		t.Errorf("opaque marker left in the layer: %v", err)
+	}
+}
+
+// TestUnpackLegacyRegularFile checks that an entry with the pre-POSIX
+// '\x00' typeflag of old tarballs is unpacked as a regular file, with its
+// content counted against the budget.
+func TestUnpackLegacyRegularFile(t *testing.T) {
+	raw, err := imagetest.TarBytes(imagetest.File("old", "legacy body", 0o644))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// tar.Writer never writes '\x00', so patch the first header's
+	// typeflag (byte 156) and its checksum (bytes 148-155).
+	if raw[156] != tar.TypeReg {
+		t.Fatalf("typeflag %q, want %q", raw[156], tar.TypeReg)
+	}
+	raw[156] = 0
+	copy(raw[148:156], "        ")
+	sum := 0
+	for _, c := range raw[:512] {
+		sum += int(c)
+	}
+	copy(raw[148:156], fmt.Sprintf("%06o\x00 ", sum))
+
+	dir := t.TempDir()
+	small := newUnpackBudget(512 + 4)
+	err = unpackTar(t.Context(), bytes.NewReader(raw), dir, unpackOptions{budget: small})
+	if !errors.Is(err, errdefs.ErrResourceExhausted) {
+		t.Errorf("unpack under a budget below the content: %v, want resource exhausted", err)
+	}
+	if err := unpackTar(t.Context(), bytes.NewReader(raw), dir, unpackOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Lstat(filepath.Join(dir, "old"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !fi.Mode().IsRegular() {
+		t.Errorf("mode %v, want a regular file", fi.Mode())
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "old")); string(b) != "legacy body" {
+		t.Errorf("content %q, want %q", b, "legacy body")
 	}
 }
 
