@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -171,7 +172,7 @@ func TestAdminSocket(t *testing.T) {
 	if err := srv.Shutdown(ctx); err != nil {
 		t.Errorf("shutdown: %v", err)
 	}
-	if err := <-done; err != http.ErrServerClosed {
+	if err := <-done; !errors.Is(err, http.ErrServerClosed) {
 		t.Errorf("Serve returned %v", err)
 	}
 }

@@ -438,7 +438,7 @@ func newHub(t *testing.T) *hub {
 func (h *hub) start(t *testing.T, withNRI bool) {
 	t.Helper()
 	if h.Service != nil {
-		h.Service.Close()
+		h.Close()
 	}
 	svc, err := New(t.Context(), h.opts)
 	if err != nil {

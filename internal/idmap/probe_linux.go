@@ -33,7 +33,11 @@ func Probe(helper []string, dir string) (retErr error) {
 	if err := NewUserNS(helper, userPath, "", m, m); err != nil {
 		return fmt.Errorf("idmap probe: %w: %w", err, errdefs.ErrFailedPrecondition)
 	}
-	defer Unpin(userPath)
+	defer func() {
+		if err := Unpin(userPath); err != nil && retErr == nil {
+			retErr = fmt.Errorf("idmap probe: %w", err)
+		}
+	}()
 	f, err := os.Open(userPath)
 	if err != nil {
 		return fmt.Errorf("idmap probe: %w", err)

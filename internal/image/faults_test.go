@@ -259,7 +259,7 @@ func TestClassOf(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := classOf(tc.err); got != tc.want {
+			if got := classOf(tc.err); !errors.Is(got, tc.want) {
 				t.Errorf("classOf(%v) = %v, want %v", tc.err, got, tc.want)
 			}
 			err := settle(tc.err)

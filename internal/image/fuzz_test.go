@@ -78,7 +78,7 @@ func FuzzDecodeManifest(f *testing.F) {
 	f.Fuzz(func(t *testing.T, raw []byte, maxConfig int64) {
 		mf, err := decodeManifest(raw, maxConfig)
 		if err != nil {
-			if c := errdefs.Resolve(err); c != errdefs.ErrInvalidArgument && c != errdefs.ErrNotImplemented && c != errdefs.ErrResourceExhausted {
+			if c := errdefs.Resolve(err); !errors.Is(c, errdefs.ErrInvalidArgument) && !errors.Is(c, errdefs.ErrNotImplemented) && !errors.Is(c, errdefs.ErrResourceExhausted) {
 				t.Fatalf("decodeManifest: %v has class %v", err, c)
 			}
 			return

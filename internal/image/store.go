@@ -31,7 +31,7 @@ type imageRecord struct {
 }
 
 // public returns a copy callers may keep and change.
-func (r *imageRecord) public() *Image { return r.Image.clone() }
+func (r *imageRecord) public() *Image { return r.clone() }
 
 // clone deep-copies img.
 func (img *Image) clone() *Image {

@@ -62,16 +62,18 @@ func FuzzMuxFrames(f *testing.F) {
 		if !bytes.Equal(got2, want[2]) {
 			t.Errorf("conn 2 got %q, want %q", got2, want[2])
 		}
-		switch wantErr {
-		case errBadFrame:
+		switch {
+		case errors.Is(wantErr, errBadFrame):
 			if !errors.Is(err, ErrProtocol) {
 				t.Errorf("error = %v, want a protocol error", err)
 			}
-		case io.EOF:
-			if err != io.EOF {
+		case errors.Is(wantErr, io.EOF):
+			// A conn's Read must return io.EOF itself, never wrapped
+			// (io.Reader's contract), so this compares, not errors.Is.
+			if err != io.EOF { //nolint:errorlint // see above
 				t.Errorf("error = %v, want EOF at a frame boundary", err)
 			}
-		case io.ErrUnexpectedEOF:
+		case errors.Is(wantErr, io.ErrUnexpectedEOF):
 			if !errors.Is(readErr(err), ErrProtocol) {
 				t.Errorf("error = %v, want a truncated frame", err)
 			}

@@ -99,7 +99,9 @@ func buildSandbox(o SandboxOptions) (*specs.Spec, error) {
 	}
 
 	noCaps := &specs.LinuxCapabilities{}
-	seccomp, err := seccompProfile("linux.security_context.seccomp", sc.GetSeccomp(), sc.GetSeccompProfilePath(), o.SeccompProfileRoot, noCaps, false)
+	// seccomp_profile_path is deprecated but still what older kubelets
+	// send in place of Seccomp.
+	seccomp, err := seccompProfile("linux.security_context.seccomp", sc.GetSeccomp(), sc.GetSeccompProfilePath(), o.SeccompProfileRoot, noCaps, false) //nolint:staticcheck // older kubelets' field
 	if err != nil {
 		return nil, err
 	}
@@ -237,11 +239,13 @@ func buildContainer(o ContainerOptions) (*specs.Spec, error) {
 	if err != nil {
 		return nil, err
 	}
-	seccomp, err := seccompProfile("linux.security_context.seccomp", sc.GetSeccomp(), sc.GetSeccompProfilePath(), o.SeccompProfileRoot, caps, privileged)
+	// seccomp_profile_path and apparmor_profile are deprecated but still
+	// what older kubelets send in place of Seccomp and Apparmor.
+	seccomp, err := seccompProfile("linux.security_context.seccomp", sc.GetSeccomp(), sc.GetSeccompProfilePath(), o.SeccompProfileRoot, caps, privileged) //nolint:staticcheck // older kubelets' field
 	if err != nil {
 		return nil, err
 	}
-	apparmor, err := apparmorProfile("linux.security_context.apparmor", sc.GetApparmor(), sc.GetApparmorProfile(), host, privileged)
+	apparmor, err := apparmorProfile("linux.security_context.apparmor", sc.GetApparmor(), sc.GetApparmorProfile(), host, privileged) //nolint:staticcheck // older kubelets' field
 	if err != nil {
 		return nil, err
 	}

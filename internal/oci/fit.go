@@ -251,7 +251,7 @@ func fitHooks(ft *fitter, h *specs.Hooks) error {
 		n     int
 		intro string
 	}{
-		{"prestart", len(h.Prestart), "1.0.0"},
+		{"prestart", len(h.Prestart), "1.0.0"}, //nolint:staticcheck // NRI plugins may still add prestart hooks; runc runs them
 		{"createRuntime", len(h.CreateRuntime), "1.0.2"},
 		{"createContainer", len(h.CreateContainer), "1.0.2"},
 		{"startContainer", len(h.StartContainer), "1.0.2"},

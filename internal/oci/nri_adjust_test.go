@@ -124,7 +124,7 @@ func TestApplyAdjustment(t *testing.T) {
 			check: func(t *testing.T, s *specs.Spec) {
 				five := 5
 				want := &specs.Hooks{
-					Prestart:        []specs.Hook{{Path: "/hook/prestart"}},
+					Prestart:        []specs.Hook{{Path: "/hook/prestart"}}, //nolint:staticcheck // NRI's prestart hooks are still passed on
 					CreateRuntime:   []specs.Hook{{Path: "/hook/cr", Args: []string{"cr", "x"}, Env: []string{"A=1"}}},
 					CreateContainer: []specs.Hook{{Path: "/hook/cc", Timeout: &five}},
 					StartContainer:  []specs.Hook{{Path: "/hook/sc"}},

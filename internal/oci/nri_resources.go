@@ -293,7 +293,7 @@ func (m *resourceMerge) memory(dst *specs.LinuxResources, mem *api.LinuxMemory) 
 		if v.Value != 0 {
 			return m.fail(fMemKernel, "", unsupportedf("%s %d: kernel memory limits are obsolete (Linux 5.4) and not applied by runtimes", fMemKernel, v.Value))
 		}
-		d.Kernel = nil
+		d.Kernel = nil //nolint:staticcheck // clearing the obsolete field is the point
 	}
 	if mem.KernelTcp != nil {
 		if m.host.CgroupV2 {

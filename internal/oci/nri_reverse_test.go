@@ -91,9 +91,7 @@ func TestNRIRoundTrip(t *testing.T) {
 	NRIContainer(s, c)
 
 	adj := &api.ContainerAdjustment{Args: c.Args, Mounts: c.Mounts, Hooks: c.Hooks, Rlimits: c.Rlimits}
-	for _, kv := range api.FromOCIEnv(c.Env) {
-		adj.Env = append(adj.Env, kv)
-	}
+	adj.Env = append(adj.Env, api.FromOCIEnv(c.Env)...)
 	l := c.Linux
 	adj.Linux = &api.LinuxContainerAdjustment{
 		Devices: l.Devices, Resources: l.Resources, CgroupsPath: l.CgroupsPath, OomScoreAdj: l.OomScoreAdj,

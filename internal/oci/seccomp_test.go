@@ -108,7 +108,7 @@ func TestSeccompProfiles(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := &runtimeapi.ContainerConfig{Linux: &runtimeapi.LinuxContainerConfig{SecurityContext: &runtimeapi.LinuxContainerSecurityContext{
-				Seccomp: tc.profile, SeccompProfilePath: tc.legacy,
+				Seccomp: tc.profile, SeccompProfilePath: tc.legacy, //nolint:staticcheck // the deprecated field older kubelets send
 			}}}
 			o := containerOpts(t, podConfig(nil), cfg)
 			o.SeccompProfileRoot = dir
@@ -179,7 +179,7 @@ func TestAppArmor(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := &runtimeapi.ContainerConfig{Linux: &runtimeapi.LinuxContainerConfig{SecurityContext: &runtimeapi.LinuxContainerSecurityContext{
-				Apparmor: tc.profile, ApparmorProfile: tc.legacy,
+				Apparmor: tc.profile, ApparmorProfile: tc.legacy, //nolint:staticcheck // the deprecated field older kubelets send
 			}}}
 			o := containerOpts(t, podConfig(nil), cfg)
 			o.Host = &Host{AppArmor: tc.host}

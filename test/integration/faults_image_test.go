@@ -21,8 +21,7 @@ import (
 
 // pullErr pulls ref and returns the gRPC status of the failure (nil if the
 // pull worked).
-func (d *daemon) pullErr(t *testing.T, ctx context.Context, ref string) *status.Status {
-	t.Helper()
+func (d *daemon) pullErr(ctx context.Context, ref string) *status.Status {
 	_, err := d.is.PullImage(ctx, &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: ref}})
 	if err == nil {
 		return nil
@@ -96,7 +95,7 @@ endpoints = ["http://%s"]
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			st := d.pullErr(t, ctxT(t), tc.ref)
+			st := d.pullErr(ctxT(t), tc.ref)
 			if st == nil {
 				t.Fatalf("pull %s worked", tc.ref)
 			}
@@ -129,7 +128,7 @@ func TestImageFaultHugeManifest(t *testing.T) {
 	before := procStatusKB(t, pid, "VmHWM")
 
 	faults.Set(imagetest.HugeManifests)
-	st := d.pullErr(t, ctxT(t), host+"/library/busybox:latest")
+	st := d.pullErr(ctxT(t), host+"/library/busybox:latest")
 	if st == nil || st.Code() != codes.ResourceExhausted || !strings.Contains(st.Message(), "image.max_manifest_bytes") {
 		t.Fatalf("pull of a %d-byte manifest: %v; want ResourceExhausted naming image.max_manifest_bytes", imagetest.HugeManifestSize, st)
 	}
@@ -169,7 +168,7 @@ pull_progress_timeout = "3s"
 	// Far more than the progress timeout, far less than the pull timeout.
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	st := d.pullErr(t, ctx, host+"/library/busybox:latest")
+	st := d.pullErr(ctx, host+"/library/busybox:latest")
 	if st == nil || st.Code() != codes.Unavailable || !strings.Contains(st.Message(), host) ||
 		!strings.Contains(st.Message(), "image.pull_progress_timeout") {
 		t.Fatalf("pull from a stalled registry: %v; want Unavailable naming %s and image.pull_progress_timeout", st, host)

@@ -3,6 +3,7 @@
 package integration
 
 import (
+	"errors"
 	"io"
 	"slices"
 	"testing"
@@ -62,7 +63,7 @@ func TestKubeletSurface(t *testing.T) {
 	var streamed []string
 	for {
 		m, err := cs.Recv()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {
@@ -82,7 +83,7 @@ func TestKubeletSurface(t *testing.T) {
 	n := 0
 	for {
 		m, err := ps.Recv()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {
@@ -100,7 +101,7 @@ func TestKubeletSurface(t *testing.T) {
 	imgs := 0
 	for {
 		m, err := is.Recv()
-		if err == io.EOF {
+		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {

@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -110,8 +109,9 @@ func TestLaunchedByCrin(t *testing.T) {
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	bin := filepath.Join(dir, "nrinop")
-	gobin := filepath.Join(runtime.GOROOT(), "bin", "go")
-	if out, err := exec.Command(gobin, "build", "-o", bin, ".").CombinedOutput(); err != nil {
+	// go test puts its own GOROOT/bin first in the test's PATH, so this
+	// is the toolchain running the test.
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 
@@ -159,7 +159,7 @@ func TestLaunchedByCrin(t *testing.T) {
 				t.Fatalf("plugins after start = %+v, want 10-nop ready; log:\n%s", ps, logs.String())
 			}
 
-			sendEveryEvent(t, ctx, a)
+			sendEveryEvent(ctx, t, a)
 			if err := a.Stop(ctx); err != nil {
 				t.Fatalf("stop adaptation: %v", err)
 			}
@@ -175,7 +175,7 @@ func TestLaunchedByCrin(t *testing.T) {
 	}
 }
 
-func sendEveryEvent(t *testing.T, ctx context.Context, a *nri.Adaptation) {
+func sendEveryEvent(ctx context.Context, t *testing.T, a *nri.Adaptation) {
 	t.Helper()
 	pod := &api.PodSandbox{Id: "pod1", Name: "pod1", Uid: "uid1", Namespace: "default"}
 	ctr := &api.Container{Id: "ctr1", PodSandboxId: "pod1", Name: "ctr1", State: api.ContainerState_CONTAINER_CREATED}

@@ -65,8 +65,7 @@ type Entry struct {
 	Xattrs   map[string]string // written as SCHILY.xattr.* PAX records
 }
 
-// Dir, File, Symlink, Hardlink, Whiteout and Opaque build Entries for the
-// common cases.
+// Dir is a directory entry.
 func Dir(name string, mode int64) Entry { return Entry{Name: name, Type: tar.TypeDir, Mode: mode} }
 
 // File is a regular file entry.

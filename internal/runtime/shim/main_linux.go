@@ -429,7 +429,7 @@ func create(cfg Config) (_ *created, retErr error) {
 	}
 	defer null.Close()
 	c := &created{}
-	var stdinR *os.File = null
+	stdinR := null
 	if cfg.Stdin && !cfg.TTY {
 		if stdinR, c.stdin, err = pipe(); err != nil {
 			return nil, err
@@ -519,7 +519,7 @@ func startContainer(cfg Config, rp *reaper, pid int) (int, error) {
 	case ws = <-done:
 	case <-time.After(startTimeout):
 		_ = unix.Kill(runPid, unix.SIGKILL)
-		ws = <-done
+		<-done
 		return 0, fmt.Errorf("%s start: timed out after %s", filepath.Base(cfg.Runtime), startTimeout)
 	}
 	if !ws.Exited() || ws.ExitStatus() != 0 {
