@@ -198,7 +198,7 @@ func PushImage(ctx context.Context, host, repoTag string, img v1.Image) (string,
 // Push is PushImage for tests.
 func Push(t testing.TB, host, repoTag string, img v1.Image) string {
 	t.Helper()
-	d, err := PushImage(context.Background(), host, repoTag, img)
+	d, err := PushImage(t.Context(), host, repoTag, img)
 	if err != nil {
 		t.Fatal(err)
 	}

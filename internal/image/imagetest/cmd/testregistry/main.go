@@ -25,13 +25,18 @@ import (
 )
 
 func main() {
-	if err := run(); err != nil {
+	// A command owns the root of its context tree.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM) //nolint:forbidigo // main is the owner
+	err := run(ctx)
+	stop()
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "testregistry:", err)
 		os.Exit(1)
 	}
 }
 
-func run() error {
+// run serves until ctx is done.
+func run(ctx context.Context) error {
 	addr := flag.String("addr", "127.0.0.1:5001", "loopback address to listen on")
 	flag.Parse()
 	host, _, err := net.SplitHostPort(*addr)
@@ -41,9 +46,6 @@ func run() error {
 	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
 		return fmt.Errorf("-addr %q: only loopback addresses are served", *addr)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-
 	srv, hostPort, err := imagetest.Serve(*addr, imagetest.RegistryOptions{})
 	if err != nil {
 		return err
@@ -63,7 +65,7 @@ func run() error {
 	fmt.Printf("%s/library/busybox:latest\n%s\n", hostPort, digest)
 
 	<-ctx.Done()
-	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return fmt.Errorf("shutdown: %w", err)
