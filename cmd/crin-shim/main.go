@@ -4,11 +4,14 @@
 package main
 
 import (
+	"context"
 	"os"
 
 	"github.com/crin-dev/crin/internal/runtime/shim"
 )
 
 func main() {
-	os.Exit(shim.Main(os.Args[1:]))
+	// The shim lives until crind tells it to quit over its socket, not
+	// until a signal: its root context is never cancelled.
+	os.Exit(shim.Main(context.Background(), os.Args[1:]))
 }

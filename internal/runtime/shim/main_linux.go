@@ -107,8 +107,9 @@ func parseArgs(args []string) (Config, bool, error) {
 // exit status. Run by the oci backend with a pipe as descriptor 3, it starts
 // a detached copy of itself in a new session and returns at once; the copy
 // creates the container, writes a Handshake on descriptor 3, closes it, and
-// serves the control socket until told to shut down.
-func Main(args []string) int {
+// serves the control socket until told to shut down. The runtime commands
+// the shim runs take their timeouts from ctx.
+func Main(ctx context.Context, args []string) int {
 	cfg, detached, err := parseArgs(args)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "crin-shim:", err)
@@ -121,7 +122,7 @@ func Main(args []string) int {
 		}
 		return 0
 	}
-	return runDetached(cfg)
+	return runDetached(ctx, cfg)
 }
 
 // detach starts the real shim in its own session, detached from the caller,
@@ -156,42 +157,38 @@ func detach(cfg Config, args []string) error {
 	return cmd.Process.Release()
 }
 
-func runDetached(cfg Config) int {
+// handshake is descriptor 3, on which the detached shim reports once.
+type handshake struct {
+	f *os.File // nil once reported
+}
+
+// report writes h (with the shim's pid) and closes the descriptor; later
+// calls do nothing.
+func (hs *handshake) report(h Handshake) {
+	if hs.f == nil {
+		return
+	}
+	h.ShimPid = os.Getpid()
+	data, _ := json.Marshal(h)
+	_, _ = hs.f.Write(append(data, '\n'))
+	_ = hs.f.Close()
+	hs.f = nil
+}
+
+func runDetached(ctx context.Context, cfg Config) int {
 	unix.CloseOnExec(handshakeFD)
-	hs := os.NewFile(handshakeFD, "handshake")
+	hs := &handshake{f: os.NewFile(handshakeFD, "handshake")}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil)).With("container_id", cfg.ID)
 	signal.Ignore(unix.SIGHUP, unix.SIGPIPE)
 
-	report := func(h Handshake) {
-		if hs == nil {
-			return
-		}
-		h.ShimPid = os.Getpid()
-		data, _ := json.Marshal(h)
-		_, _ = hs.Write(append(data, '\n'))
-		_ = hs.Close()
-		hs = nil
-	}
-	if err := os.WriteFile(filepath.Join(cfg.Dir, ShimPidFile), []byte(strconv.Itoa(os.Getpid())), 0o600); err != nil {
-		report(Handshake{Error: fmt.Sprintf("write shim pid: %v", err)})
+	if err := prepareProcess(log, cfg); err != nil {
+		hs.report(Handshake{Error: err.Error()})
 		return 1
 	}
-	if cfg.OOMScoreAdj != nil {
-		// Raising is always allowed; lowering needs CAP_SYS_RESOURCE,
-		// which root may lack. Neither outcome stops the container.
-		if err := os.WriteFile("/proc/self/oom_score_adj", []byte(strconv.Itoa(*cfg.OOMScoreAdj)), 0); err != nil {
-			log.Warn("set oom_score_adj", "value", *cfg.OOMScoreAdj, "error", err)
-		}
-	}
-	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
-		report(Handshake{Error: fmt.Sprintf("become child subreaper: %v", err)})
-		return 1
-	}
-
 	sock := SocketPath(cfg.Dir)
 	l, err := listen(sock)
 	if err != nil {
-		report(Handshake{Error: err.Error()})
+		hs.report(Handshake{Error: err.Error()})
 		return 1
 	}
 	defer os.Remove(sock)
@@ -199,17 +196,17 @@ func runDetached(cfg Config) int {
 	logw, err := OpenLog(cfg.LogPath, LogOptions{OnError: func(err error) { log.Warn("container log", "error", err) }})
 	if err != nil {
 		_ = l.Close()
-		report(Handshake{Error: err.Error()})
+		hs.report(Handshake{Error: err.Error()})
 		return 1
 	}
 	defer logw.Close()
 
 	rp := newReaper()
-	c, err := create(cfg)
+	c, err := create(ctx, cfg)
 	if err != nil {
 		rp.stop()
 		_ = l.Close()
-		report(Handshake{Error: err.Error()})
+		hs.report(Handshake{Error: err.Error()})
 		return 1
 	}
 	log.Info("container created", "pid", c.pid)
@@ -219,8 +216,47 @@ func runDetached(cfg Config) int {
 	if c.term != nil {
 		defer c.term.Close()
 	}
-	srv := newServer(log, c.pid, func() (int, error) { return startContainer(cfg, rp, c.pid) }, logw, in)
-	ioDone := copyOutput(log, logw, srv.fan, c)
+	supervise(log, cfg, supervised{c: c, rp: rp, l: l, logw: logw, in: in}, hs)
+	log.Info("shim exiting")
+	return 0
+}
+
+// prepareProcess writes the shim's pid file, sets its oom_score_adj and
+// makes it the subreaper of the container's processes.
+func prepareProcess(log *slog.Logger, cfg Config) error {
+	if err := os.WriteFile(filepath.Join(cfg.Dir, ShimPidFile), []byte(strconv.Itoa(os.Getpid())), 0o600); err != nil {
+		return fmt.Errorf("write shim pid: %w", err)
+	}
+	if cfg.OOMScoreAdj != nil {
+		// Raising is always allowed; lowering needs CAP_SYS_RESOURCE,
+		// which root may lack. Neither outcome stops the container.
+		if err := os.WriteFile("/proc/self/oom_score_adj", []byte(strconv.Itoa(*cfg.OOMScoreAdj)), 0); err != nil {
+			log.Warn("set oom_score_adj", "value", *cfg.OOMScoreAdj, "error", err)
+		}
+	}
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		return fmt.Errorf("become child subreaper: %w", err)
+	}
+	return nil
+}
+
+// supervised is what the shim runs once the container is created.
+type supervised struct {
+	c    *created
+	rp   *reaper
+	l    net.Listener // the control socket
+	logw *LogWriter
+	in   *stdio
+}
+
+// supervise serves the control socket for the created container, records
+// its exit when it comes, and returns once the server was told to quit and
+// everything it started has finished. It reports success on hs once
+// serving.
+func supervise(log *slog.Logger, cfg Config, s supervised, hs *handshake) {
+	c, rp := s.c, s.rp
+	srv := newServer(log, c.pid, func() (int, error) { return startContainer(cfg, rp, c.pid) }, s.logw, s.in)
+	ioDone := copyOutput(log, s.logw, srv.fan, c)
 	oom := newOOMWatch(log, c.pid)
 	initExited := make(chan unix.WaitStatus, 1)
 	rp.watch(c.pid, func(ws unix.WaitStatus) { initExited <- ws })
@@ -235,17 +271,15 @@ func runDetached(cfg Config) int {
 	served := make(chan struct{})
 	go func() {
 		defer close(served)
-		srv.serve(l)
+		srv.serve(s.l)
 	}()
-	report(Handshake{Pid: c.pid})
+	hs.report(Handshake{Pid: c.pid})
 
 	<-srv.quit
-	_ = l.Close()
+	_ = s.l.Close()
 	<-served
 	<-recorded
 	rp.stop()
-	log.Info("shim exiting")
-	return 0
 }
 
 // copyOutput copies both streams into the log, and to attached clients,
@@ -399,7 +433,7 @@ func runtimeError(cfg Config, offset int64, extra string) string {
 // pipes the shim keeps (and its stdin on one too with cfg.Stdin), or, with
 // cfg.TTY, receives the container's terminal from the runtime on a console
 // socket; the container's init stays behind as its child.
-func create(cfg Config) (_ *created, retErr error) {
+func create(ctx context.Context, cfg Config) (_ *created, retErr error) {
 	var closers []*os.File
 	defer func() {
 		if retErr != nil {
@@ -445,38 +479,19 @@ func create(cfg Config) (_ *created, retErr error) {
 
 	off := logSize(cfg)
 	pidFile := filepath.Join(cfg.Dir, InitPidFile)
-	ctx, cancel := context.WithTimeout(context.Background(), createTimeout)
-	defer cancel()
-	args := []string{"create", "--bundle", cfg.Dir, "--pid-file", pidFile}
-	if console != nil {
-		args = append(args, "--console-socket", console.path)
-	}
-	argv := runtimeArgv(cfg, append(args, cfg.ID)...)
-	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdinR, outW, errW
-	cmd.Dir = cfg.Dir
-	runErr := cmd.Run()
+	runErr := runCreate(ctx, cfg, pidFile, console, [3]*os.File{stdinR, outW, errW})
 	outW.Close()
 	errW.Close()
 	if stdinR != null {
 		stdinR.Close()
 	}
 	if runErr != nil {
-		// The runtime may have written its complaint to stderr, which
-		// is the container's stderr pipe.
-		_ = errR.SetReadDeadline(time.Now().Add(time.Second))
-		stderr, _ := io.ReadAll(io.LimitReader(errR, 64<<10))
-		msg := runtimeError(cfg, off, string(stderr))
-		forceDelete(cfg)
-		if msg == "" {
-			msg = runErr.Error()
-		}
-		return nil, fmt.Errorf("%s create: %s", filepath.Base(cfg.Runtime), msg)
+		return nil, createFailed(ctx, cfg, off, errR, runErr)
 	}
 	if console != nil {
 		// The runtime sent the terminal before create returned.
 		if c.term, err = console.receive(5 * time.Second); err != nil {
-			forceDelete(cfg)
+			forceDelete(ctx, cfg)
 			return nil, fmt.Errorf("receive the container's terminal: %w", err)
 		}
 		closers = append(closers, c.term)
@@ -492,16 +507,47 @@ func create(cfg Config) (_ *created, retErr error) {
 		c.pid, err = strconv.Atoi(strings.TrimSpace(string(data)))
 	}
 	if err != nil || c.pid <= 0 {
-		forceDelete(cfg)
+		forceDelete(ctx, cfg)
 		return nil, fmt.Errorf("read init pid: %v", err)
 	}
 	return c, nil
 }
 
-// forceDelete removes the container from the runtime after a failed create.
-// The reaper is not running yet, so exec.Cmd may wait for it.
-func forceDelete(cfg Config) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+// runCreate runs "runtime create" with stdio as the container's stdin,
+// stdout and stderr, and the console socket when there is one.
+func runCreate(ctx context.Context, cfg Config, pidFile string, console *consoleSocket, stdio [3]*os.File) error {
+	ctx, cancel := context.WithTimeout(ctx, createTimeout)
+	defer cancel()
+	args := []string{"create", "--bundle", cfg.Dir, "--pid-file", pidFile}
+	if console != nil {
+		args = append(args, "--console-socket", console.path)
+	}
+	argv := runtimeArgv(cfg, append(args, cfg.ID)...)
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdio[0], stdio[1], stdio[2]
+	cmd.Dir = cfg.Dir
+	return cmd.Run()
+}
+
+// createFailed removes what a failed "runtime create" may have left and
+// returns its error with what the runtime said: in its log since offset,
+// or on stderr, which is the container's stderr pipe errR.
+func createFailed(ctx context.Context, cfg Config, offset int64, errR *os.File, runErr error) error {
+	_ = errR.SetReadDeadline(time.Now().Add(time.Second))
+	stderr, _ := io.ReadAll(io.LimitReader(errR, 64<<10))
+	msg := runtimeError(cfg, offset, string(stderr))
+	forceDelete(ctx, cfg)
+	if msg == "" {
+		msg = runErr.Error()
+	}
+	return fmt.Errorf("%s create: %s", filepath.Base(cfg.Runtime), msg)
+}
+
+// forceDelete removes the container from the runtime after a failed create,
+// even when ctx is done. The reaper is not running yet, so exec.Cmd may
+// wait for it.
+func forceDelete(ctx context.Context, cfg Config) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	argv := runtimeArgv(cfg, "delete", "--force", cfg.ID)
 	_ = exec.CommandContext(ctx, argv[0], argv[1:]...).Run()
