@@ -173,49 +173,21 @@ func (s *Service) resolve(ctx context.Context, r reference, ep endpoint, auth *A
 // fetch downloads what desc describes, unpacks its layers and records the
 // image under r.
 func (s *Service) fetch(ctx context.Context, r reference, desc *remote.Descriptor) (*Image, error) {
-	switch desc.MediaType {
-	case types.OCIImageIndex, types.DockerManifestList, types.OCIManifestSchema1, types.DockerManifestSchema2:
-	default:
-		return nil, fmt.Errorf("manifest media type %q is not supported: %w", desc.MediaType, errdefs.ErrNotImplemented)
-	}
-	img, err := desc.Image()
-	if err != nil {
-		return nil, classify(err)
-	}
-	topDigest := desc.Digest.String()
-	rawManifest, err := img.RawManifest()
-	if err != nil {
-		return nil, classify(err)
-	}
-	manifestDigest, err := img.Digest()
-	if err != nil {
-		return nil, classify(err)
-	}
-	mf, err := decodeManifest(rawManifest, s.cfg.MaxConfigBytes)
-	if err != nil {
-		return nil, fmt.Errorf("manifest %s: %w", manifestDigest, err)
-	}
-	rawConfig, err := img.RawConfigFile()
-	if err != nil {
-		return nil, classify(err)
-	}
-	cf, err := decodeConfig(rawConfig, mf)
+	m, err := s.readManifest(desc)
 	if err != nil {
 		return nil, err
 	}
-	id := mf.Config.Digest.String()
-
-	layers := make([]v1.Layer, len(mf.Layers))
-	diffIDs := make([]string, len(mf.Layers))
-	blobs := []string{topDigest, manifestDigest.String(), id}
+	layers := make([]v1.Layer, len(m.mf.Layers))
+	diffIDs := make([]string, len(m.mf.Layers))
+	blobs := []string{m.topDigest, m.manifestDigest, m.id}
 	var size uint64
-	for i, ld := range mf.Layers {
-		l, err := img.LayerByDigest(ld.Digest)
+	for i, ld := range m.mf.Layers {
+		l, err := m.img.LayerByDigest(ld.Digest)
 		if err != nil {
 			return nil, classify(err)
 		}
 		layers[i] = l
-		diffIDs[i] = cf.RootFS.DiffIDs[i].String()
+		diffIDs[i] = m.cf.RootFS.DiffIDs[i].String()
 		blobs = append(blobs, ld.Digest.String())
 		size += uint64(max(ld.Size, 0))
 	}
@@ -231,30 +203,22 @@ func (s *Service) fetch(ctx context.Context, r reference, desc *remote.Descripto
 	g.SetLimit(s.cfg.MaxConcurrentDownloads)
 	for i := range layers {
 		g.Go(func() error {
-			return s.ensureLayer(ctx, layers[i], mf.Layers[i].Digest.String(), diffIDs[i], budget)
+			return s.ensureLayer(ctx, layers[i], m.mf.Layers[i].Digest.String(), diffIDs[i], budget)
 		})
 	}
 	if err := g.Wait(); err != nil {
 		return nil, err
 	}
-	if desc.MediaType == types.OCIImageIndex || desc.MediaType == types.DockerManifestList {
-		if err := s.writeBlob(topDigest, bytes.NewReader(desc.Manifest)); err != nil {
-			return nil, err
-		}
-	}
-	if err := s.writeBlob(manifestDigest.String(), bytes.NewReader(rawManifest)); err != nil {
-		return nil, err
-	}
-	if err := s.writeBlob(id, bytes.NewReader(rawConfig)); err != nil {
+	if err := s.writeManifestBlobs(desc, m); err != nil {
 		return nil, err
 	}
 
 	rec := &imageRecord{
 		Image: Image{
-			ID:          id,
-			RepoDigests: []string{r.repo() + "@" + topDigest},
+			ID:          m.id,
+			RepoDigests: []string{r.repo() + "@" + m.topDigest},
 			Size:        size,
-			Config:      runtimeConfig(cf.Config),
+			Config:      runtimeConfig(m.cf.Config),
 			Layers:      diffIDs,
 		},
 		Blobs: blobs,
@@ -263,6 +227,67 @@ func (s *Service) fetch(ctx context.Context, r reference, desc *remote.Descripto
 		rec.RepoTags = []string{r.String()}
 	}
 	return s.commit(rec)
+}
+
+// fetchedManifest is an image's manifest and config as read from the
+// registry, checked, before any of its layers.
+type fetchedManifest struct {
+	img            v1.Image
+	topDigest      string // what the reference resolved to: index or manifest
+	manifestDigest string
+	rawManifest    []byte
+	mf             *v1.Manifest
+	id             string // the config's digest
+	rawConfig      []byte
+	cf             *v1.ConfigFile
+}
+
+// readManifest reads and checks the manifest and config desc leads to
+// (through an index for this platform).
+func (s *Service) readManifest(desc *remote.Descriptor) (*fetchedManifest, error) {
+	switch desc.MediaType {
+	case types.OCIImageIndex, types.DockerManifestList, types.OCIManifestSchema1, types.DockerManifestSchema2:
+	default:
+		return nil, fmt.Errorf("manifest media type %q is not supported: %w", desc.MediaType, errdefs.ErrNotImplemented)
+	}
+	img, err := desc.Image()
+	if err != nil {
+		return nil, classify(err)
+	}
+	m := &fetchedManifest{img: img, topDigest: desc.Digest.String()}
+	if m.rawManifest, err = img.RawManifest(); err != nil {
+		return nil, classify(err)
+	}
+	manifestDigest, err := img.Digest()
+	if err != nil {
+		return nil, classify(err)
+	}
+	m.manifestDigest = manifestDigest.String()
+	if m.mf, err = decodeManifest(m.rawManifest, s.cfg.MaxConfigBytes); err != nil {
+		return nil, fmt.Errorf("manifest %s: %w", manifestDigest, err)
+	}
+	if m.rawConfig, err = img.RawConfigFile(); err != nil {
+		return nil, classify(err)
+	}
+	if m.cf, err = decodeConfig(m.rawConfig, m.mf); err != nil {
+		return nil, err
+	}
+	m.id = m.mf.Config.Digest.String()
+	return m, nil
+}
+
+// writeManifestBlobs stores the index (if desc is one), manifest and config
+// of m in the content store.
+func (s *Service) writeManifestBlobs(desc *remote.Descriptor, m *fetchedManifest) error {
+	if desc.MediaType == types.OCIImageIndex || desc.MediaType == types.DockerManifestList {
+		if err := s.writeBlob(m.topDigest, bytes.NewReader(desc.Manifest)); err != nil {
+			return err
+		}
+	}
+	if err := s.writeBlob(m.manifestDigest, bytes.NewReader(m.rawManifest)); err != nil {
+		return err
+	}
+	return s.writeBlob(m.id, bytes.NewReader(m.rawConfig))
 }
 
 // runtimeConfig copies the fields crin uses from an image config.

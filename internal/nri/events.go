@@ -268,30 +268,11 @@ func (a *Adaptation) createContainer(ctx context.Context, pod *api.PodSandbox, c
 		if !p.subscribed(ev) || p.builtin != nil {
 			continue
 		}
-		// A synchronizing plugin gets the creation after its Synchronize,
-		// too late to adjust the container (plugin.dedicated).
-		if p.synchronizing() && p.enqueue(ev, pod, m.container()) {
-			continue
-		}
-		ok, err := p.live()
+		rsp, answered, err := askCreate(ctx, p, pod, ctr, m)
 		if err != nil {
 			return nil, nil, nil, err
 		}
-		if !ok || p.alreadySeen(ctr.GetId()) {
-			continue
-		}
-		// Marshalled before the merger changes again, so no copy is needed.
-		req := &api.CreateContainerRequest{Pod: pod, Container: m.view()}
-		var rsp *api.CreateContainerResponse
-		err = p.call(ctx, ev.PrettyName(), func(ctx context.Context) error {
-			var err error
-			rsp, err = p.svc.CreateContainer(ctx, req)
-			return err
-		})
-		if err != nil {
-			if err = requestFailure(p, err); err != nil {
-				return nil, nil, nil, err
-			}
+		if !answered {
 			continue
 		}
 		if len(vs) > 0 {
@@ -320,6 +301,36 @@ func (a *Adaptation) createContainer(ctx context.Context, pod *api.PodSandbox, c
 	}
 	a.evict(evicts)
 	return adj, upds, owners, nil
+}
+
+// askCreate sends the creation of ctr to p with the container as the
+// merger m has it so far. answered is false when p was not asked (it is
+// synchronizing, gone, or saw ctr already) or its failure is tolerated.
+func askCreate(ctx context.Context, p *plugin, pod *api.PodSandbox, ctr *api.Container, m *merger) (rsp *api.CreateContainerResponse, answered bool, err error) {
+	const ev = api.Event_CREATE_CONTAINER
+	// A synchronizing plugin gets the creation after its Synchronize,
+	// too late to adjust the container (plugin.dedicated).
+	if p.synchronizing() && p.enqueue(ev, pod, m.container()) {
+		return nil, false, nil
+	}
+	ok, err := p.live()
+	if err != nil {
+		return nil, false, err
+	}
+	if !ok || p.alreadySeen(ctr.GetId()) {
+		return nil, false, nil
+	}
+	// Marshalled before the merger changes again, so no copy is needed.
+	req := &api.CreateContainerRequest{Pod: pod, Container: m.view()}
+	err = p.call(ctx, ev.PrettyName(), func(ctx context.Context) error {
+		var err error
+		rsp, err = p.svc.CreateContainer(ctx, req)
+		return err
+	})
+	if err != nil {
+		return nil, false, requestFailure(p, err)
+	}
+	return rsp, true, nil
 }
 
 // validators returns the plugins of ps subscribed to validation.

@@ -286,89 +286,54 @@ func (e *mergeConflictError) Error() string {
 // Unwrap classifies the conflict for errdefs.IsConflict.
 func (e *mergeConflictError) Unwrap() error { return errdefs.ErrConflict }
 
+// mergeFieldNames name the fields in errors; read only.
+var mergeFieldNames = map[api.Field]string{
+	api.Field_Annotations:         "annotation",
+	api.Field_Mounts:              "mount",
+	api.Field_OciHooks:            "OCI hooks",
+	api.Field_Devices:             "device",
+	api.Field_CdiDevices:          "CDI device",
+	api.Field_Env:                 "env",
+	api.Field_Args:                "args",
+	api.Field_MemLimit:            "memory limit",
+	api.Field_MemReservation:      "memory reservation",
+	api.Field_MemSwapLimit:        "memory swap limit",
+	api.Field_MemKernelLimit:      "kernel memory limit",
+	api.Field_MemTCPLimit:         "kernel TCP memory limit",
+	api.Field_MemSwappiness:       "memory swappiness",
+	api.Field_MemDisableOomKiller: "memory OOM killer disabling",
+	api.Field_MemUseHierarchy:     "memory hierarchy accounting",
+	api.Field_CPUShares:           "CPU shares",
+	api.Field_CPUQuota:            "CPU quota",
+	api.Field_CPUPeriod:           "CPU period",
+	api.Field_CPURealtimeRuntime:  "CPU realtime runtime",
+	api.Field_CPURealtimePeriod:   "CPU realtime period",
+	api.Field_CPUSetCPUs:          "cpuset CPUs",
+	api.Field_CPUSetMems:          "cpuset memory nodes",
+	api.Field_PidsLimit:           "pids limit",
+	api.Field_HugepageLimits:      "hugepage limit",
+	api.Field_BlockioClass:        "block I/O class",
+	api.Field_RdtClass:            "RDT class",
+	api.Field_CgroupsUnified:      "unified cgroup resource",
+	api.Field_CgroupsPath:         "cgroups path",
+	api.Field_OomScoreAdj:         "OOM score adjustment",
+	api.Field_Rlimits:             "rlimit",
+	api.Field_IoPriority:          "I/O priority",
+	api.Field_SeccompPolicy:       "seccomp policy",
+	api.Field_Namespace:           "namespace",
+	api.Field_Sysctl:              "sysctl",
+	api.Field_LinuxNetDevices:     "net device",
+	api.Field_LinuxSched:          "scheduler",
+	api.Field_RdtClosID:           "RDT CLOS id",
+	api.Field_RdtSchemata:         "RDT schemata",
+	api.Field_RdtEnableMonitoring: "RDT monitoring",
+	api.Field_MemoryPolicy:        "memory policy",
+}
+
 // mergeFieldName is the name of f used in errors.
 func mergeFieldName(f api.Field) string {
-	switch f {
-	case api.Field_Annotations:
-		return "annotation"
-	case api.Field_Mounts:
-		return "mount"
-	case api.Field_OciHooks:
-		return "OCI hooks"
-	case api.Field_Devices:
-		return "device"
-	case api.Field_CdiDevices:
-		return "CDI device"
-	case api.Field_Env:
-		return "env"
-	case api.Field_Args:
-		return "args"
-	case api.Field_MemLimit:
-		return "memory limit"
-	case api.Field_MemReservation:
-		return "memory reservation"
-	case api.Field_MemSwapLimit:
-		return "memory swap limit"
-	case api.Field_MemKernelLimit:
-		return "kernel memory limit"
-	case api.Field_MemTCPLimit:
-		return "kernel TCP memory limit"
-	case api.Field_MemSwappiness:
-		return "memory swappiness"
-	case api.Field_MemDisableOomKiller:
-		return "memory OOM killer disabling"
-	case api.Field_MemUseHierarchy:
-		return "memory hierarchy accounting"
-	case api.Field_CPUShares:
-		return "CPU shares"
-	case api.Field_CPUQuota:
-		return "CPU quota"
-	case api.Field_CPUPeriod:
-		return "CPU period"
-	case api.Field_CPURealtimeRuntime:
-		return "CPU realtime runtime"
-	case api.Field_CPURealtimePeriod:
-		return "CPU realtime period"
-	case api.Field_CPUSetCPUs:
-		return "cpuset CPUs"
-	case api.Field_CPUSetMems:
-		return "cpuset memory nodes"
-	case api.Field_PidsLimit:
-		return "pids limit"
-	case api.Field_HugepageLimits:
-		return "hugepage limit"
-	case api.Field_BlockioClass:
-		return "block I/O class"
-	case api.Field_RdtClass:
-		return "RDT class"
-	case api.Field_CgroupsUnified:
-		return "unified cgroup resource"
-	case api.Field_CgroupsPath:
-		return "cgroups path"
-	case api.Field_OomScoreAdj:
-		return "OOM score adjustment"
-	case api.Field_Rlimits:
-		return "rlimit"
-	case api.Field_IoPriority:
-		return "I/O priority"
-	case api.Field_SeccompPolicy:
-		return "seccomp policy"
-	case api.Field_Namespace:
-		return "namespace"
-	case api.Field_Sysctl:
-		return "sysctl"
-	case api.Field_LinuxNetDevices:
-		return "net device"
-	case api.Field_LinuxSched:
-		return "scheduler"
-	case api.Field_RdtClosID:
-		return "RDT CLOS id"
-	case api.Field_RdtSchemata:
-		return "RDT schemata"
-	case api.Field_RdtEnableMonitoring:
-		return "RDT monitoring"
-	case api.Field_MemoryPolicy:
-		return "memory policy"
+	if n, ok := mergeFieldNames[f]; ok {
+		return n
 	}
 	return f.String()
 }

@@ -234,43 +234,11 @@ func (c *mergeCall) set(f api.Field, present bool, apply func()) error {
 // update) and live (the adjusted container's resources; nil when the
 // container is not the merger's own).
 func (c *mergeCall) resources(in, out, live *api.LinuxResources) error {
-	if in.Memory != nil {
-		if out.Memory == nil {
-			out.Memory = &api.LinuxMemory{}
-		}
-		if live != nil && live.Memory == nil {
-			live.Memory = &api.LinuxMemory{}
-		}
-		for _, mf := range mergeMemoryFields() {
-			if !mf.move(out.Memory, in.Memory) {
-				continue
-			}
-			if err := c.claim(mf.f, ""); err != nil {
-				return err
-			}
-			if live != nil {
-				mf.move(live.Memory, in.Memory)
-			}
-		}
+	if err := c.memory(in, out, live); err != nil {
+		return err
 	}
-	if in.Cpu != nil {
-		if out.Cpu == nil {
-			out.Cpu = &api.LinuxCPU{}
-		}
-		if live != nil && live.Cpu == nil {
-			live.Cpu = &api.LinuxCPU{}
-		}
-		for _, cf := range mergeCPUFields() {
-			if !cf.move(out.Cpu, in.Cpu) {
-				continue
-			}
-			if err := c.claim(cf.f, ""); err != nil {
-				return err
-			}
-			if live != nil {
-				cf.move(live.Cpu, in.Cpu)
-			}
-		}
+	if err := c.cpu(in, out, live); err != nil {
+		return err
 	}
 
 	var (
@@ -318,6 +286,56 @@ func (c *mergeCall) resources(in, out, live *api.LinuxResources) error {
 	out.Devices = append(out.Devices, in.Devices...)
 	if live != nil {
 		live.Devices = append(live.Devices, in.Devices...)
+	}
+	return nil
+}
+
+// memory merges the memory scalars of in into out and live, as resources.
+func (c *mergeCall) memory(in, out, live *api.LinuxResources) error {
+	if in.Memory == nil {
+		return nil
+	}
+	if out.Memory == nil {
+		out.Memory = &api.LinuxMemory{}
+	}
+	if live != nil && live.Memory == nil {
+		live.Memory = &api.LinuxMemory{}
+	}
+	for _, mf := range mergeMemoryFields() {
+		if !mf.move(out.Memory, in.Memory) {
+			continue
+		}
+		if err := c.claim(mf.f, ""); err != nil {
+			return err
+		}
+		if live != nil {
+			mf.move(live.Memory, in.Memory)
+		}
+	}
+	return nil
+}
+
+// cpu merges the CPU scalars of in into out and live, as resources.
+func (c *mergeCall) cpu(in, out, live *api.LinuxResources) error {
+	if in.Cpu == nil {
+		return nil
+	}
+	if out.Cpu == nil {
+		out.Cpu = &api.LinuxCPU{}
+	}
+	if live != nil && live.Cpu == nil {
+		live.Cpu = &api.LinuxCPU{}
+	}
+	for _, cf := range mergeCPUFields() {
+		if !cf.move(out.Cpu, in.Cpu) {
+			continue
+		}
+		if err := c.claim(cf.f, ""); err != nil {
+			return err
+		}
+		if live != nil {
+			cf.move(live.Cpu, in.Cpu)
+		}
 	}
 	return nil
 }
