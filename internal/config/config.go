@@ -242,6 +242,20 @@ func (c *Config) Validate() error {
 	bad := func(key string, val any, why string) {
 		errs = append(errs, fmt.Errorf("%s = %q: %s", key, fmt.Sprint(val), why))
 	}
+	c.validatePaths(bad)
+	c.CRI.validateClasses(bad)
+	c.NRI.validate(bad)
+	c.validateServing(bad)
+	c.validateRuntimes(bad)
+	c.validateImage(bad)
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("%w: %w", err, errdefs.ErrInvalidArgument)
+	}
+	return nil
+}
+
+// validatePaths checks the directories and sockets crind uses.
+func (c *Config) validatePaths(bad func(key string, val any, why string)) {
 	for _, kv := range []struct{ key, val string }{
 		{"root", c.Root}, {"state", c.State}, {"cri.socket", c.CRI.Socket}, {"cni.conf_dir", c.CNI.ConfDir},
 	} {
@@ -263,8 +277,11 @@ func (c *Config) Validate() error {
 			bad(fmt.Sprintf("cri.cdi_spec_dirs[%d]", i), d, "must be an absolute path")
 		}
 	}
-	c.CRI.validateClasses(bad)
-	c.NRI.validate(bad)
+}
+
+// validateServing checks the cgroup parent, log level and the addresses
+// and periods crind serves with.
+func (c *Config) validateServing(bad func(key string, val any, why string)) {
 	if c.CRI.CgroupParent != "" && !strings.HasPrefix(c.CRI.CgroupParent, "/") {
 		bad("cri.cgroup_parent", c.CRI.CgroupParent, "must start with /")
 	}
@@ -288,6 +305,11 @@ func (c *Config) Validate() error {
 			bad("cri.stream_address", a, why)
 		}
 	}
+}
+
+// validateRuntimes checks the OCI runtimes and fills in their default
+// roots under state.
+func (c *Config) validateRuntimes(bad func(key string, val any, why string)) {
 	for name, r := range c.Runtimes {
 		key := "runtimes." + name
 		if !runtimeName.MatchString(name) {
@@ -311,6 +333,10 @@ func (c *Config) Validate() error {
 			bad("default_runtime", c.DefaultRuntime, "no such runtime; configured: "+strings.Join(c.RuntimeNames(), ", "))
 		}
 	}
+}
+
+// validateImage checks the registry mirrors and the image service's limits.
+func (c *Config) validateImage(bad func(key string, val any, why string)) {
 	for host, m := range c.Registry.Mirrors {
 		if len(m.Endpoints) == 0 {
 			bad("registry.mirrors."+host+".endpoints", "", "needs at least one endpoint")
@@ -340,10 +366,6 @@ func (c *Config) Validate() error {
 	if c.Image.MaxUnpackedBytes < 0 {
 		bad("image.max_unpacked_bytes", c.Image.MaxUnpackedBytes, "must not be negative (0: no cap)")
 	}
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("%w: %w", err, errdefs.ErrInvalidArgument)
-	}
-	return nil
 }
 
 // AdminSocketPath is the admin API socket: cri.admin_socket, else
