@@ -65,47 +65,17 @@ func buildSandbox(o SandboxOptions) (*specs.Spec, error) {
 	l := cfg.GetLinux()
 	sc := l.GetSecurityContext()
 
-	ns, err := podNamespaceModes(cfg)
+	ns, sysctls, hostname, err := podBasics(cfg)
 	if err != nil {
 		return nil, err
 	}
-	sysctls, err := checkSysctls(l.GetSysctls(), ns)
+	user, err := sandboxUser(sc)
 	if err != nil {
 		return nil, err
 	}
-	hostname := cfg.GetHostname()
-	if ns.hostNetwork {
-		hostname = "" // the node's own
-	} else if err := checkHostname(hostname); err != nil {
-		return nil, err
-	}
-
-	// The infra process runs as the pod's user when one is set; the pause
-	// rootfs has no user database, so only numeric ids mean anything.
-	req := userRequest{supplemental: sc.GetSupplementalGroups(), policy: runtimeapi.SupplementalGroupsPolicy_Strict}
-	if v := sc.GetRunAsUser(); v != nil {
-		req.runAsUser = &v.Value
-	}
-	if v := sc.GetRunAsGroup(); v != nil {
-		if req.runAsUser == nil {
-			zero := int64(0)
-			req.runAsUser = &zero
-		}
-		req.runAsGroup = &v.Value
-	}
-	user, err := resolveUser("", req)
-	if err != nil {
-		return nil, err
-	}
-
 	noCaps := &specs.LinuxCapabilities{}
-	// seccomp_profile_path is deprecated but still what older kubelets
-	// send in place of Seccomp.
-	seccomp, err := seccompProfile("linux.security_context.seccomp", sc.GetSeccomp(), sc.GetSeccompProfilePath(), o.SeccompProfileRoot, noCaps, false) //nolint:staticcheck // older kubelets' field
+	seccomp, err := sandboxSecurity(o, sc, noCaps, host)
 	if err != nil {
-		return nil, err
-	}
-	if _, err := apparmorProfile("linux.security_context.apparmor", sc.GetApparmor(), "", host, false); err != nil {
 		return nil, err
 	}
 
@@ -134,18 +104,10 @@ func buildSandbox(o SandboxOptions) (*specs.Spec, error) {
 			NoNewPrivileges: true,
 			OOMScoreAdj:     &oom,
 		},
-		Root:     &specs.Root{Path: o.Rootfs, Readonly: true},
-		Hostname: hostname,
-		Mounts:   mounts,
-		Annotations: annotations(cfg.GetAnnotations(), map[string]string{
-			AnnotationContainerType:    ContainerTypeSandbox,
-			AnnotationSandboxID:        o.ID,
-			AnnotationSandboxName:      cfg.GetMetadata().GetName(),
-			AnnotationSandboxNamespace: cfg.GetMetadata().GetNamespace(),
-			AnnotationSandboxUID:       cfg.GetMetadata().GetUid(),
-			criContainerTypeKey:        ContainerTypeSandbox,
-			criSandboxIDKey:            o.ID,
-		}),
+		Root:        &specs.Root{Path: o.Rootfs, Readonly: true},
+		Hostname:    hostname,
+		Mounts:      mounts,
+		Annotations: sandboxAnnotations(o),
 		Linux: &specs.Linux{
 			Sysctl:        sysctls,
 			Resources:     res,
@@ -165,6 +127,76 @@ func buildSandbox(o SandboxOptions) (*specs.Spec, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// podBasics reads what every container of pod shares: its namespace
+// modes, its sysctls and its hostname (empty with the host's network: the
+// node's own).
+func podBasics(pod *runtimeapi.PodSandboxConfig) (podNamespaces, map[string]string, string, error) {
+	ns, err := podNamespaceModes(pod)
+	if err != nil {
+		return ns, nil, "", err
+	}
+	sysctls, err := checkSysctls(pod.GetLinux().GetSysctls(), ns)
+	if err != nil {
+		return ns, nil, "", err
+	}
+	if ns.hostNetwork {
+		return ns, sysctls, "", nil
+	}
+	hostname := pod.GetHostname()
+	if err := checkHostname(hostname); err != nil {
+		return ns, nil, "", err
+	}
+	return ns, sysctls, hostname, nil
+}
+
+// sandboxUser is the user of the infra process: the pod's when one is
+// set. The pause rootfs has no user database, so only numeric ids mean
+// anything.
+func sandboxUser(sc *runtimeapi.LinuxSandboxSecurityContext) (specs.User, error) {
+	req := userRequest{supplemental: sc.GetSupplementalGroups(), policy: runtimeapi.SupplementalGroupsPolicy_Strict}
+	if v := sc.GetRunAsUser(); v != nil {
+		req.runAsUser = &v.Value
+	}
+	if v := sc.GetRunAsGroup(); v != nil {
+		if req.runAsUser == nil {
+			zero := int64(0)
+			req.runAsUser = &zero
+		}
+		req.runAsGroup = &v.Value
+	}
+	return resolveUser("", req)
+}
+
+// sandboxSecurity returns the infra process's seccomp profile and checks
+// the pod's AppArmor profile, which the infra process does not get.
+func sandboxSecurity(o SandboxOptions, sc *runtimeapi.LinuxSandboxSecurityContext, caps *specs.LinuxCapabilities, host *Host) (*specs.LinuxSeccomp, error) {
+	// seccomp_profile_path is deprecated but still what older kubelets
+	// send in place of Seccomp.
+	seccomp, err := seccompProfile("linux.security_context.seccomp", sc.GetSeccomp(), sc.GetSeccompProfilePath(), o.SeccompProfileRoot, caps, false) //nolint:staticcheck // older kubelets' field
+	if err != nil {
+		return nil, err
+	}
+	if _, err := apparmorProfile("linux.security_context.apparmor", sc.GetApparmor(), "", host, false); err != nil {
+		return nil, err
+	}
+	return seccomp, nil
+}
+
+// sandboxAnnotations are the pod's annotations and crin's own for the
+// infra container.
+func sandboxAnnotations(o SandboxOptions) map[string]string {
+	md := o.Config.GetMetadata()
+	return annotations(o.Config.GetAnnotations(), map[string]string{
+		AnnotationContainerType:    ContainerTypeSandbox,
+		AnnotationSandboxID:        o.ID,
+		AnnotationSandboxName:      md.GetName(),
+		AnnotationSandboxNamespace: md.GetNamespace(),
+		AnnotationSandboxUID:       md.GetUid(),
+		criContainerTypeKey:        ContainerTypeSandbox,
+		criSandboxIDKey:            o.ID,
+	})
 }
 
 // hostnamePattern is an RFC 1123 DNS name.
@@ -199,68 +231,21 @@ func buildContainer(o ContainerOptions) (*specs.Spec, error) {
 		return nil, invalidf("linux.security_context.privileged: the pod is not privileged")
 	}
 
-	ns, err := podNamespaceModes(sb)
+	ns, sysctls, hostname, err := podBasics(sb)
 	if err != nil {
 		return nil, err
 	}
-	sysctls, err := checkSysctls(sb.GetLinux().GetSysctls(), ns)
+	proc, err := containerProcess(o, hostname, host)
 	if err != nil {
 		return nil, err
 	}
-	hostname := ""
-	if !ns.hostNetwork {
-		hostname = sb.GetHostname()
-		if err := checkHostname(hostname); err != nil {
-			return nil, err
-		}
-	}
-
-	args, err := processArgs(cfg, o.Image)
+	seccomp, err := containerSecurity(o, proc, host)
 	if err != nil {
 		return nil, err
 	}
-	envHostname := hostname
-	if envHostname == "" {
-		envHostname = sb.GetHostname()
-	}
-	env, err := processEnv(cfg, o.Image, envHostname)
+	res, err := containerResources(o, proc, host)
 	if err != nil {
 		return nil, err
-	}
-	cwd, err := processCwd(cfg, o.Image)
-	if err != nil {
-		return nil, err
-	}
-	user, err := resolveUser(o.Rootfs, containerUserRequest(sc, o.Image.User))
-	if err != nil {
-		return nil, err
-	}
-	caps, err := containerCapabilities(sc.GetCapabilities(), privileged, host)
-	if err != nil {
-		return nil, err
-	}
-	// seccomp_profile_path and apparmor_profile are deprecated but still
-	// what older kubelets send in place of Seccomp and Apparmor.
-	seccomp, err := seccompProfile("linux.security_context.seccomp", sc.GetSeccomp(), sc.GetSeccompProfilePath(), o.SeccompProfileRoot, caps, privileged) //nolint:staticcheck // older kubelets' field
-	if err != nil {
-		return nil, err
-	}
-	apparmor, err := apparmorProfile("linux.security_context.apparmor", sc.GetApparmor(), sc.GetApparmorProfile(), host, privileged) //nolint:staticcheck // older kubelets' field
-	if err != nil {
-		return nil, err
-	}
-
-	res, err := linuxResources("linux.resources", l.GetResources(), host)
-	if err != nil {
-		return nil, err
-	}
-	var oom *int
-	if r := l.GetResources(); r != nil {
-		v, err := clampOOMScoreAdj("linux.resources.oom_score_adj", r.GetOomScoreAdj(), o.OOMScoreAdjMin)
-		if err != nil {
-			return nil, err
-		}
-		oom = &v
 	}
 
 	namespaces, err := containerNamespaces(o, ns, host.CgroupV2)
@@ -272,53 +257,18 @@ func buildContainer(o ContainerOptions) (*specs.Spec, error) {
 		return nil, err
 	}
 	res.Devices = rules
-
-	masked, readonly := []string(nil), []string(nil)
-	if !privileged {
-		masked, readonly = slices.Clone(defaultMaskedPaths), slices.Clone(defaultReadonlyPaths)
-		if p := sc.GetMaskedPaths(); len(p) > 0 {
-			if masked, err = checkPathList("linux.security_context.masked_paths", p); err != nil {
-				return nil, err
-			}
-		}
-		if p := sc.GetReadonlyPaths(); len(p) > 0 {
-			if readonly, err = checkPathList("linux.security_context.readonly_paths", p); err != nil {
-				return nil, err
-			}
-		}
+	masked, readonly, err := containerMaskedPaths(sc)
+	if err != nil {
+		return nil, err
 	}
 
-	image := cfg.GetImage().GetUserSpecifiedImage()
-	if image == "" {
-		image = cfg.GetImage().GetImage()
-	}
 	s := &specs.Spec{
-		Version: specVersion,
-		Process: &specs.Process{
-			User:            user,
-			Args:            args,
-			Env:             env,
-			Cwd:             cwd,
-			Capabilities:    caps,
-			Rlimits:         rlimits(host),
-			NoNewPrivileges: sc.GetNoNewPrivs(),
-			ApparmorProfile: apparmor,
-			OOMScoreAdj:     oom,
-		},
-		Root:     &specs.Root{Path: o.Rootfs, Readonly: sc.GetReadonlyRootfs()},
-		Hostname: hostname,
-		Mounts:   mounts,
-		Annotations: annotations(cfg.GetAnnotations(), map[string]string{
-			AnnotationContainerType:    ContainerTypeContainer,
-			AnnotationSandboxID:        o.SandboxID,
-			AnnotationSandboxName:      sb.GetMetadata().GetName(),
-			AnnotationSandboxNamespace: sb.GetMetadata().GetNamespace(),
-			AnnotationSandboxUID:       sb.GetMetadata().GetUid(),
-			AnnotationContainerName:    cfg.GetMetadata().GetName(),
-			AnnotationImageName:        image,
-			criContainerTypeKey:        ContainerTypeContainer,
-			criSandboxIDKey:            o.SandboxID,
-		}),
+		Version:     specVersion,
+		Process:     proc,
+		Root:        &specs.Root{Path: o.Rootfs, Readonly: sc.GetReadonlyRootfs()},
+		Hostname:    hostname,
+		Mounts:      mounts,
+		Annotations: containerAnnotations(o),
 		Linux: &specs.Linux{
 			Sysctl:            sysctls,
 			Resources:         res,
@@ -342,6 +292,125 @@ func buildContainer(o ContainerOptions) (*specs.Spec, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// containerProcess is the container's process as far as the CRI config
+// and the image say: arguments, environment (HOSTNAME is the pod's, also
+// when that is the node's), working directory, user, rlimits and no new
+// privileges. containerSecurity and containerResources fill in the rest.
+func containerProcess(o ContainerOptions, hostname string, host *Host) (*specs.Process, error) {
+	cfg, sb := o.Config, o.Sandbox
+	sc := cfg.GetLinux().GetSecurityContext()
+	args, err := processArgs(cfg, o.Image)
+	if err != nil {
+		return nil, err
+	}
+	envHostname := hostname
+	if envHostname == "" {
+		envHostname = sb.GetHostname()
+	}
+	env, err := processEnv(cfg, o.Image, envHostname)
+	if err != nil {
+		return nil, err
+	}
+	cwd, err := processCwd(cfg, o.Image)
+	if err != nil {
+		return nil, err
+	}
+	user, err := resolveUser(o.Rootfs, containerUserRequest(sc, o.Image.User))
+	if err != nil {
+		return nil, err
+	}
+	return &specs.Process{
+		User:            user,
+		Args:            args,
+		Env:             env,
+		Cwd:             cwd,
+		Rlimits:         rlimits(host),
+		NoNewPrivileges: sc.GetNoNewPrivs(),
+	}, nil
+}
+
+// containerSecurity sets the capabilities and AppArmor profile of proc
+// and returns the container's seccomp profile.
+func containerSecurity(o ContainerOptions, proc *specs.Process, host *Host) (*specs.LinuxSeccomp, error) {
+	sc := o.Config.GetLinux().GetSecurityContext()
+	privileged := sc.GetPrivileged()
+	caps, err := containerCapabilities(sc.GetCapabilities(), privileged, host)
+	if err != nil {
+		return nil, err
+	}
+	// seccomp_profile_path and apparmor_profile are deprecated but still
+	// what older kubelets send in place of Seccomp and Apparmor.
+	seccomp, err := seccompProfile("linux.security_context.seccomp", sc.GetSeccomp(), sc.GetSeccompProfilePath(), o.SeccompProfileRoot, caps, privileged) //nolint:staticcheck // older kubelets' field
+	if err != nil {
+		return nil, err
+	}
+	apparmor, err := apparmorProfile("linux.security_context.apparmor", sc.GetApparmor(), sc.GetApparmorProfile(), host, privileged) //nolint:staticcheck // older kubelets' field
+	if err != nil {
+		return nil, err
+	}
+	proc.Capabilities, proc.ApparmorProfile = caps, apparmor
+	return seccomp, nil
+}
+
+// containerResources returns the container's cgroup resources and sets the
+// OOM score adjustment of proc from them.
+func containerResources(o ContainerOptions, proc *specs.Process, host *Host) (*specs.LinuxResources, error) {
+	r := o.Config.GetLinux().GetResources()
+	res, err := linuxResources("linux.resources", r, host)
+	if err != nil {
+		return nil, err
+	}
+	if r != nil {
+		v, err := clampOOMScoreAdj("linux.resources.oom_score_adj", r.GetOomScoreAdj(), o.OOMScoreAdjMin)
+		if err != nil {
+			return nil, err
+		}
+		proc.OOMScoreAdj = &v
+	}
+	return res, nil
+}
+
+// containerMaskedPaths are the paths masked and made read-only in the
+// container: the defaults, or the lists kubelet sends; none when
+// privileged.
+func containerMaskedPaths(sc *runtimeapi.LinuxContainerSecurityContext) (masked, readonly []string, err error) {
+	if sc.GetPrivileged() {
+		return nil, nil, nil
+	}
+	masked, readonly = slices.Clone(defaultMaskedPaths), slices.Clone(defaultReadonlyPaths)
+	if p := sc.GetMaskedPaths(); len(p) > 0 {
+		if masked, err = checkPathList("linux.security_context.masked_paths", p); err != nil {
+			return nil, nil, err
+		}
+	}
+	if p := sc.GetReadonlyPaths(); len(p) > 0 {
+		if readonly, err = checkPathList("linux.security_context.readonly_paths", p); err != nil {
+			return nil, nil, err
+		}
+	}
+	return masked, readonly, nil
+}
+
+// containerAnnotations are the container's annotations and crin's own.
+func containerAnnotations(o ContainerOptions) map[string]string {
+	cfg, md := o.Config, o.Sandbox.GetMetadata()
+	image := cfg.GetImage().GetUserSpecifiedImage()
+	if image == "" {
+		image = cfg.GetImage().GetImage()
+	}
+	return annotations(cfg.GetAnnotations(), map[string]string{
+		AnnotationContainerType:    ContainerTypeContainer,
+		AnnotationSandboxID:        o.SandboxID,
+		AnnotationSandboxName:      md.GetName(),
+		AnnotationSandboxNamespace: md.GetNamespace(),
+		AnnotationSandboxUID:       md.GetUid(),
+		AnnotationContainerName:    cfg.GetMetadata().GetName(),
+		AnnotationImageName:        image,
+		criContainerTypeKey:        ContainerTypeContainer,
+		criSandboxIDKey:            o.SandboxID,
+	})
 }
 
 // containerMounts assembles the mounts and devices of a workload container.

@@ -201,6 +201,39 @@ func linuxResources(field string, r *runtimeapi.LinuxContainerResources, host *H
 	if r == nil {
 		return out, nil
 	}
+	var err error
+	if out.CPU, err = linuxCPU(field, r); err != nil {
+		return nil, err
+	}
+	if out.Memory, err = linuxMemory(field, r); err != nil {
+		return nil, err
+	}
+
+	for i, h := range r.GetHugepageLimits() {
+		if err := checkHugepageSize(fmt.Sprintf("%s.hugepage_limits[%d].page_size", field, i), h.GetPageSize()); err != nil {
+			return nil, err
+		}
+		if host.NoHugetlb {
+			continue
+		}
+		out.HugepageLimits = append(out.HugepageLimits, specs.LinuxHugepageLimit{Pagesize: h.GetPageSize(), Limit: h.GetLimit()})
+	}
+
+	if u := r.GetUnified(); len(u) > 0 {
+		out.Unified = make(map[string]string, len(u))
+		for _, k := range slices.Sorted(maps.Keys(u)) {
+			if err := checkUnified(field+".unified", k, u[k], host); err != nil {
+				return nil, err
+			}
+			out.Unified[k] = u[k]
+		}
+	}
+	return out, nil
+}
+
+// linuxCPU validates the CPU fields of r (under field) and returns them as
+// OCI CPU resources, nil when r sets none.
+func linuxCPU(field string, r *runtimeapi.LinuxContainerResources) (*specs.LinuxCPU, error) {
 	cpu := &specs.LinuxCPU{}
 	if v := r.GetCpuPeriod(); v != 0 {
 		if err := checkCPUPeriod(field+".cpu_period", v); err != nil {
@@ -232,10 +265,15 @@ func linuxResources(field string, r *runtimeapi.LinuxContainerResources, host *H
 		}
 		cpu.Mems = v
 	}
-	if *cpu != (specs.LinuxCPU{}) {
-		out.CPU = cpu
+	if *cpu == (specs.LinuxCPU{}) {
+		return nil, nil
 	}
+	return cpu, nil
+}
 
+// linuxMemory validates the memory fields of r (under field) and returns
+// them as OCI memory resources, nil when r sets none.
+func linuxMemory(field string, r *runtimeapi.LinuxContainerResources) (*specs.LinuxMemory, error) {
 	mem := &specs.LinuxMemory{}
 	if v := r.GetMemoryLimitInBytes(); v != 0 {
 		if err := checkMemLimit(field+".memory_limit_in_bytes", v); err != nil {
@@ -254,30 +292,10 @@ func linuxResources(field string, r *runtimeapi.LinuxContainerResources, host *H
 		}
 		mem.Swap = &v
 	}
-	if mem.Limit != nil || mem.Swap != nil {
-		out.Memory = mem
+	if mem.Limit == nil && mem.Swap == nil {
+		return nil, nil
 	}
-
-	for i, h := range r.GetHugepageLimits() {
-		if err := checkHugepageSize(fmt.Sprintf("%s.hugepage_limits[%d].page_size", field, i), h.GetPageSize()); err != nil {
-			return nil, err
-		}
-		if host.NoHugetlb {
-			continue
-		}
-		out.HugepageLimits = append(out.HugepageLimits, specs.LinuxHugepageLimit{Pagesize: h.GetPageSize(), Limit: h.GetLimit()})
-	}
-
-	if u := r.GetUnified(); len(u) > 0 {
-		out.Unified = make(map[string]string, len(u))
-		for _, k := range slices.Sorted(maps.Keys(u)) {
-			if err := checkUnified(field+".unified", k, u[k], host); err != nil {
-				return nil, err
-			}
-			out.Unified[k] = u[k]
-		}
-	}
-	return out, nil
+	return mem, nil
 }
 
 // sandboxResources limits the infra container to the pod's resources plus
