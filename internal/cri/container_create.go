@@ -4,15 +4,18 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
 	"time"
 
 	"github.com/containerd/errdefs"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/crin-dev/crin/internal/image"
 	"github.com/crin-dev/crin/internal/oci"
 	"github.com/crin-dev/crin/internal/runtime"
 	"github.com/crin-dev/crin/internal/store"
@@ -38,27 +41,17 @@ func (s *Service) CreateContainer(ctx context.Context, r *runtimeapi.CreateConta
 	// sb.op, not sb.mu: it is held across the NRI calls (see nri.go).
 	sb.op.Lock()
 	defer sb.op.Unlock()
+	rt, err := s.readyPodRuntime(sb)
+	if err != nil {
+		return nil, err
+	}
 	pod := sb.rec
-	if sb.removed || pod.State != store.SandboxReady {
-		return nil, fmt.Errorf("pod sandbox %s is not ready: %w", pod.ID, errdefs.ErrFailedPrecondition)
-	}
-	podCfg := sb.config
-	rt, ok := s.opts.Runtimes[pod.RuntimeHandler]
-	if !ok {
-		return nil, fmt.Errorf("pod %s: runtime handler %q is no longer configured: %w", pod.ID, pod.RuntimeHandler, errdefs.ErrFailedPrecondition)
-	}
-	md, pmd := cfg.Metadata, podCfg.GetMetadata()
-	id := newID()
-	name := fmt.Sprintf("%s_%s_%s_%s_%d", md.Name, pmd.GetName(), pmd.GetNamespace(), pmd.GetUid(), md.Attempt)
-	log := s.log.With("pod_id", pod.ID, "container_id", id, "container", md.Name)
+	id, name := newID(), containerName(cfg, sb.config)
+	log := s.log.With("pod_id", pod.ID, "container_id", id, "container", cfg.Metadata.Name)
 
 	img, err := s.opts.Images.Get(cfg.Image.Image)
 	if err != nil {
 		return nil, fmt.Errorf("config.image.image %q: %w", cfg.Image.Image, err)
-	}
-	stopSig, err := resolveStopSignal(cfg.GetStopSignal(), img.Config.StopSignal)
-	if err != nil {
-		return nil, err
 	}
 
 	var undo rollback
@@ -67,65 +60,185 @@ func (s *Service) CreateContainer(ctx context.Context, r *runtimeapi.CreateConta
 			undo.run(ctx, log)
 		}
 	}()
+	rec, err := newContainerRecord(id, name, sb, cfg, img)
+	if err != nil {
+		return nil, err
+	}
 	if err := s.opts.Store.Reserve(store.KindContainer, name, id); err != nil {
 		return nil, fmt.Errorf("config.metadata: %w", err)
 	}
 	undo.add("release name", func(context.Context) error { return s.opts.Store.Release(store.KindContainer, name, id) })
+	if err := s.opts.Store.PutContainer(rec); err != nil {
+		return nil, err
+	}
+	undo.add("delete record", func(context.Context) error { return s.opts.Store.DeleteContainer(id) })
 
+	if err := s.prepareRootfs(ctx, rec, &undo); err != nil {
+		return nil, err
+	}
+	spec, userns, err := s.containerSpec(ctx, sb, rec, cfg, img)
+	if err != nil {
+		return nil, err
+	}
+	h := s.hooks()
+	if h != nil {
+		if rec.NRIOwners, err = s.createHook(ctx, h, sb, rec, cfg, spec, &undo); err != nil {
+			return nil, err
+		}
+	}
+	// After NRI: the mounts plugins added are id-mapped too.
+	if err := s.idmapContainer(spec, userns, rec, &undo); err != nil {
+		return nil, err
+	}
+	if err := recordSpec(rec, spec); err != nil {
+		return nil, err
+	}
+	if err := s.createInRuntime(ctx, rt, pod.RuntimeHandler, rec, cfg, spec, &undo); err != nil {
+		return nil, err
+	}
+	rec.State = store.ContainerCreated
+	if err := s.opts.Store.PutContainer(rec); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("create container: %w", err)
+	}
+	c := s.publishContainer(rec, cfg, spec)
+	log.InfoContext(ctx, "container created", "image", rec.ImageName)
+	if h != nil {
+		postCreateHook(ctx, log, h, sb, c)
+	}
+	return &runtimeapi.CreateContainerResponse{ContainerId: id}, nil
+}
+
+// postCreateHook relays NRI PostCreateContainer for the created container
+// c; the container stands whatever the plugins say.
+func postCreateHook(ctx context.Context, log *slog.Logger, h nriHooks, sb *sandbox, c *container) {
+	c.mu.Lock()
+	view := nriContainerLocked(c)
+	c.mu.Unlock()
+	if err := h.PostCreateContainer(ctx, sb.nriView(), view); err != nil {
+		log.WarnContext(ctx, "nri post create container", "error", err)
+	}
+}
+
+// readyPodRuntime is the runtime of pod sb, which must be ready to take
+// containers; the caller holds sb.op.
+func (s *Service) readyPodRuntime(sb *sandbox) (runtime.Runtime, error) {
+	pod := sb.rec
+	if sb.removed || pod.State != store.SandboxReady {
+		return nil, fmt.Errorf("pod sandbox %s is not ready: %w", pod.ID, errdefs.ErrFailedPrecondition)
+	}
+	rt, ok := s.opts.Runtimes[pod.RuntimeHandler]
+	if !ok {
+		return nil, fmt.Errorf("pod %s: runtime handler %q is no longer configured: %w", pod.ID, pod.RuntimeHandler, errdefs.ErrFailedPrecondition)
+	}
+	return rt, nil
+}
+
+// containerName is the unique name a container of pod podCfg is reserved
+// under: its name, attempt and the pod's identity.
+func containerName(cfg *runtimeapi.ContainerConfig, podCfg *runtimeapi.PodSandboxConfig) string {
+	md, pmd := cfg.GetMetadata(), podCfg.GetMetadata()
+	return fmt.Sprintf("%s_%s_%s_%s_%d", md.GetName(), pmd.GetName(), pmd.GetNamespace(), pmd.GetUid(), md.GetAttempt())
+}
+
+// idmapContainer id-maps the mounts of spec (rootfs overlay included) for
+// the pod's user namespace userns, if it has one.
+func (s *Service) idmapContainer(spec *specs.Spec, userns *oci.UserNS, rec *store.Container, undo *rollback) error {
+	if userns == nil {
+		return nil
+	}
+	id, podID := rec.ID, rec.SandboxID
+	dir := s.usernsCtrDir(podID, id)
+	undo.add("remove id-mapped mounts", func(ctx context.Context) error { return s.releaseUserNSDir(ctx, id, dir) })
+	return s.idmapSpec(spec, userns, podID, dir, idmapOptions{overlay: true})
+}
+
+// newContainerRecord is the record of a new container id of pod sb from
+// image img, in state creating.
+func newContainerRecord(id, name string, sb *sandbox, cfg *runtimeapi.ContainerConfig, img *image.Image) (*store.Container, error) {
+	stopSig, err := resolveStopSignal(cfg.GetStopSignal(), img.Config.StopSignal)
+	if err != nil {
+		return nil, err
+	}
 	rec := &store.Container{
 		ID:          id,
-		SandboxID:   pod.ID,
+		SandboxID:   sb.rec.ID,
 		Name:        name,
 		State:       store.ContainerCreating,
 		ImageRef:    cfg.Image.Image,
 		ImageID:     img.ID,
 		ImageName:   imageName(img, cfg.Image.Image),
 		ImageDigest: imageDigest(img),
-		CgroupsPath: filepath.Join(pod.CgroupParent, id),
+		CgroupsPath: filepath.Join(sb.rec.CgroupParent, id),
 		CreatedAt:   time.Now().UnixNano(),
 		StopSignal:  strconv.Itoa(int(stopSig)),
 	}
-	if dir, p := podCfg.GetLogDirectory(), cfg.GetLogPath(); dir != "" && p != "" {
+	if dir, p := sb.config.GetLogDirectory(), cfg.GetLogPath(); dir != "" && p != "" {
 		rec.LogPath = filepath.Join(dir, p)
 	}
 	if rec.Config, err = proto.Marshal(cfg); err != nil {
 		return nil, fmt.Errorf("encode container config: %w", err)
 	}
-	if err := s.opts.Store.PutContainer(rec); err != nil {
-		return nil, err
-	}
-	undo.add("delete record", func(context.Context) error { return s.opts.Store.DeleteContainer(id) })
+	return rec, nil
+}
 
-	rootfs, err := s.opts.Images.PrepareRootfs(ctx, id, img.ID)
+// prepareRootfs mounts the rootfs of container rec from its image.
+func (s *Service) prepareRootfs(ctx context.Context, rec *store.Container, undo *rollback) error {
+	id := rec.ID
+	rootfs, err := s.opts.Images.PrepareRootfs(ctx, id, rec.ImageID)
 	if err != nil {
-		return nil, fmt.Errorf("prepare rootfs: %w", err)
+		return fmt.Errorf("prepare rootfs: %w", err)
 	}
+	rec.Rootfs = rootfs
 	// Releasing the rootfs releases the image volumes too.
 	undo.add("release rootfs", func(ctx context.Context) error { return s.releaseRootfs(ctx, id) })
-	rec.Rootfs = rootfs
+	return nil
+}
+
+// createInRuntime creates container rec with spec in rt (the runtime of
+// handler), its shim keeping stdin open as cfg asks.
+func (s *Service) createInRuntime(ctx context.Context, rt runtime.Runtime, handler string, rec *store.Container, cfg *runtimeapi.ContainerConfig, spec *specs.Spec, undo *rollback) error {
+	id := rec.ID
+	if err := rt.Create(ctx, runtime.CreateRequest{
+		ID: id, Spec: spec, LogPath: rec.LogPath,
+		Stdin: cfg.GetStdin(), StdinOnce: cfg.GetStdinOnce(),
+	}); err != nil {
+		return fmt.Errorf("create container: %w", err)
+	}
+	undo.add("delete container", func(ctx context.Context) error { return s.deleteFromRuntime(ctx, handler, id) })
+	return nil
+}
+
+// containerSpec mounts the container's image volumes and builds its spec
+// for the pod's runtime, CDI devices injected, as NRI plugins get to see
+// it. It returns the pod's user namespace too: the caller id-maps the
+// spec's mounts after NRI.
+func (s *Service) containerSpec(ctx context.Context, sb *sandbox, rec *store.Container, cfg *runtimeapi.ContainerConfig, img *image.Image) (*specs.Spec, *oci.UserNS, error) {
+	pod, podCfg := sb.rec, sb.config
 	imageVolumes, err := s.prepareImageVolumes(ctx, rec, cfg.GetMounts())
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-
 	ipcShm := ""
 	if podCfg.GetLinux().GetSecurityContext().GetNamespaceOptions().GetIpc() != runtimeapi.NamespaceMode_NODE {
 		ipcShm = filepath.Join(pod.PodDir, "shm")
 	}
 	targetPid, err := s.targetPid(cfg)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	userns, err := oci.PodUserNS(podCfg)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	usernsPin := ""
 	if userns != nil {
 		usernsPin = s.usernsPin(pod.ID)
 	}
 	spec, err := oci.ContainerSpec(oci.ContainerOptions{
-		ID:        id,
+		ID:        rec.ID,
 		SandboxID: pod.ID,
 		TargetPid: targetPid,
 		Config:    cfg,
@@ -134,7 +247,7 @@ func (s *Service) CreateContainer(ctx context.Context, r *runtimeapi.CreateConta
 			User: img.Config.User, Env: img.Config.Env, Entrypoint: img.Config.Entrypoint,
 			Cmd: img.Config.Cmd, WorkingDir: img.Config.WorkingDir, StopSignal: img.Config.StopSignal,
 		},
-		Rootfs:             rootfs,
+		Rootfs:             rec.Rootfs,
 		CgroupsPath:        rec.CgroupsPath,
 		IPCNSPath:          pod.IPCNS,
 		UTSNSPath:          pod.UTSNS,
@@ -150,7 +263,7 @@ func (s *Service) CreateContainer(ctx context.Context, r *runtimeapi.CreateConta
 		ImageVolumes:       imageVolumes,
 	})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	// The runtime makes the terminal and hands it to the shim, which
 	// keeps it (and stdin) for attach.
@@ -162,67 +275,43 @@ func (s *Service) CreateContainer(ctx context.Context, r *runtimeapi.CreateConta
 	// Before NRI: plugins see the devices the config asked for, and one
 	// nothing defines fails the call instead of being dropped.
 	if err := oci.InjectCDIDevices(spec, "config.CDI_devices", cdiNames, s.opts.CDISpecDirs); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if err := oci.Fit(spec, s.features[pod.RuntimeHandler]); err != nil {
-		return nil, fmt.Errorf("runtime %s: %w", pod.RuntimeHandler, err)
+		return nil, nil, fmt.Errorf("runtime %s: %w", pod.RuntimeHandler, err)
 	}
-	h := s.hooks()
-	if h != nil {
-		if rec.NRIOwners, err = s.createHook(ctx, h, sb, rec, cfg, spec, &undo); err != nil {
-			return nil, err
-		}
-	}
-	if userns != nil {
-		// After NRI: the mounts plugins added are id-mapped too.
-		dir := s.usernsCtrDir(pod.ID, id)
-		undo.add("remove id-mapped mounts", func(ctx context.Context) error { return s.releaseUserNSDir(ctx, id, dir) })
-		if err := s.idmapSpec(spec, userns, pod.ID, dir, idmapOptions{overlay: true}); err != nil {
-			return nil, err
-		}
-	}
+	return spec, userns, nil
+}
+
+// recordSpec stores the final spec in rec (and the annotations and
+// resources read from it) and makes the directory of its log.
+func recordSpec(rec *store.Container, spec *specs.Spec) error {
 	rec.Annotations = spec.Annotations
 	if spec.Linux != nil && spec.Linux.Resources != nil {
 		rec.Resources, _ = json.Marshal(spec.Linux.Resources)
 	}
+	var err error
 	if rec.Spec, err = json.Marshal(spec); err != nil {
-		return nil, fmt.Errorf("encode spec: %w", err)
+		return fmt.Errorf("encode spec: %w", err)
 	}
 	if rec.LogPath != "" {
 		if err := os.MkdirAll(filepath.Dir(rec.LogPath), 0o755); err != nil {
-			return nil, fmt.Errorf("create log dir: %w", err)
+			return fmt.Errorf("create log dir: %w", err)
 		}
 	}
-	if err := rt.Create(ctx, runtime.CreateRequest{
-		ID: id, Spec: spec, LogPath: rec.LogPath,
-		Stdin: cfg.GetStdin(), StdinOnce: cfg.GetStdinOnce(),
-	}); err != nil {
-		return nil, fmt.Errorf("create container: %w", err)
-	}
-	undo.add("delete container", func(ctx context.Context) error { return s.deleteFromRuntime(ctx, pod.RuntimeHandler, id) })
-	rec.State = store.ContainerCreated
-	if err := s.opts.Store.PutContainer(rec); err != nil {
-		return nil, err
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("create container: %w", err)
-	}
+	return nil
+}
+
+// publishContainer makes the created container rec visible and tells
+// event subscribers.
+func (s *Service) publishContainer(rec *store.Container, cfg *runtimeapi.ContainerConfig, spec *specs.Spec) *container {
 	c := &container{rec: rec, config: cfg, base: nriContainerBase(rec, cfg, spec), done: make(chan struct{})}
 	s.mu.Lock()
-	delete(s.pendingCtrs, id)
-	s.containers[id] = c
+	delete(s.pendingCtrs, rec.ID)
+	s.containers[rec.ID] = c
 	s.mu.Unlock()
 	s.emitContainer(eventCreated, c)
-	log.InfoContext(ctx, "container created", "image", rec.ImageName)
-	if h != nil {
-		c.mu.Lock()
-		view := nriContainerLocked(c)
-		c.mu.Unlock()
-		if err := h.PostCreateContainer(ctx, sb.nriView(), view); err != nil {
-			log.WarnContext(ctx, "nri post create container", "error", err)
-		}
-	}
-	return &runtimeapi.CreateContainerResponse{ContainerId: id}, nil
+	return c
 }
 
 func validateContainerConfig(cfg *runtimeapi.ContainerConfig) error {

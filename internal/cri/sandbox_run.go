@@ -63,26 +63,9 @@ func (s *Service) RunPodSandbox(ctx context.Context, r *runtimeapi.RunPodSandbox
 	}
 	undo.add("release name", func(context.Context) error { return s.opts.Store.Release(store.KindSandbox, name, id) })
 
-	ns := cfg.GetLinux().GetSecurityContext().GetNamespaceOptions()
-	hostNet := ns.GetNetwork() == runtimeapi.NamespaceMode_NODE
-	parent := cfg.GetLinux().GetCgroupParent()
-	if parent == "" {
-		parent = filepath.Join(s.opts.CgroupParent, id)
-	}
-	rec := &store.Sandbox{
-		ID:             id,
-		Name:           name,
-		State:          store.SandboxCreating,
-		RuntimeHandler: handler,
-		CgroupParent:   parent,
-		PodDir:         filepath.Join(s.opts.RootDir, "pods", id),
-		CreatedAt:      time.Now().UnixNano(),
-	}
-	if rec.Config, err = proto.Marshal(cfg); err != nil {
-		return nil, fmt.Errorf("encode pod config: %w", err)
-	}
-	if !hostNet {
-		rec.NetNS = filepath.Join(s.opts.NetNSDir, id)
+	rec, err := s.newSandboxRecord(id, name, handler, cfg)
+	if err != nil {
+		return nil, err
 	}
 	// The record goes in first, in state creating: a crind killed at any
 	// later point finds it on restart and undoes the rest.
@@ -90,79 +73,19 @@ func (s *Service) RunPodSandbox(ctx context.Context, r *runtimeapi.RunPodSandbox
 		return nil, err
 	}
 	undo.add("delete record", func(context.Context) error { return s.opts.Store.DeleteSandbox(id) })
-
-	if err := os.MkdirAll(rec.PodDir, 0o711); err != nil {
-		return nil, fmt.Errorf("create pod dir: %w", err)
-	}
-	undo.add("remove pod dir", func(context.Context) error { return s.removePodDir(rec) })
-	if err := writePodFiles(rec.PodDir, cfg, hostNet); err != nil {
+	if err := s.preparePodDir(rec, cfg, &undo); err != nil {
 		return nil, err
 	}
-	if ns.GetIpc() != runtimeapi.NamespaceMode_NODE {
-		if err := mountShm(filepath.Join(rec.PodDir, "shm")); err != nil {
-			return nil, err
-		}
+	if err := s.setUpPodNetwork(ctx, rec, cfg, userns, &undo); err != nil {
+		return nil, err
 	}
-
-	if !hostNet {
-		if userns != nil {
-			// The pod's network namespace is owned by its user
-			// namespace, so its sysctls and sysfs work inside.
-			if err := s.newPodUserNS(id, rec.NetNS, userns); err != nil {
-				return nil, err
-			}
-			undo.add("remove user namespace", func(context.Context) error { return idmap.Unpin(s.usernsPin(id)) })
-		} else if _, err := cni.NewNetNS(s.opts.NetNSDir, id); err != nil {
-			return nil, fmt.Errorf("create network namespace: %w", err)
-		}
-		undo.add("remove netns", func(context.Context) error { return cni.RemoveNetNS(rec.NetNS) })
-		pod := cniPod(rec, cfg)
-		res, err := s.opts.Network.Setup(ctx, pod)
-		if err != nil {
-			return nil, fmt.Errorf("set up pod network: %w", err)
-		}
-		undo.add("cni del", func(ctx context.Context) error { return s.opts.Network.Teardown(ctx, pod) })
-		rec.IPs = res.IPs
-	}
-
-	usernsPin := ""
-	if userns != nil {
-		usernsPin = s.usernsPin(id)
-	}
-	spec, err := oci.SandboxSpec(oci.SandboxOptions{
-		UserNSPath:         usernsPin,
-		ID:                 id,
-		Config:             cfg,
-		Rootfs:             s.opts.PauseRoot,
-		PauseBinary:        s.opts.PauseBinary,
-		NetNSPath:          rec.NetNS,
-		CgroupsPath:        filepath.Join(parent, id),
-		OOMScoreAdjMin:     s.opts.OOMScoreAdjMin,
-		SeccompProfileRoot: s.opts.SeccompProfileRoot,
-	})
+	spec, err := s.sandboxSpec(rec, cfg, userns, &undo)
 	if err != nil {
 		return nil, err
 	}
-	if err := oci.Fit(spec, s.features[handler]); err != nil {
-		return nil, fmt.Errorf("runtime %s: %w", handler, err)
+	if err := s.startInfra(ctx, rt, rec, spec, &undo); err != nil {
+		return nil, err
 	}
-	if userns != nil {
-		dir := s.usernsPodDir(id)
-		undo.add("remove id-mapped mounts", func(ctx context.Context) error { return s.releaseUserNSDir(ctx, id, dir) })
-		if err := s.idmapSpec(spec, userns, id, dir, idmapOptions{}); err != nil {
-			return nil, err
-		}
-	}
-	undo.add("remove pod cgroup", func(context.Context) error { return s.removePodCgroup(rec) })
-	if err := rt.Create(ctx, runtime.CreateRequest{ID: id, Spec: spec}); err != nil {
-		return nil, fmt.Errorf("create infra container: %w", err)
-	}
-	undo.add("delete infra", func(ctx context.Context) error { return s.deleteFromRuntime(ctx, handler, id) })
-	pid, err := rt.Start(ctx, id)
-	if err != nil {
-		return nil, fmt.Errorf("start infra container: %w", err)
-	}
-	rec.Pid = pid
 	if err := s.pinPodNamespaces(rec, cfg); err != nil {
 		return nil, err
 	}
@@ -185,17 +108,153 @@ func (s *Service) RunPodSandbox(ctx context.Context, r *runtimeapi.RunPodSandbox
 		// kubelet gave up: it will retry, so do not leave a pod it never saw.
 		return nil, fmt.Errorf("run pod sandbox: %w", err)
 	}
+	s.publishSandbox(rec, cfg, view)
+	log.InfoContext(ctx, "pod sandbox ready", "runtime", handler, "ips", rec.IPs, "pid", rec.Pid)
+	return &runtimeapi.RunPodSandboxResponse{PodSandboxId: id}, nil
+}
+
+// newSandboxRecord is the record of a new pod id, in state creating.
+func (s *Service) newSandboxRecord(id, name, handler string, cfg *runtimeapi.PodSandboxConfig) (*store.Sandbox, error) {
+	parent := cfg.GetLinux().GetCgroupParent()
+	if parent == "" {
+		parent = filepath.Join(s.opts.CgroupParent, id)
+	}
+	rec := &store.Sandbox{
+		ID:             id,
+		Name:           name,
+		State:          store.SandboxCreating,
+		RuntimeHandler: handler,
+		CgroupParent:   parent,
+		PodDir:         filepath.Join(s.opts.RootDir, "pods", id),
+		CreatedAt:      time.Now().UnixNano(),
+	}
+	var err error
+	if rec.Config, err = proto.Marshal(cfg); err != nil {
+		return nil, fmt.Errorf("encode pod config: %w", err)
+	}
+	if !podHostNetwork(cfg) {
+		rec.NetNS = filepath.Join(s.opts.NetNSDir, id)
+	}
+	return rec, nil
+}
+
+// podHostNetwork reports whether pod cfg uses the node's network.
+func podHostNetwork(cfg *runtimeapi.PodSandboxConfig) bool {
+	return cfg.GetLinux().GetSecurityContext().GetNamespaceOptions().GetNetwork() == runtimeapi.NamespaceMode_NODE
+}
+
+// preparePodDir makes the pod's directory with the files its containers
+// mount (hostname, hosts, resolv.conf) and its shm, unless it uses the
+// node's IPC namespace.
+func (s *Service) preparePodDir(rec *store.Sandbox, cfg *runtimeapi.PodSandboxConfig, undo *rollback) error {
+	if err := os.MkdirAll(rec.PodDir, 0o711); err != nil {
+		return fmt.Errorf("create pod dir: %w", err)
+	}
+	undo.add("remove pod dir", func(context.Context) error { return s.removePodDir(rec) })
+	if err := writePodFiles(rec.PodDir, cfg, podHostNetwork(cfg)); err != nil {
+		return err
+	}
+	if cfg.GetLinux().GetSecurityContext().GetNamespaceOptions().GetIpc() != runtimeapi.NamespaceMode_NODE {
+		if err := mountShm(filepath.Join(rec.PodDir, "shm")); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// setUpPodNetwork pins the pod's network namespace (owned by its user
+// namespace, if it has one) and runs CNI ADD in it, unless the pod uses
+// the node's network.
+func (s *Service) setUpPodNetwork(ctx context.Context, rec *store.Sandbox, cfg *runtimeapi.PodSandboxConfig, userns *oci.UserNS, undo *rollback) error {
+	if rec.NetNS == "" {
+		return nil
+	}
+	id := rec.ID
+	if userns != nil {
+		// The pod's network namespace is owned by its user
+		// namespace, so its sysctls and sysfs work inside.
+		if err := s.newPodUserNS(id, rec.NetNS, userns); err != nil {
+			return err
+		}
+		undo.add("remove user namespace", func(context.Context) error { return idmap.Unpin(s.usernsPin(id)) })
+	} else if _, err := cni.NewNetNS(s.opts.NetNSDir, id); err != nil {
+		return fmt.Errorf("create network namespace: %w", err)
+	}
+	undo.add("remove netns", func(context.Context) error { return cni.RemoveNetNS(rec.NetNS) })
+	pod := cniPod(rec, cfg)
+	res, err := s.opts.Network.Setup(ctx, pod)
+	if err != nil {
+		return fmt.Errorf("set up pod network: %w", err)
+	}
+	undo.add("cni del", func(ctx context.Context) error { return s.opts.Network.Teardown(ctx, pod) })
+	rec.IPs = res.IPs
+	return nil
+}
+
+// sandboxSpec builds the infra container's spec for the pod's runtime,
+// its mounts id-mapped when the pod has a user namespace.
+func (s *Service) sandboxSpec(rec *store.Sandbox, cfg *runtimeapi.PodSandboxConfig, userns *oci.UserNS, undo *rollback) (*specs.Spec, error) {
+	id, handler := rec.ID, rec.RuntimeHandler
+	usernsPin := ""
+	if userns != nil {
+		usernsPin = s.usernsPin(id)
+	}
+	spec, err := oci.SandboxSpec(oci.SandboxOptions{
+		UserNSPath:         usernsPin,
+		ID:                 id,
+		Config:             cfg,
+		Rootfs:             s.opts.PauseRoot,
+		PauseBinary:        s.opts.PauseBinary,
+		NetNSPath:          rec.NetNS,
+		CgroupsPath:        filepath.Join(rec.CgroupParent, id),
+		OOMScoreAdjMin:     s.opts.OOMScoreAdjMin,
+		SeccompProfileRoot: s.opts.SeccompProfileRoot,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := oci.Fit(spec, s.features[handler]); err != nil {
+		return nil, fmt.Errorf("runtime %s: %w", handler, err)
+	}
+	if userns != nil {
+		dir := s.usernsPodDir(id)
+		undo.add("remove id-mapped mounts", func(ctx context.Context) error { return s.releaseUserNSDir(ctx, id, dir) })
+		if err := s.idmapSpec(spec, userns, id, dir, idmapOptions{}); err != nil {
+			return nil, err
+		}
+	}
+	return spec, nil
+}
+
+// startInfra creates and starts the pod's infra container in rt and
+// records its pid.
+func (s *Service) startInfra(ctx context.Context, rt runtime.Runtime, rec *store.Sandbox, spec *specs.Spec, undo *rollback) error {
+	id, handler := rec.ID, rec.RuntimeHandler
+	undo.add("remove pod cgroup", func(context.Context) error { return s.removePodCgroup(rec) })
+	if err := rt.Create(ctx, runtime.CreateRequest{ID: id, Spec: spec}); err != nil {
+		return fmt.Errorf("create infra container: %w", err)
+	}
+	undo.add("delete infra", func(ctx context.Context) error { return s.deleteFromRuntime(ctx, handler, id) })
+	pid, err := rt.Start(ctx, id)
+	if err != nil {
+		return fmt.Errorf("start infra container: %w", err)
+	}
+	rec.Pid = pid
+	return nil
+}
+
+// publishSandbox makes the ready pod rec visible, watches its infra
+// process and tells event subscribers.
+func (s *Service) publishSandbox(rec *store.Sandbox, cfg *runtimeapi.PodSandboxConfig, view *api.PodSandbox) {
 	sb := &sandbox{rec: rec, config: cfg}
 	sb.nri.Store(view)
 	s.mu.Lock()
-	delete(s.pendingPods, id)
-	s.sandboxes[id] = sb
+	delete(s.pendingPods, rec.ID)
+	s.sandboxes[rec.ID] = sb
 	s.mu.Unlock()
 	s.watchSandbox(sb)
 	s.emitSandbox(eventCreated, sb)
 	s.emitSandbox(eventStarted, sb)
-	log.InfoContext(ctx, "pod sandbox ready", "runtime", handler, "ips", rec.IPs, "pid", pid)
-	return &runtimeapi.RunPodSandboxResponse{PodSandboxId: id}, nil
 }
 
 // runPodHook relays NRI RunPodSandbox for a pod that is set up but not
