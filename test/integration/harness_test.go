@@ -302,6 +302,13 @@ func (d *daemon) checkNoLeaks() {
 			t.Errorf("leaked container state dir: %s", e.Name())
 		}
 	}
+	// The shimv2 backend keeps one bundle per container in
+	// <state>/shimv2/<handler>.
+	if dirs, _ := filepath.Glob(filepath.Join(d.state, "shimv2", "*", "*")); len(dirs) > 0 {
+		for _, dir := range dirs {
+			t.Errorf("leaked shimv2 container state dir: %s", dir)
+		}
+	}
 	if ents, _ := os.ReadDir(filepath.Join(d.state, "ns")); len(ents) > 0 {
 		for _, e := range ents {
 			t.Errorf("leaked namespace pins: %s", e.Name())

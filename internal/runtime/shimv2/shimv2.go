@@ -172,7 +172,7 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 	if r.log == nil {
 		r.log = slog.New(slog.DiscardHandler)
 	}
-	r.log = r.log.With("runtime", cfg.Name)
+
 	if strings.HasPrefix(filepath.Base(cfg.Binary), "containerd-shim-runc-") {
 		o, err := runcOptions(cfg.Options, cfg.Root)
 		if err != nil {
