@@ -119,6 +119,14 @@ func TestShimV2Lifecycle(t *testing.T) {
 	}
 	pod := d.runPodWith(t, podCfg, shimv2Handler)
 
+	st, err := d.rs.Status(ctxT(t), &runtimeapi.StatusRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(st.RuntimeHandlers, func(h *runtimeapi.RuntimeHandler) bool { return h.Name == shimv2Handler }) {
+		t.Errorf("Status does not list handler %s: %v", shimv2Handler, st.RuntimeHandlers)
+	}
+
 	tickCfg := containerConfig("ticker", ref, "sh", "-c", "echo hello-v2; i=0; while true; do echo tick-$i; i=$((i+1)); sleep 0.2; done")
 	ticker := d.runContainer(t, pod, podCfg, tickCfg)
 	sleeper := d.runContainer(t, pod, podCfg, containerConfig("sleeper", ref, "sleep", "1000"))

@@ -172,6 +172,9 @@ func (r *Runtime) shimDelete(ctx context.Context, id, dir string) error {
 // it does not, and removes its socket.
 func (r *Runtime) stopShim(ctx context.Context, m meta) {
 	defer r.dropConn(m.Address)
+	if m.ShimPid <= 0 {
+		return // not known to be ours: its socket is left alone
+	}
 	deadline := time.Now().Add(shimExitWait)
 	for r.isShim(m.ShimPid) && time.Now().Before(deadline) && ctx.Err() == nil {
 		time.Sleep(20 * time.Millisecond)

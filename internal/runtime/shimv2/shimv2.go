@@ -44,6 +44,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -286,6 +287,19 @@ func readMeta(dir string) (meta, error) {
 		return m, fmt.Errorf("decode %s: %w", filepath.Join(dir, metaFile), err)
 	}
 	return m, nil
+}
+
+// bundleMeta is what a shim itself wrote into the bundle at start: its
+// address and, when it is not a pod's shared shim, its pid.
+func bundleMeta(dir string) meta {
+	var m meta
+	if b, err := os.ReadFile(filepath.Join(dir, "address")); err == nil {
+		m.Address = strings.TrimSpace(string(b))
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "shim.pid")); err == nil {
+		m.ShimPid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+	}
+	return m
 }
 
 func writeMeta(dir string, m meta) error {
@@ -574,7 +588,8 @@ func (r *Runtime) Delete(ctx context.Context, id string) error {
 	}
 	m, err := readMeta(dir)
 	if err != nil {
-		// A create that crashed before starting its shim.
+		// A create that crashed before recording its shim: the shim, if
+		// one was started, wrote its address and pid into the bundle.
 		r.teardown(ctx, id, dir, meta{})
 		return nil
 	}
@@ -602,6 +617,12 @@ func (r *Runtime) Delete(ctx context.Context, id string) error {
 // output copiers and removes the bundle. Errors are logged: it is the
 // last step of Delete and of a failed Create.
 func (r *Runtime) teardown(ctx context.Context, id, dir string, m meta) {
+	if b := bundleMeta(dir); m.Address == "" || m.Address == b.Address {
+		m.Address = b.Address
+		if m.ShimPid <= 0 {
+			m.ShimPid = b.ShimPid
+		}
+	}
 	if m.Address != "" {
 		if c, err := r.conn(ctx, m.Address); err == nil {
 			cctx, cancel := r.callCtx(ctx)
