@@ -158,6 +158,21 @@ func TestShimV2Lifecycle(t *testing.T) {
 		t.Errorf("ExecSync past its timeout succeeded")
 	}
 
+	if _, err := d.rs.UpdateContainerResources(ctxT(t), &runtimeapi.UpdateContainerResourcesRequest{
+		ContainerId: sleeper,
+		Linux:       &runtimeapi.LinuxContainerResources{MemoryLimitInBytes: 96 << 20, CpuQuota: 20000, CpuPeriod: 100000},
+	}); err != nil {
+		t.Fatalf("UpdateContainerResources: %v", err)
+	}
+	for file, want := range map[string]string{
+		"/sys/fs/cgroup/memory/memory.limit_in_bytes": "100663296",
+		"/sys/fs/cgroup/cpu/cpu.cfs_quota_us":         "20000",
+	} {
+		if got := d.execOut(t, sleeper, "cat", file); got != want {
+			t.Errorf("%s after update = %q, want %q", file, got, want)
+		}
+	}
+
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		s, err := d.rs.ContainerStats(ctxT(t), &runtimeapi.ContainerStatsRequest{ContainerId: ticker})
@@ -236,6 +251,35 @@ func TestShimV2PodWithoutInfra(t *testing.T) {
 		t.Errorf("exec in the second container = %q", got)
 	}
 	// cleanupAll (on test end) removes the pod and checks for leaks.
+}
+
+// TestShimV2ExitCodes checks the exit code and reason of containers that
+// exit by themselves on the shim v2 handler, an OOM kill included.
+func TestShimV2ExitCodes(t *testing.T) {
+	d := shimv2Daemon(t)
+	ref, _ := busybox(t)
+	d.pull(t, ref)
+	podCfg := podConfig("v2exits")
+	pod := d.runPodWith(t, podCfg, shimv2Handler)
+	ok := d.runContainer(t, pod, podCfg, containerConfig("ok", ref, "true"))
+	bad := d.runContainer(t, pod, podCfg, containerConfig("bad", ref, "sh", "-c", "exit 3"))
+	oomCfg := containerConfig("oom", ref, "sh", "-c", "dd if=/dev/zero of=/dev/null bs=256M count=1")
+	oomCfg.Linux.Resources.MemoryLimitInBytes = 32 << 20
+	oom := d.runContainer(t, pod, podCfg, oomCfg)
+	killed := d.runContainer(t, pod, podCfg, containerConfig("killed", ref, "sh", "-c", "kill -9 $$"))
+	for _, tc := range []struct {
+		id     string
+		code   int32
+		reason string
+	}{{ok, 0, "Completed"}, {bad, 3, "Error"}, {oom, 137, "OOMKilled"}, {killed, 137, "Error"}} {
+		st := d.waitExited(t, tc.id)
+		if st.ExitCode != tc.code || st.Reason != tc.reason {
+			t.Errorf("%s: exit %d reason %q, want %d %q", st.Metadata.Name, st.ExitCode, st.Reason, tc.code, tc.reason)
+		}
+		if st.FinishedAt < st.StartedAt || st.StartedAt == 0 {
+			t.Errorf("%s: started %d finished %d", st.Metadata.Name, st.StartedAt, st.FinishedAt)
+		}
+	}
 }
 
 // TestShimV2ShimKilled SIGKILLs a pod's containerd-shim-runc-v2: its

@@ -20,8 +20,8 @@
 //
 // Exits come from the task Wait RPC: crind does not serve the shim's event
 // endpoint (the publish binary is /bin/true and TTRPC_ADDRESS is unset, so
-// the shim's events are dropped; an OOM kill is therefore not reported as
-// OOMKilled by this backend). The -address passed to the shim names
+// the shim's events are dropped; OOM kills are read from the container's
+// memory cgroup counter when its exit is recorded). The -address passed to the shim names
 // nothing that listens: it is StateDir, which scopes the shim's socket name
 // to this crind and handler.
 //
@@ -145,6 +145,10 @@ type meta struct {
 	LogPath   string    `json:"log_path,omitempty"`
 	Pid       int       `json:"pid,omitempty"`
 	StartedAt time.Time `json:"started_at,omitzero"`
+	// OOMCounter is the cgroup file counting the container's OOM kills and
+	// OOMBase its value when the container was created.
+	OOMCounter string `json:"oom_counter,omitempty"`
+	OOMBase    uint64 `json:"oom_base,omitempty"`
 }
 
 // New returns a shimv2 backend and resumes the output copying of every
@@ -398,6 +402,12 @@ func (r *Runtime) Create(ctx context.Context, req runtime.CreateRequest) (retErr
 	}
 	r.createdIO(req.ID)
 	m.Pid = int(resp.GetPid())
+	if req.Spec.Linux != nil {
+		m.OOMCounter = oomCounter(req.Spec.Linux.CgroupsPath)
+		if n, err := readOOMKills(m.OOMCounter); err == nil {
+			m.OOMBase = n
+		}
+	}
 	if err := writeMeta(dir, m); err != nil {
 		return fmt.Errorf("create container %s: %w", req.ID, err)
 	}
@@ -501,6 +511,11 @@ func (r *Runtime) recordExit(ctx context.Context, id, dir string, m meta, code u
 	e := shim.Exit{Pid: m.Pid, ExitCode: int32(code), StartedAt: m.StartedAt, FinishedAt: at}
 	if code > 128 && code < 128+65 {
 		e.Signal = int(code - 128)
+	}
+	if m.OOMCounter != "" {
+		if n, err := readOOMKills(m.OOMCounter); err == nil && n > m.OOMBase {
+			e.OOMKilled = true
+		}
 	}
 	if err := shim.WriteExit(dir, e); err != nil {
 		return runtime.Status{}, fmt.Errorf("container %s: record exit: %w", id, err)
