@@ -76,15 +76,19 @@ func (d *daemon) shimv2Sockets() []string {
 	return out
 }
 
-// shimv2Pids lists the containerd-shim-runc-v2 processes of d (their
-// -address is under d's state dir).
+// shimv2Pids lists the long-lived containerd-shim-runc-v2 processes of d
+// (their -address is under d's state dir), not its short "start" and
+// "delete" commands.
 func (d *daemon) shimv2Pids() []int {
 	var pids []int
 	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
 	for _, p := range procs {
 		b, _ := os.ReadFile(p)
-		args := strings.Split(string(b), "\x00")
+		args := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
 		if filepath.Base(args[0]) != "containerd-shim-runc-v2" || !bytes.Contains(b, []byte(d.state)) {
+			continue
+		}
+		if last := args[len(args)-1]; last == "start" || last == "delete" {
 			continue
 		}
 		if pid, err := strconv.Atoi(filepath.Base(filepath.Dir(p))); err == nil {
@@ -133,8 +137,7 @@ func TestShimV2Lifecycle(t *testing.T) {
 	waitLog(t, logPath(podCfg, tickCfg), "hello-v2")
 	waitLog(t, logPath(podCfg, tickCfg), "stdout F tick-3")
 
-	// The whole pod (its infra, for the shared PID namespace, and both
-	// containers) runs under one shim.
+	// The whole pod (its infra and both containers) runs under one shim.
 	if pids := d.shimv2Pids(); len(pids) != 1 {
 		t.Fatalf("containerd-shim-runc-v2 processes of this crind: %v, want one for the pod", pids)
 	}
@@ -224,16 +227,14 @@ func TestShimV2Lifecycle(t *testing.T) {
 	// cleanupAll (on test end) removes the pod and checks for leaks.
 }
 
-// TestShimV2PodWithoutInfra runs a pod without an infra process: the
-// shim is started by its first container, which is removed while the
-// second keeps running under the same shim; removing the pod then stops
-// the shim and leaves no socket behind, although the bundle the shim was
-// started in is long gone.
-func TestShimV2PodWithoutInfra(t *testing.T) {
+// TestShimV2SharedShim removes one container of a pod while another runs
+// under the same shim: the shim stays for the others and keeps serving
+// them; removing the pod then stops it and leaves no socket behind.
+func TestShimV2SharedShim(t *testing.T) {
 	d := shimv2Daemon(t)
 	ref, _ := busybox(t)
 	d.pull(t, ref)
-	podCfg := podConfig("v2noinfra")
+	podCfg := podConfig("v2shared")
 	pod := d.runPodWith(t, podCfg, shimv2Handler)
 	first := d.runContainer(t, pod, podCfg, containerConfig("first", ref, "sleep", "1000"))
 	second := d.runContainer(t, pod, podCfg, containerConfig("second", ref, "sleep", "1000"))
@@ -314,6 +315,11 @@ func TestShimV2ShimKilled(t *testing.T) {
 	id2 := d.runContainer(t, pod2, pod2Cfg, containerConfig("sleeper", ref, "sleep", "1000"))
 	pids = d.shimv2Pids()
 	if len(pids) != 1 {
+		for _, p := range pids {
+			b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", p))
+			st, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p))
+			t.Logf("shim %d: %q %s", p, b, st)
+		}
 		t.Fatalf("shim processes: %v, want 1", pids)
 	}
 	d.kill()

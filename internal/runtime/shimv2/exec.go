@@ -23,6 +23,8 @@ import (
 	"github.com/crin-dev/crin/internal/runtime/shim"
 )
 
+var _ runtime.StreamExecer = (*Runtime)(nil)
+
 // cappedBuffer keeps the first max bytes written to it and drops the rest
 // (the writer is never blocked: the process must not stall on its output).
 type cappedBuffer struct {
@@ -47,87 +49,193 @@ func (r *Runtime) Exec(ctx context.Context, id string, req runtime.ExecRequest) 
 	if len(req.Args) == 0 {
 		return res, fmt.Errorf("exec in container %s: no args: %w", id, errdefs.ErrInvalidArgument)
 	}
+	if req.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, req.Timeout)
+		defer cancel()
+	}
+	stdout, stderr := &cappedBuffer{max: req.MaxOutput}, &cappedBuffer{max: req.MaxOutput}
+	code, err := r.runExec(ctx, id, execIO{args: req.Args, stdout: stdout, stderr: stderr})
+	res.Stdout, res.Stderr, res.ExitCode = stdout.buf.Bytes(), stderr.buf.Bytes(), code
+	return res, err
+}
+
+// ExecStream runs an interactive process through the shim: stdin, stdout
+// and stderr go through fifos (with TTY the shim's terminal carries the
+// output on the stdout fifo), the end of req.Stdin closes the process's
+// stdin (CloseIO), and req.Resize is relayed with ResizePty.
+func (r *Runtime) ExecStream(ctx context.Context, id string, req runtime.StreamExecRequest) (int32, error) {
+	if len(req.Args) == 0 {
+		return 0, fmt.Errorf("exec in container %s: no args: %w", id, errdefs.ErrInvalidArgument)
+	}
+	st, err := r.Status(ctx, id)
+	if err != nil {
+		return 0, fmt.Errorf("exec in container %s: %w", id, err)
+	}
+	if st.State != runtime.StateRunning {
+		return 0, fmt.Errorf("exec in container %s: container is %s: %w", id, st.State, errdefs.ErrFailedPrecondition)
+	}
+	return r.runExec(ctx, id, execIO{
+		args: req.Args, tty: req.TTY, stdin: req.Stdin, stdout: req.Stdout, stderr: req.Stderr, resize: req.Resize,
+	})
+}
+
+// execIO is what runExec connects an exec'd process to.
+type execIO struct {
+	args           []string
+	tty            bool
+	stdin          io.Reader // nil: no stdin
+	stdout, stderr io.Writer // nil: discarded
+	resize         <-chan runtime.TerminalSize
+}
+
+// execFifos are the fifos of one exec: crind reads out and errOut (holding
+// write ends of its own until the shim opened its ends, as for a
+// container) and writes in.
+type execFifos struct {
+	paths   []string
+	readers []*os.File
+	holders []*os.File
+	in      *os.File
+	inPath  string
+}
+
+func (f *execFifos) releaseHolders() {
+	for _, h := range f.holders {
+		_ = h.Close()
+	}
+	f.holders = nil
+}
+
+func (f *execFifos) close() {
+	f.releaseHolders()
+	for _, x := range f.readers {
+		_ = x.Close()
+	}
+	if f.in != nil {
+		_ = f.in.Close()
+	}
+	for _, p := range append(f.paths, f.inPath) {
+		if p != "" {
+			_ = os.Remove(p)
+		}
+	}
+}
+
+// makeExecFifos makes the fifos of exec execID in dir: stdout, stderr
+// unless tty, stdin when wanted.
+func makeExecFifos(dir, execID string, tty, stdin bool) (*execFifos, error) {
+	f := &execFifos{}
+	streams := []string{"stdout", "stderr"}
+	if tty {
+		streams = streams[:1]
+	}
+	for _, s := range streams {
+		p := filepath.Join(dir, "."+execID+"-"+s)
+		if err := syscall.Mkfifo(p, 0o600); err != nil {
+			return f, err
+		}
+		f.paths = append(f.paths, p)
+		rd, err := openFifoReader(p)
+		if err != nil {
+			return f, err
+		}
+		f.readers = append(f.readers, rd)
+		h, err := os.OpenFile(p, os.O_WRONLY|syscall.O_NONBLOCK, 0)
+		if err != nil {
+			return f, err
+		}
+		f.holders = append(f.holders, h)
+	}
+	if stdin {
+		f.inPath = filepath.Join(dir, "."+execID+"-stdin")
+		if err := syscall.Mkfifo(f.inPath, 0o600); err != nil {
+			return f, err
+		}
+		// Read-write: the open never waits for the shim, and what is
+		// written before the shim opened its end waits in the pipe.
+		in, err := os.OpenFile(f.inPath, os.O_RDWR, 0)
+		if err != nil {
+			return f, err
+		}
+		f.in = in
+	}
+	return f, nil
+}
+
+// runExec runs one exec'd process through the shim and returns its exit
+// code once it exited and its output was copied (bounded by ioDrainWait:
+// a background process may keep the output open). When ctx ends first the
+// process is killed and the error wraps ctx.Err().
+func (r *Runtime) runExec(ctx context.Context, id string, x execIO) (int32, error) {
 	dir, m, err := r.known(id)
 	if err != nil {
-		return res, err
+		return -1, err
 	}
-	procAny, err := execProcess(dir, req.Args)
+	procAny, err := execProcess(dir, x.args, x.tty)
 	if err != nil {
-		return res, fmt.Errorf("exec in container %s: %w", id, err)
+		return -1, fmt.Errorf("exec in container %s: %w", id, err)
 	}
 	c, err := r.conn(ctx, m.Address)
 	if err != nil {
-		return res, fmt.Errorf("exec in container %s: %w: %w", id, err, errdefs.ErrFailedPrecondition)
+		return -1, fmt.Errorf("exec in container %s: %w: %w", id, err, errdefs.ErrFailedPrecondition)
 	}
 	var rnd [8]byte
 	_, _ = rand.Read(rnd[:])
 	execID := "exec-" + hex.EncodeToString(rnd[:])
-
-	outs := []*cappedBuffer{{max: req.MaxOutput}, {max: req.MaxOutput}}
-	var readers, holders []*os.File
-	var paths []string
-	defer func() {
-		for _, f := range append(readers, holders...) {
-			_ = f.Close()
-		}
-		for _, p := range paths {
-			_ = os.Remove(p)
-		}
-	}()
-	for _, stream := range []string{"stdout", "stderr"} {
-		p := filepath.Join(dir, "."+execID+"-"+stream)
-		if err := syscall.Mkfifo(p, 0o600); err != nil {
-			return res, fmt.Errorf("exec in container %s: %w", id, err)
-		}
-		paths = append(paths, p)
-		f, err := openFifoReader(p)
-		if err != nil {
-			return res, fmt.Errorf("exec in container %s: %w", id, err)
-		}
-		readers = append(readers, f)
-		h, err := os.OpenFile(p, os.O_WRONLY|syscall.O_NONBLOCK, 0)
-		if err != nil {
-			return res, fmt.Errorf("exec in container %s: %w", id, err)
-		}
-		holders = append(holders, h)
+	fifos, err := makeExecFifos(dir, execID, x.tty, x.stdin != nil)
+	defer fifos.close()
+	if err != nil {
+		return -1, fmt.Errorf("exec in container %s: %w", id, err)
 	}
-	copied := make(chan struct{}, len(readers))
-	for i, f := range readers {
+
+	outs := []io.Writer{x.stdout, x.stderr}
+	copied := make(chan struct{}, len(fifos.readers))
+	for i, f := range fifos.readers {
+		w := outs[i]
+		if w == nil {
+			w = io.Discard
+		}
 		go func() {
-			_, _ = io.Copy(outs[i], f)
+			_, _ = io.Copy(w, f)
 			copied <- struct{}{}
 		}()
 	}
-	// The copies end by EOF, or when the deferred Close of the readers
-	// unblocks them: wait for them before the buffers are read.
+	// waitCopies waits (at most d) for the copies to reach end of file,
+	// then stops them; the buffers are read only after it.
 	waitCopies := func(d time.Duration) {
 		timer := time.NewTimer(d)
 		defer timer.Stop()
-		for n := 0; n < len(readers); n++ {
+		n := 0
+		for ; n < len(fifos.readers); n++ {
 			select {
 			case <-copied:
+				continue
 			case <-timer.C:
-				for _, f := range readers {
-					_ = f.Close()
-				}
-				for ; n < len(readers); n++ {
-					<-copied
-				}
-				return
 			}
+			break
+		}
+		for _, f := range fifos.readers {
+			_ = f.Close()
+		}
+		for ; n < len(fifos.readers); n++ {
+			<-copied
 		}
 	}
 
+	bg := context.WithoutCancel(ctx)
+	req := &task.ExecProcessRequest{ID: id, ExecID: execID, Terminal: x.tty, Stdin: fifos.inPath, Stdout: fifos.paths[0], Spec: procAny}
+	if len(fifos.paths) > 1 {
+		req.Stderr = fifos.paths[1]
+	}
 	cctx, cancel := r.callCtx(ctx)
 	defer cancel()
-	if _, err := c.task.Exec(cctx, &task.ExecProcessRequest{
-		ID: id, ExecID: execID, Stdout: paths[0], Stderr: paths[1], Spec: procAny,
-	}); err != nil {
+	if _, err := c.task.Exec(cctx, req); err != nil {
 		waitCopies(0)
-		return res, fmt.Errorf("exec in container %s: %w", id, errgrpc.ToNative(err))
+		return -1, fmt.Errorf("exec in container %s: %w", id, errgrpc.ToNative(err))
 	}
 	defer func() {
-		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.CallTimeout)
+		dctx, cancel := context.WithTimeout(bg, r.cfg.CallTimeout)
 		defer cancel()
 		if _, err := c.task.Delete(dctx, &task.DeleteRequest{ID: id, ExecID: execID}); err != nil {
 			if err = errgrpc.ToNative(err); !errdefs.IsNotFound(err) {
@@ -137,46 +245,81 @@ func (r *Runtime) Exec(ctx context.Context, id string, req runtime.ExecRequest) 
 	}()
 	if _, err := c.task.Start(cctx, &task.StartRequest{ID: id, ExecID: execID}); err != nil {
 		waitCopies(0)
-		return res, fmt.Errorf("exec in container %s: %w", id, errgrpc.ToNative(err))
+		return -1, fmt.Errorf("exec in container %s: %w", id, errgrpc.ToNative(err))
 	}
-	for _, h := range holders {
-		_ = h.Close()
-	}
-	holders = nil
+	fifos.releaseHolders()
+	stop := r.relayExecInput(ctx, c, id, execID, fifos.in, x)
+	defer stop()
 
-	wctx := ctx
-	if req.Timeout > 0 {
-		var wcancel context.CancelFunc
-		wctx, wcancel = context.WithTimeout(ctx, req.Timeout)
-		defer wcancel()
-	}
-	resp, werr := c.task.Wait(wctx, &task.WaitRequest{ID: id, ExecID: execID})
-	if werr != nil && wctx.Err() != nil {
-		kctx, kcancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.CallTimeout)
+	resp, werr := c.task.Wait(ctx, &task.WaitRequest{ID: id, ExecID: execID})
+	if werr != nil && ctx.Err() != nil {
+		kctx, kcancel := context.WithTimeout(bg, r.cfg.CallTimeout)
 		_, _ = c.task.Kill(kctx, &task.KillRequest{ID: id, ExecID: execID, Signal: uint32(syscall.SIGKILL)})
 		_, _ = c.task.Wait(kctx, &task.WaitRequest{ID: id, ExecID: execID})
 		kcancel()
 		waitCopies(ioDrainWait)
-		res.Stdout, res.Stderr = outs[0].buf.Bytes(), outs[1].buf.Bytes()
-		err := ctx.Err()
-		if err == nil {
-			err = context.DeadlineExceeded
-		}
-		return res, fmt.Errorf("exec in container %s: %w", id, err)
+		return -1, fmt.Errorf("exec in container %s: %w", id, ctx.Err())
 	}
 	if werr != nil {
 		waitCopies(0)
-		return res, fmt.Errorf("exec in container %s: %w", id, errgrpc.ToNative(werr))
+		return -1, fmt.Errorf("exec in container %s: %w", id, errgrpc.ToNative(werr))
 	}
 	waitCopies(ioDrainWait)
-	res.Stdout, res.Stderr = outs[0].buf.Bytes(), outs[1].buf.Bytes()
-	res.ExitCode = int32(resp.GetExitStatus())
-	return res, nil
+	return int32(resp.GetExitStatus()), nil
+}
+
+// relayExecInput copies x.stdin into the exec's stdin fifo (closing the
+// process's stdin at its end) and relays terminal sizes. stop ends both
+// and waits for the resize relay; the stdin copy may sit in a read of the
+// client's stream, which the caller's stream ends, so it is not waited
+// for: closing the fifo makes its next write fail.
+func (r *Runtime) relayExecInput(ctx context.Context, c *conn, id, execID string, in *os.File, x execIO) (stop func()) {
+	rctx, cancel := context.WithCancel(ctx)
+	if in != nil {
+		go func() {
+			_, _ = io.Copy(in, x.stdin)
+			// The shim's copy into the process sees the end once every
+			// write end is closed: crind's, then (CloseIO) the shim's own.
+			_ = in.Close()
+			cctx, ccancel := r.callCtx(context.WithoutCancel(rctx))
+			defer ccancel()
+			if _, err := c.task.CloseIO(cctx, &task.CloseIORequest{ID: id, ExecID: execID, Stdin: true}); err != nil {
+				r.log.DebugContext(ctx, "close exec stdin", "container_id", id, "exec_id", execID, "error", errgrpc.ToNative(err))
+			}
+		}()
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if x.resize == nil {
+			return
+		}
+		for {
+			select {
+			case <-rctx.Done():
+				return
+			case sz, ok := <-x.resize:
+				if !ok {
+					return
+				}
+				cctx, ccancel := r.callCtx(rctx)
+				_, err := c.task.ResizePty(cctx, &task.ResizePtyRequest{ID: id, ExecID: execID, Width: uint32(sz.Width), Height: uint32(sz.Height)})
+				ccancel()
+				if err != nil {
+					r.log.DebugContext(ctx, "resize exec terminal", "container_id", id, "exec_id", execID, "error", errgrpc.ToNative(err))
+				}
+			}
+		}
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
 }
 
 // execProcess is the container's process spec with args replaced, as the
 // shim takes it.
-func execProcess(dir string, args []string) (*anypb.Any, error) {
+func execProcess(dir string, args []string, tty bool) (*anypb.Any, error) {
 	data, err := os.ReadFile(filepath.Join(dir, shim.ConfigFile))
 	if err != nil {
 		return nil, err
@@ -189,7 +332,7 @@ func execProcess(dir string, args []string) (*anypb.Any, error) {
 		return nil, fmt.Errorf("bundle has no process: %w", errdefs.ErrFailedPrecondition)
 	}
 	p := *spec.Process
-	p.Args, p.Terminal, p.ConsoleSize = args, false, nil
+	p.Args, p.Terminal, p.ConsoleSize = args, tty, nil
 	data, err = json.Marshal(&p)
 	if err != nil {
 		return nil, err

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"sync"
@@ -25,6 +26,95 @@ type containerIO struct {
 	// EOF at once, and the shim opens its write end only during Create.
 	holders []*os.File
 	done    chan struct{} // closed when both copies ended
+
+	// subMu guards subs and ended: the attached clients.
+	subMu sync.Mutex
+	subs  map[*attachSub]struct{}
+	ended bool
+}
+
+// attachSub is one attached client: the output chunks to send it, closed
+// when the output ended or the client lagged.
+type attachSub struct {
+	ch     chan outChunk
+	lagged bool
+}
+
+type outChunk struct {
+	stream int // 0 stdout, 1 stderr
+	data   []byte
+}
+
+// attachBacklog is how many output chunks an attached client may fall
+// behind before it is cut off (the container is never slowed for it).
+const attachBacklog = 256
+
+// teeReader hands what the log copy reads to the attached clients.
+type teeReader struct {
+	r      io.Reader
+	cio    *containerIO
+	stream int
+}
+
+func (t *teeReader) Read(p []byte) (int, error) {
+	n, err := t.r.Read(p)
+	if n > 0 {
+		t.cio.publish(t.stream, p[:n])
+	}
+	return n, err
+}
+
+func (c *containerIO) publish(stream int, p []byte) {
+	c.subMu.Lock()
+	defer c.subMu.Unlock()
+	if len(c.subs) == 0 {
+		return
+	}
+	chunk := outChunk{stream: stream, data: bytes.Clone(p)}
+	for s := range c.subs {
+		select {
+		case s.ch <- chunk:
+		default:
+			s.lagged = true
+			close(s.ch)
+			delete(c.subs, s)
+		}
+	}
+}
+
+// subscribe adds a client; nil once the output has ended.
+func (c *containerIO) subscribe() *attachSub {
+	c.subMu.Lock()
+	defer c.subMu.Unlock()
+	if c.ended {
+		return nil
+	}
+	if c.subs == nil {
+		c.subs = map[*attachSub]struct{}{}
+	}
+	s := &attachSub{ch: make(chan outChunk, attachBacklog)}
+	c.subs[s] = struct{}{}
+	return s
+}
+
+func (c *containerIO) unsubscribe(s *attachSub) {
+	c.subMu.Lock()
+	defer c.subMu.Unlock()
+	if _, ok := c.subs[s]; ok {
+		delete(c.subs, s)
+		close(s.ch)
+	}
+}
+
+// endSubs tells every client the output has ended.
+func (c *containerIO) endSubs() {
+	c.subMu.Lock()
+	defer c.subMu.Unlock()
+	c.ended = true
+	for s := range c.subs {
+		close(s.ch)
+		delete(c.subs, s)
+	}
 }
 
 func (c *containerIO) releaseHolders() {
@@ -91,13 +181,14 @@ func (r *Runtime) openIO(ctx context.Context, id, dir, logPath string, hold bool
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_ = lw.Copy(streams[i], f)
+			_ = lw.Copy(streams[i], &teeReader{r: f, cio: cio, stream: i})
 		}()
 	}
 	r.wg.Add(1)
 	go func() {
 		defer r.wg.Done()
 		wg.Wait()
+		cio.endSubs()
 		close(cio.done)
 	}()
 	r.mu.Lock()
