@@ -533,7 +533,8 @@ func statusOfExit(e shim.Exit) runtime.Status {
 
 // Wait blocks on the shim's Wait RPC. A shim that dies ends the wait at
 // once (its connection closes): the container is then cleaned up and
-// recorded as runtime.ReasonShimDied.
+// recorded as runtime.ReasonShimDied. A task its live shim does not know
+// is errdefs.ErrNotFound (its exit is lost).
 func (r *Runtime) Wait(ctx context.Context, id string) (runtime.Status, error) {
 	dir, m, err := r.known(id)
 	if err != nil {
@@ -553,7 +554,8 @@ func (r *Runtime) Wait(ctx context.Context, id string) (runtime.Status, error) {
 		}
 		err = errgrpc.ToNative(werr)
 		if errdefs.IsNotFound(err) {
-			return runtime.Status{State: runtime.StateUnknown}, nil
+			// Its exit code is lost: never reported as a success.
+			return runtime.Status{}, fmt.Errorf("wait for container %s: its shim no longer knows it: %w", id, err)
 		}
 	}
 	if r.shimGone(ctx, m) {
