@@ -131,6 +131,11 @@ func TestShimV2Lifecycle(t *testing.T) {
 		t.Errorf("Status does not list handler %s: %v", shimv2Handler, st.RuntimeHandlers)
 	}
 
+	_, err = d.rs.RunPodSandbox(ctxT(t), &runtimeapi.RunPodSandboxRequest{Config: podConfig("v2nope"), RuntimeHandler: "nope"})
+	if code(err) != "InvalidArgument" || !strings.Contains(err.Error(), shimv2Handler) {
+		t.Errorf("RunPodSandbox with an unknown handler: %v (%s), want InvalidArgument listing %s", err, code(err), shimv2Handler)
+	}
+
 	tickCfg := containerConfig("ticker", ref, "sh", "-c", "echo hello-v2; i=0; while true; do echo tick-$i; i=$((i+1)); sleep 0.2; done")
 	ticker := d.runContainer(t, pod, podCfg, tickCfg)
 	sleeper := d.runContainer(t, pod, podCfg, containerConfig("sleeper", ref, "sleep", "1000"))
