@@ -127,8 +127,14 @@ func TestShimV2Lifecycle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.ContainsFunc(st.RuntimeHandlers, func(h *runtimeapi.RuntimeHandler) bool { return h.Name == shimv2Handler }) {
-		t.Errorf("Status does not list handler %s: %v", shimv2Handler, st.RuntimeHandlers)
+	// The runc shim's handler has what runc has (its features come from
+	// "runc features").
+	features := map[string]*runtimeapi.RuntimeHandlerFeatures{}
+	for _, h := range st.RuntimeHandlers {
+		features[h.Name] = h.Features
+	}
+	if f, ok := features[shimv2Handler]; !ok || !f.GetRecursiveReadOnlyMounts() || f.GetRecursiveReadOnlyMounts() != features["runc"].GetRecursiveReadOnlyMounts() {
+		t.Errorf("Status handler %s features %v, runc's %v: want it listed with runc's recursive read-only mounts", shimv2Handler, f, features["runc"])
 	}
 
 	_, err = d.rs.RunPodSandbox(ctxT(t), &runtimeapi.RunPodSandboxRequest{Config: podConfig("v2nope"), RuntimeHandler: "nope"})

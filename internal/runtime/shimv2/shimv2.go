@@ -43,6 +43,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -745,8 +746,27 @@ func (r *Runtime) List(ctx context.Context) ([]string, error) {
 	return ids, nil
 }
 
-// Features is not known: the shim v2 API has no features call (crind
-// assumes an OCI 1.0 runtime).
+// Features are those of the OCI runtime a runc shim drives ("<runc>
+// features", with the binary_name option or runc from $PATH). Other shims
+// are errdefs.ErrNotImplemented: the shim v2 API has no features call
+// (crind then assumes an OCI 1.0 runtime).
 func (r *Runtime) Features(ctx context.Context) (*features.Features, error) {
-	return nil, fmt.Errorf("runtime %s: shim v2 runtimes do not report OCI features: %w", r.cfg.Name, errdefs.ErrNotImplemented)
+	if r.options == nil {
+		return nil, fmt.Errorf("runtime %s: shim v2 runtimes do not report OCI features: %w", r.cfg.Name, errdefs.ErrNotImplemented)
+	}
+	bin := r.cfg.Options["binary_name"]
+	if bin == "" {
+		bin = "runc"
+	}
+	fctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(fctx, bin, "features").Output()
+	if err != nil {
+		return nil, fmt.Errorf("runtime %s: %s features: %w", r.cfg.Name, bin, err)
+	}
+	var f features.Features
+	if err := json.Unmarshal(out, &f); err != nil {
+		return nil, fmt.Errorf("runtime %s: %s features: decode: %w", r.cfg.Name, bin, err)
+	}
+	return &f, nil
 }
