@@ -158,6 +158,7 @@ conf_dir = %q
 bin_dirs = ["/usr/lib/cni"]
 %s`, d.root, d.state, d.socket, o.metrics, d.cgroup,
 		filepath.Join(bin, "crin-shim"), filepath.Join(bin, "crin-pause"), confDir, o.extraConfig)
+	cfg = defaultHandlerConfig(t, cfg, o.extraConfig)
 	if !strings.Contains(o.extraConfig, "[nri") {
 		// Daemons running side by side must not share NRI's default socket.
 		cfg += fmt.Sprintf("\n[nri]\nsocket_path = %q\n", filepath.Join(base, "nri.sock"))

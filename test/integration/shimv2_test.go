@@ -19,19 +19,13 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
-// shimv2Handler is the extra handler the shimv2 tests configure: Debian's
-// containerd-shim-runc-v2 driving the same runc the oci backend uses.
+// shimv2Handler is the extra handler the shimv2 tests configure
+// (shimv2Config).
 const shimv2Handler = "runc-v2"
 
 func shimv2Daemon(t *testing.T) *daemon {
 	t.Helper()
-	if _, err := exec.LookPath("containerd-shim-runc-v2"); err != nil {
-		t.Fatalf("containerd-shim-runc-v2 not installed (scripts/deps.sh installs Debian's containerd): %v", err)
-	}
-	runc, err := exec.LookPath("runc")
-	if err != nil {
-		t.Fatal(err)
-	}
+	extra := shimv2Config(t)
 	// Registered before the daemon's cleanup, so it runs after it: the
 	// shim sockets (outside crind's dirs, in /run/containerd/s) are gone.
 	var sockets []string
@@ -46,14 +40,7 @@ func shimv2Daemon(t *testing.T) *daemon {
 			}
 		}
 	})
-	var d *daemon
-	d = startDaemon(t, daemonOptions{extraConfig: fmt.Sprintf(`
-[runtimes.%s]
-type = "shimv2"
-runtime_type = "io.containerd.runc.v2"
-[runtimes.%s.options]
-binary_name = %q
-`, shimv2Handler, shimv2Handler, runc)})
+	d := startDaemon(t, daemonOptions{extraConfig: extra})
 	// Collected after the test body, before the daemon's cleanup.
 	t.Cleanup(func() { sockets = append(sockets, d.shimv2Sockets()...) })
 	return d

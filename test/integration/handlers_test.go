@@ -1,0 +1,60 @@
+//go:build integration
+
+package integration
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// handlerEnv names the runtime handler the suite runs pods on when they
+// name none: empty (the built-in default, runc under crin-shim) or
+// shimv2Handler (containerd-shim-runc-v2). With
+//
+//	CRIN_TEST_HANDLER=runc-v2 go test -tags integration -run 'TestExitCodes' ./test/integration/
+//
+// a test written for runc runs unchanged on the shim v2 backend. Tests of
+// crin-shim's own faults (killing it, reading its files) only make sense on
+// the default.
+const handlerEnv = "CRIN_TEST_HANDLER"
+
+// shimv2Config configures shimv2Handler: Debian's containerd-shim-runc-v2
+// driving the runc the oci backend uses.
+func shimv2Config(t *testing.T) string {
+	t.Helper()
+	if _, err := exec.LookPath("containerd-shim-runc-v2"); err != nil {
+		t.Fatalf("containerd-shim-runc-v2 not installed (scripts/deps.sh installs Debian's containerd): %v", err)
+	}
+	runc, err := exec.LookPath("runc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf(`
+[runtimes.%s]
+type = "shimv2"
+runtime_type = "io.containerd.runc.v2"
+[runtimes.%s.options]
+binary_name = %q
+`, shimv2Handler, shimv2Handler, runc)
+}
+
+// defaultHandlerConfig makes $CRIN_TEST_HANDLER the default runtime of
+// the daemon whose config is cfg (extra is the test's own part of it).
+func defaultHandlerConfig(t *testing.T, cfg, extra string) string {
+	h := os.Getenv(handlerEnv)
+	switch h {
+	case "":
+		return cfg
+	case shimv2Handler:
+		if !strings.Contains(extra, "[runtimes."+shimv2Handler+"]") {
+			cfg += shimv2Config(t)
+		}
+	default:
+		t.Fatalf("%s=%q: the suite knows %q", handlerEnv, h, shimv2Handler)
+	}
+	// Top-level keys come before the first table.
+	return fmt.Sprintf("default_runtime = %q\n", h) + cfg
+}
