@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"os/exec"
 	"path/filepath"
 
@@ -18,8 +19,12 @@ import (
 // buildRuntimes makes one backend per configured runtime handler. A
 // handler whose binary is not installed is disabled with a warning,
 // unless it is the default. The returned func closes the backends that
-// hold resources (shimv2's connections and output copiers).
+// hold resources (shimv2: connections to shims, shim log readers).
 func buildRuntimes(ctx context.Context, cfg *config.Config, shimBin string, log *slog.Logger) (map[string]runtime.Runtime, func(), error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, nil, fmt.Errorf("find crind's own executable: %w", err)
+	}
 	runtimes := map[string]runtime.Runtime{}
 	var closers []func() error
 	closeAll := func() {
@@ -44,7 +49,10 @@ func buildRuntimes(ctx context.Context, cfg *config.Config, shimBin string, log 
 					StateDir: filepath.Join(cfg.State, "shimv2", name),
 					Root:     rc.Root,
 					Options:  rc.Options,
-					Logger:   rlog,
+					// The shim runs crind itself as each
+					// container's output logger.
+					LoggerBinary: self,
+					Logger:       rlog,
 				})
 				if err == nil {
 					rt = s

@@ -197,7 +197,7 @@ func TestShimV2Lifecycle(t *testing.T) {
 		}
 	}
 	// Output written while crind was down and after it came back reaches
-	// the log: crind reopened the fifos.
+	// the log: the logger is the shim's child, not crind's.
 	last := bytes.LastIndex(before, []byte("tick-"))
 	n, _ := strconv.Atoi(strings.Fields(string(before[last+len("tick-"):]))[0])
 	waitLog(t, logPath(podCfg, tickCfg), fmt.Sprintf("stdout F tick-%d\n", n+10))

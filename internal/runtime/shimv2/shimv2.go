@@ -4,11 +4,16 @@
 // (containerd.task.v2.Task).
 //
 // Each container has a state dir, StateDir/<id>, which is also its bundle:
-// config.json, the fifos its stdout and stderr go through (crind reads them
-// and writes the CRI log with the same writer crin-shim uses), the shim's
-// own log fifo, meta.json (the shim's address and pid, the log path, the
-// start time) and, once the container exited, the exit record in
-// crin-shim's format.
+// config.json, the shim's own log fifo, meta.json (the shim's address and
+// pid, the log path, the start time), the pid file of its output logger
+// and, once the container exited, the exit record in crin-shim's format.
+//
+// A container's output goes to a logger the shim starts (the shim's
+// "binary" stdio scheme): crind itself, run as "crind shimv2-logger
+// <bundle>" (RunLogger), which writes the CRI log with the writer
+// crin-shim uses. It is the shim's child, not crind's, so output keeps
+// reaching the log while crind is down, and a container that exits then
+// loses none of it.
 //
 // Create starts the shim as containerd does ("<shim> -namespace NS
 // -address A -publish-binary B -id ID start" in the bundle; it prints the
@@ -26,8 +31,7 @@
 // to this crind and handler.
 //
 // After a crind restart a fresh Runtime on the same StateDir reads every
-// container's meta.json, reopens its fifos and reconnects to the shim's
-// address. A shim that is gone before its container's exit was recorded
+// container's meta.json and reconnects to the shim's address. A shim that is gone before its container's exit was recorded
 // (its connection closed and its pid is no longer that shim) is never taken
 // for a success: the shim's own "delete" command is run on the bundle
 // (which deletes what is left of the container from the OCI runtime,
@@ -73,7 +77,8 @@ const (
 	deleteStopWait = 10 * time.Second
 	// shimExitWait is how long a shim gets to exit after Shutdown.
 	shimExitWait = 3 * time.Second
-	// ioDrainWait is how long output is still copied after an exit.
+	// ioDrainWait is how long output is still copied after an exit (an
+	// exec's, or a container's by its logger).
 	ioDrainWait = 2 * time.Second
 	// shimGoneWait is how long a closed connection waits for the shim
 	// process to disappear before the shim is declared dead.
@@ -82,10 +87,8 @@ const (
 
 // Files in a container's state dir besides crin-shim's exit record.
 const (
-	metaFile   = "meta.json"
-	stdoutFifo = "stdout"
-	stderrFifo = "stderr"
-	shimLog    = "log" // the shim's own stderr (a fifo the shim opens)
+	metaFile = "meta.json"
+	shimLog  = "log" // the shim's own stderr (a fifo the shim opens)
 )
 
 // Type URLs the shim decodes by name (containerd's typeurl registry).
@@ -111,6 +114,9 @@ type Config struct {
 	// Options are the runc shim's options (binary_name, systemd_cgroup,
 	// ...; see runcOptions). Only runc shims take options.
 	Options map[string]string
+	// LoggerBinary is crind's own executable, run by the shim as each
+	// container's output logger (RunLogger).
+	LoggerBinary string
 	// PublishBinary is the shim's -publish-binary; /bin/true when empty.
 	PublishBinary string
 	// CallTimeout bounds each RPC (DefaultCallTimeout when 0).
@@ -118,18 +124,17 @@ type Config struct {
 	Logger      *slog.Logger
 }
 
-// Runtime is the shimv2 backend. Its state lives in StateDir and in the
-// shims; in memory it keeps only connections and output copiers, which a
-// fresh Runtime on the same StateDir rebuilds.
+// Runtime is the shimv2 backend. Its state lives in StateDir, in the shims
+// and in their loggers; in memory it keeps only connections, which a fresh
+// Runtime on the same StateDir makes again.
 type Runtime struct {
 	cfg     Config
 	log     *slog.Logger
 	options *anypb.Any // nil for a shim that is not runc's
 
-	// mu guards conns, ios and logs.
+	// mu guards conns and logs.
 	mu    sync.Mutex
 	conns map[string]*conn        // by shim address
-	ios   map[string]*containerIO // by container id
 	logs  map[string]*shimLogPipe // by container id
 	// diedMu serializes shimDied, so two callers finding the same dead shim
 	// clean up and record once.
@@ -152,8 +157,8 @@ type meta struct {
 	OOMBase    uint64 `json:"oom_base,omitempty"`
 }
 
-// New returns a shimv2 backend and resumes the output copying of every
-// container a previous crind left in StateDir. A bad config is
+// New returns a shimv2 backend and resumes draining the shim logs of the
+// containers a previous crind left in StateDir. A bad config is
 // errdefs.ErrInvalidArgument.
 func New(ctx context.Context, cfg Config) (*Runtime, error) {
 	if cfg.StateDir == "" || !filepath.IsAbs(cfg.StateDir) {
@@ -161,6 +166,9 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 	}
 	if cfg.Binary == "" || !filepath.IsAbs(cfg.Binary) {
 		return nil, fmt.Errorf("runtime %s: shim binary %q must be absolute: %w", cfg.Name, cfg.Binary, errdefs.ErrInvalidArgument)
+	}
+	if cfg.LoggerBinary == "" || !filepath.IsAbs(cfg.LoggerBinary) {
+		return nil, fmt.Errorf("runtime %s: logger binary %q must be absolute: %w", cfg.Name, cfg.LoggerBinary, errdefs.ErrInvalidArgument)
 	}
 	if cfg.Namespace == "" {
 		cfg.Namespace = "crin"
@@ -173,7 +181,7 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 	}
 	r := &Runtime{
 		cfg: cfg, log: cfg.Logger,
-		conns: map[string]*conn{}, ios: map[string]*containerIO{}, logs: map[string]*shimLogPipe{},
+		conns: map[string]*conn{}, logs: map[string]*shimLogPipe{},
 	}
 	if r.log == nil {
 		r.log = slog.New(slog.DiscardHandler)
@@ -204,8 +212,8 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 	return r, nil
 }
 
-// resume reopens the fifos of every container that has not exited, so its
-// output keeps flowing into its CRI log after a crind restart.
+// resume drains again the shim log fifos of the containers that have not
+// exited (their output never depended on crind: see the package doc).
 func (r *Runtime) resume(ctx context.Context) {
 	ids, err := r.List(ctx)
 	if err != nil {
@@ -217,27 +225,20 @@ func (r *Runtime) resume(ctx context.Context) {
 		if _, err := shim.ReadExit(dir); err == nil {
 			continue
 		}
-		m, err := readMeta(dir)
-		if err != nil {
+		if _, err := readMeta(dir); err != nil {
 			continue // a create that crashed before the shim started
 		}
 		r.openShimLog(ctx, id, dir)
-		if err := r.openIO(ctx, id, dir, m.LogPath, false); err != nil {
-			r.log.WarnContext(ctx, "resume container output", "container_id", id, "error", err)
-		}
 	}
 }
 
-// Close stops copying output (the shims keep their containers running)
-// and closes the connections to the shims.
+// Close stops draining the shim logs and closes the connections to the
+// shims (which keep their containers running and logging).
 func (r *Runtime) Close() error {
 	r.mu.Lock()
-	ios, logs, conns := r.ios, r.logs, r.conns
-	r.ios, r.logs, r.conns = map[string]*containerIO{}, map[string]*shimLogPipe{}, map[string]*conn{}
+	logs, conns := r.logs, r.conns
+	r.logs, r.conns = map[string]*shimLogPipe{}, map[string]*conn{}
 	r.mu.Unlock()
-	for _, c := range ios {
-		c.close()
-	}
 	for _, l := range logs {
 		l.close()
 	}
@@ -361,13 +362,12 @@ func (r *Runtime) Create(ctx context.Context, req runtime.CreateRequest) (retErr
 	if err := os.WriteFile(filepath.Join(dir, shim.ConfigFile), data, 0o600); err != nil {
 		return fmt.Errorf("create container %s: write bundle: %w", req.ID, err)
 	}
-	for _, f := range []string{stdoutFifo, stderrFifo, shimLog} {
-		if err := syscall.Mkfifo(filepath.Join(dir, f), 0o600); err != nil {
-			return fmt.Errorf("create container %s: make fifo %s: %w", req.ID, f, err)
-		}
+	if err := syscall.Mkfifo(filepath.Join(dir, shimLog), 0o600); err != nil {
+		return fmt.Errorf("create container %s: make fifo %s: %w", req.ID, shimLog, err)
 	}
 	r.openShimLog(ctx, req.ID, dir)
-	if err := r.openIO(ctx, req.ID, dir, req.LogPath, true); err != nil {
+	// The logger reads the log path from meta.json.
+	if err := writeMeta(dir, m); err != nil {
 		return fmt.Errorf("create container %s: %w", req.ID, err)
 	}
 	if m.Address, err = r.startShim(ctx, req.ID, dir); err != nil {
@@ -390,18 +390,18 @@ func (r *Runtime) Create(ctx context.Context, req runtime.CreateRequest) (retErr
 	if err := writeMeta(dir, m); err != nil {
 		return fmt.Errorf("create container %s: %w", req.ID, err)
 	}
+	logger := loggerURI(r.cfg.LoggerBinary, dir)
 	resp, err := c.task.Create(cctx, &task.CreateTaskRequest{
 		ID:       req.ID,
 		Bundle:   dir,
 		Terminal: req.Spec.Process != nil && req.Spec.Process.Terminal,
-		Stdout:   filepath.Join(dir, stdoutFifo),
-		Stderr:   filepath.Join(dir, stderrFifo),
+		Stdout:   logger,
+		Stderr:   logger,
 		Options:  r.options,
 	})
 	if err != nil {
 		return fmt.Errorf("create container %s: %w", req.ID, errgrpc.ToNative(err))
 	}
-	r.createdIO(req.ID)
 	m.Pid = int(resp.GetPid())
 	if req.Spec.Linux != nil {
 		m.OOMCounter = oomCounter(req.Spec.Linux.CgroupsPath)
@@ -504,11 +504,13 @@ func (r *Runtime) statusOf(ctx context.Context, id, dir string, m meta, resp *ta
 }
 
 // recordExit writes the exit record once the shim reported the exit, so
-// it outlives the shim.
+// it outlives the shim. It first gives the logger a moment to write the
+// last of the output, so the log is whole when the exit is reported.
 func (r *Runtime) recordExit(ctx context.Context, id, dir string, m meta, code uint32, at time.Time) (runtime.Status, error) {
 	if e, err := shim.ReadExit(dir); err == nil {
 		return statusOfExit(e), nil
 	}
+	waitLogger(ctx, dir, ioDrainWait)
 	e := shim.Exit{Pid: m.Pid, ExitCode: int32(code), StartedAt: m.StartedAt, FinishedAt: at}
 	if code > 128 && code < 128+65 {
 		e.Signal = int(code - 128)
@@ -660,7 +662,6 @@ func (r *Runtime) teardown(ctx context.Context, id, dir string, m meta) {
 			r.stopShim(ctx, m)
 		}
 	}
-	r.closeIO(id)
 	r.closeShimLog(id)
 	if err := os.RemoveAll(dir); err != nil {
 		r.log.WarnContext(ctx, "remove container state", "container_id", id, "error", err)
@@ -710,19 +711,18 @@ func (r *Runtime) Update(ctx context.Context, id string, res *specs.LinuxResourc
 	return nil
 }
 
-// ReopenLog reopens the container's CRI log. A container whose output
-// crind no longer copies (exited) is errdefs.ErrFailedPrecondition.
+// ReopenLog has the container's logger reopen its CRI log (SIGUSR1) and
+// waits until the log file exists again. A container whose logger is gone
+// (its output ended) is errdefs.ErrFailedPrecondition.
 func (r *Runtime) ReopenLog(ctx context.Context, id string) error {
-	if _, _, err := r.known(id); err != nil {
+	dir, m, err := r.known(id)
+	if err != nil {
 		return err
 	}
-	r.mu.Lock()
-	cio := r.ios[id]
-	r.mu.Unlock()
-	if cio == nil {
-		return fmt.Errorf("reopen log of container %s: output no longer copied: %w", id, errdefs.ErrFailedPrecondition)
-	}
-	if err := cio.lw.Reopen(); err != nil {
+	if err := reopenLog(ctx, dir, m.LogPath); err != nil {
+		if errors.Is(err, errLoggerGone) {
+			err = fmt.Errorf("%w: %w", err, errdefs.ErrFailedPrecondition)
+		}
 		return fmt.Errorf("reopen log of container %s: %w", id, err)
 	}
 	return nil
