@@ -201,6 +201,15 @@ func TestShimV2Lifecycle(t *testing.T) {
 	last := bytes.LastIndex(before, []byte("tick-"))
 	n, _ := strconv.Atoi(strings.Fields(string(before[last+len("tick-"):]))[0])
 	waitLog(t, logPath(podCfg, tickCfg), fmt.Sprintf("stdout F tick-%d\n", n+10))
+	// Log rotation as kubelet does it: rename, then ReopenContainerLog;
+	// the logger carries on in a new file.
+	if err := os.Rename(logPath(podCfg, tickCfg), logPath(podCfg, tickCfg)+".1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.rs.ReopenContainerLog(ctxT(t), &runtimeapi.ReopenContainerLogRequest{ContainerId: ticker}); err != nil {
+		t.Fatalf("ReopenContainerLog: %v", err)
+	}
+	waitLog(t, logPath(podCfg, tickCfg), "stdout F tick-")
 	if got := d.execOut(t, sleeper, "echo", "after-restart"); got != "after-restart" {
 		t.Errorf("ExecSync after restart = %q", got)
 	}
