@@ -38,7 +38,6 @@ import (
 	"github.com/crin-dev/crin/internal/image"
 	"github.com/crin-dev/crin/internal/nri"
 	"github.com/crin-dev/crin/internal/oci"
-	"github.com/crin-dev/crin/internal/runtime/shimv2"
 	"github.com/crin-dev/crin/internal/store"
 )
 
@@ -46,14 +45,6 @@ import (
 var version = "0.1.0-dev"
 
 func main() {
-	if len(os.Args) == 3 && os.Args[1] == shimv2.LoggerCommand {
-		// Started by a shim v2 runtime as a container's output logger.
-		if err := shimv2.RunLogger(os.Args[2]); err != nil {
-			fmt.Fprintln(os.Stderr, "crind:", err)
-			os.Exit(1)
-		}
-		return
-	}
 	if err := run(os.Args[1:]); err != nil {
 		fmt.Fprintln(os.Stderr, "crind:", err)
 		os.Exit(1)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"os/exec"
 	"path/filepath"
 
@@ -21,10 +20,6 @@ import (
 // unless it is the default. The returned func closes the backends that
 // hold resources (shimv2: connections to shims, shim log readers).
 func buildRuntimes(ctx context.Context, cfg *config.Config, shimBin string, log *slog.Logger) (map[string]runtime.Runtime, func(), error) {
-	self, err := os.Executable()
-	if err != nil {
-		return nil, nil, fmt.Errorf("find crind's own executable: %w", err)
-	}
 	runtimes := map[string]runtime.Runtime{}
 	var closers []func() error
 	closeAll := func() {
@@ -39,19 +34,22 @@ func buildRuntimes(ctx context.Context, cfg *config.Config, shimBin string, log 
 		var err error
 		switch rc.Type {
 		case "shimv2":
-			var bin string
+			var bin, logger string
 			bin, err = shimv2.ResolveBinary(rc.Path, rc.RuntimeType)
+			if err == nil {
+				if logger, err = config.FindBinary("", "crin-logger"); err != nil {
+					err = fmt.Errorf("%w: %w", err, errdefs.ErrNotFound)
+				}
+			}
 			if err == nil {
 				var s *shimv2.Runtime
 				s, err = shimv2.New(ctx, shimv2.Config{
-					Name:     name,
-					Binary:   bin,
-					StateDir: filepath.Join(cfg.State, "shimv2", name),
-					Root:     rc.Root,
-					Options:  rc.Options,
-					// The shim runs crind itself as each
-					// container's output logger.
-					LoggerBinary: self,
+					Name:         name,
+					Binary:       bin,
+					StateDir:     filepath.Join(cfg.State, "shimv2", name),
+					Root:         rc.Root,
+					Options:      rc.Options,
+					LoggerBinary: logger,
 					Logger:       rlog,
 				})
 				if err == nil {

@@ -48,6 +48,7 @@ func buildBinaries(t *testing.T) string {
 		root := repoRoot()
 		for _, b := range []struct{ name, pkg string }{
 			{"crind", "./cmd/crind"}, {"crin-shim", "./cmd/crin-shim"}, {"crin-pause", "./cmd/crin-pause"},
+			{"crin-logger", "./cmd/crin-logger"},
 		} {
 			cmd := exec.Command("go", "build", "-o", filepath.Join(binDir, b.name), b.pkg)
 			cmd.Dir = root

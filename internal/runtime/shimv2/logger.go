@@ -5,108 +5,21 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/url"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strconv"
-	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
 
-	"github.com/crin-dev/crin/internal/runtime/shim"
+	"github.com/crin-dev/crin/internal/runtime/shimv2/logger"
 )
-
-// LoggerCommand is the argument that makes crind run as a container's
-// output logger: "crind shimv2-logger <bundle dir>". The shim starts it
-// (its "binary" stdio scheme) with the container's stdout and stderr as
-// fds 3 and 4 and a readiness pipe as fd 5; it outlives crind, so output
-// keeps reaching the CRI log while crind is down, as under crin-shim.
-const LoggerCommand = "shimv2-logger"
-
-// loggerPidFile names the logger's pid file in the bundle.
-const loggerPidFile = "logger.pid"
-
-// loggerDrainWait is how long the logger keeps reading after the shim
-// asked it to stop (SIGTERM at the task's delete): a background process
-// of the container may hold the output open forever.
-const loggerDrainWait = time.Second
-
-// loggerURI is the stdout URI that has the shim start crind's logger for
-// the container in dir (both streams go to it).
-func loggerURI(binary, dir string) string {
-	u := url.URL{Scheme: "binary", Path: binary, RawQuery: url.Values{LoggerCommand: {dir}}.Encode()}
-	return u.String()
-}
-
-// RunLogger is the logger's main: it copies fds 3 and 4 into the CRI log
-// named in dir's meta.json with crin-shim's writer until both end,
-// reopens the log on SIGUSR1 (ReopenLog) and, on SIGTERM, stops after
-// loggerDrainWait. It closes fd 5 once it is ready.
-func RunLogger(dir string) error {
-	m, err := readMeta(dir)
-	if err != nil {
-		return fmt.Errorf("logger: %w", err)
-	}
-	lw, err := shim.OpenLog(m.LogPath, shim.LogOptions{})
-	if err != nil {
-		return fmt.Errorf("logger: %w", err)
-	}
-	defer lw.Close()
-	var streams []*os.File
-	for i, name := range []string{shim.StreamStdout, shim.StreamStderr} {
-		fd := 3 + i
-		// Non-blocking, so reads go through the poller and can be given
-		// a deadline.
-		if err := unix.SetNonblock(fd, true); err != nil {
-			return fmt.Errorf("logger: %s: %w", name, err)
-		}
-		streams = append(streams, os.NewFile(uintptr(fd), name))
-	}
-	if err := os.WriteFile(filepath.Join(dir, loggerPidFile), []byte(strconv.Itoa(os.Getpid())), 0o600); err != nil {
-		return fmt.Errorf("logger: %w", err)
-	}
-	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, unix.SIGUSR1, unix.SIGTERM)
-	if ready := os.NewFile(5, "ready"); ready != nil {
-		_ = ready.Close()
-	}
-
-	var wg sync.WaitGroup
-	for i, f := range streams {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			_ = lw.Copy([]string{shim.StreamStdout, shim.StreamStderr}[i], f)
-		}()
-	}
-	done := make(chan struct{})
-	go func() {
-		wg.Wait()
-		close(done)
-	}()
-	for {
-		select {
-		case <-done:
-			return nil
-		case s := <-sigs:
-			if s == unix.SIGUSR1 {
-				_ = lw.Reopen()
-				continue
-			}
-			for _, f := range streams {
-				_ = f.SetReadDeadline(time.Now().Add(loggerDrainWait))
-			}
-		}
-	}
-}
 
 // loggerPid is the pid of the live logger of the container in dir; 0
 // when it is gone. A pid is taken for the logger only while its command
-// line names LoggerCommand and dir.
+// line holds "-dir <dir>".
 func loggerPid(dir string) int {
-	b, err := os.ReadFile(filepath.Join(dir, loggerPidFile))
+	b, err := os.ReadFile(filepath.Join(dir, logger.PidFile))
 	if err != nil {
 		return 0
 	}
@@ -115,7 +28,7 @@ func loggerPid(dir string) int {
 		return 0
 	}
 	cmd, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-	if err != nil || !containsArgs(cmd, LoggerCommand, dir) {
+	if err != nil || !containsArgs(cmd, logger.DirFlag, dir) {
 		return 0
 	}
 	return pid

@@ -9,9 +9,8 @@
 // and, once the container exited, the exit record in crin-shim's format.
 //
 // A container's output goes to a logger the shim starts (the shim's
-// "binary" stdio scheme): crind itself, run as "crind shimv2-logger
-// <bundle>" (RunLogger), which writes the CRI log with the writer
-// crin-shim uses. It is the shim's child, not crind's, so output keeps
+// "binary" stdio scheme): crin-logger (package logger), which writes the
+// CRI log with the writer crin-shim uses. It is the shim's child, not crind's, so output keeps
 // reaching the log while crind is down, and a container that exits then
 // loses none of it.
 //
@@ -66,6 +65,7 @@ import (
 
 	"github.com/crin-dev/crin/internal/runtime"
 	"github.com/crin-dev/crin/internal/runtime/shim"
+	"github.com/crin-dev/crin/internal/runtime/shimv2/logger"
 )
 
 // Timeouts of the shimv2 backend.
@@ -114,8 +114,8 @@ type Config struct {
 	// Options are the runc shim's options (binary_name, systemd_cgroup,
 	// ...; see runcOptions). Only runc shims take options.
 	Options map[string]string
-	// LoggerBinary is crind's own executable, run by the shim as each
-	// container's output logger (RunLogger).
+	// LoggerBinary is crin-logger, run by the shim as each container's
+	// output logger (package logger).
 	LoggerBinary string
 	// PublishBinary is the shim's -publish-binary; /bin/true when empty.
 	PublishBinary string
@@ -390,13 +390,13 @@ func (r *Runtime) Create(ctx context.Context, req runtime.CreateRequest) (retErr
 	if err := writeMeta(dir, m); err != nil {
 		return fmt.Errorf("create container %s: %w", req.ID, err)
 	}
-	logger := loggerURI(r.cfg.LoggerBinary, dir)
+	out := logger.URI(r.cfg.LoggerBinary, dir)
 	resp, err := c.task.Create(cctx, &task.CreateTaskRequest{
 		ID:       req.ID,
 		Bundle:   dir,
 		Terminal: req.Spec.Process != nil && req.Spec.Process.Terminal,
-		Stdout:   logger,
-		Stderr:   logger,
+		Stdout:   out,
+		Stderr:   out,
 		Options:  r.options,
 	})
 	if err != nil {
