@@ -55,6 +55,7 @@ func defaultHandlerConfig(t *testing.T, cfg, extra string) string {
 	default:
 		t.Fatalf("%s=%q: the suite knows %q", handlerEnv, h, shimv2Handler)
 	}
+	t.Logf("%s=%s: pods naming no handler run on %s", handlerEnv, h, h)
 	// Top-level keys come before the first table.
 	return fmt.Sprintf("default_runtime = %q\n", h) + cfg
 }
