@@ -9,6 +9,7 @@ build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/crind ./cmd/crind
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/crinctl ./cmd/crinctl
 	$(GO) build -ldflags "-s -w" -o bin/crin-shim ./cmd/crin-shim
+	$(GO) build -ldflags "-s -w" -o bin/crin-logger ./cmd/crin-logger
 	CGO_ENABLED=0 $(GO) build -ldflags "-s -w" -o bin/crin-pause ./cmd/crin-pause
 
 deps:
