@@ -3,12 +3,13 @@ GO ?= go
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 
-.PHONY: build test unit integration e2e lint run bench clean deps fuzz
+.PHONY: build test unit integration integration-shimv2 e2e lint run bench clean deps fuzz
 
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/crind ./cmd/crind
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/crinctl ./cmd/crinctl
 	$(GO) build -ldflags "-s -w" -o bin/crin-shim ./cmd/crin-shim
+	$(GO) build -ldflags "-s -w" -o bin/crin-logger ./cmd/crin-logger
 	CGO_ENABLED=0 $(GO) build -ldflags "-s -w" -o bin/crin-pause ./cmd/crin-pause
 
 deps:
@@ -17,13 +18,20 @@ deps:
 # Every test: unit tests, then the integration tests (root, real runc, CNI,
 # a registry on 127.0.0.1) against the real crind, then a real kubelet on
 # crind (e2e).
-test: deps build unit integration e2e
+test: deps build unit integration integration-shimv2 e2e
 
 unit:
 	$(GO) test -race ./...
 
 integration:
 	$(GO) test -tags integration -count=1 -p 1 -timeout 20m ./...
+
+# The integration tests that are not about crin-shim's own files and
+# faults, again with the shim v2 handler (Debian's containerd-shim-runc-v2)
+# as every daemon's default runtime (docs/runtimes.md).
+SHIMV2_TESTS := TestExitCodes|TestCgroupLimits|TestExecStream|TestAttach|TestAttachDetach|TestCrashRecovery|TestPodContainerLifecycle|TestKubeletSurface|TestKillMidLifecycle|TestNRIAdjustInContainer|TestNRIHookAdjustment|TestNRIUpdateOtherContainer|TestNRIEviction|TestKubeletStats|TestMountFeatures|TestSecurityContext|TestRollback|TestIdempotentStopRemove|TestInfraKilled|TestPinnedNamespaces|TestRequestsAnswerTruthfully|TestPodNetwork|TestHostNetwork
+integration-shimv2:
+	CRIN_TEST_HANDLER=runc-v2 $(GO) test -tags integration -count=1 -p 1 -timeout 20m -run '^($(SHIMV2_TESTS))$$' ./test/integration/
 
 # A standalone kubelet (built once into ~/.cache/crin from the Go module
 # proxy; CRIN_KUBELET overrides the path) drives crind through static pods.

@@ -2,7 +2,7 @@
 # Installs what crind and its tests need on a Debian 12 node.
 set -eu
 need=""
-for pkg in runc crun containernetworking-plugins busybox-static iproute2 iptables criu; do
+for pkg in runc crun containerd containernetworking-plugins busybox-static iproute2 iptables criu; do
 	dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need="$need $pkg"
 done
 if [ -n "$need" ]; then

@@ -19,7 +19,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"strconv"
@@ -39,7 +38,6 @@ import (
 	"github.com/crin-dev/crin/internal/image"
 	"github.com/crin-dev/crin/internal/nri"
 	"github.com/crin-dev/crin/internal/oci"
-	"github.com/crin-dev/crin/internal/runtime"
 	"github.com/crin-dev/crin/internal/store"
 )
 
@@ -168,30 +166,11 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	runtimes := map[string]runtime.Runtime{}
-	for _, name := range cfg.RuntimeNames() {
-		rc := cfg.Runtimes[name]
-		bin, err := exec.LookPath(rc.Path)
-		if err != nil {
-			if name == cfg.DefaultRuntime {
-				return fmt.Errorf("default runtime %s: %w", name, err)
-			}
-			log.WarnContext(ctx, "runtime not installed, handler disabled", "runtime", name, "path", rc.Path)
-			continue
-		}
-		rt, err := runtime.NewOCI(runtime.OCIConfig{
-			Name:       name,
-			Binary:     bin,
-			Root:       rc.Root,
-			ShimBinary: shim,
-			StateDir:   filepath.Join(cfg.State, "c"),
-			Logger:     log.With("runtime", name),
-		})
-		if err != nil {
-			return fmt.Errorf("runtime %s: %w", name, err)
-		}
-		runtimes[name] = rt
+	runtimes, closeRuntimes, err := buildRuntimes(ctx, cfg, shim, log)
+	if err != nil {
+		return err
 	}
+	defer closeRuntimes()
 	pauseRoot := filepath.Join(cfg.State, "pause-rootfs")
 	if err := oci.PreparePauseRoot(pauseRoot); err != nil {
 		return err

@@ -84,12 +84,21 @@ type CRI struct {
 
 // Runtime is one runtime handler.
 type Runtime struct {
-	// Type is "oci" (an OCI runtime CLI under crin-shim).
-	Type string `toml:"type" comment:"oci: an OCI runtime CLI (runc, crun) run under crin-shim"`
-	// Path is the runtime binary; a bare name is looked up in $PATH.
-	Path string `toml:"path" comment:"runtime binary; a bare name is looked up in $PATH"`
+	// Type is "oci" (an OCI runtime CLI under crin-shim) or "shimv2" (a
+	// containerd shim v2 runtime, docs/runtimes.md).
+	Type string `toml:"type" comment:"oci: an OCI runtime CLI (runc, crun) run under crin-shim; shimv2: a containerd shim v2 runtime"`
+	// Path is the runtime binary (oci) or the shim (shimv2); a bare name
+	// is looked up in $PATH.
+	Path string `toml:"path" comment:"runtime binary, or shim binary for shimv2; a bare name is looked up in $PATH"`
 	// Root is the runtime's state dir (--root); empty means <state>/runtimes/<name>.
 	Root string `toml:"root" comment:"runtime --root; empty: <state>/runtimes/<name>"`
+	// RuntimeType names a shim v2 runtime as containerd does
+	// (io.containerd.runc.v2: containerd-shim-runc-v2 in $PATH); shimv2
+	// only, used when Path is empty.
+	RuntimeType string `toml:"runtime_type,omitempty" comment:"shimv2: runtime type, e.g. io.containerd.runc.v2 (used when path is empty)"`
+	// Options are the shim's options (shimv2 only; for runc shims:
+	// binary_name, systemd_cgroup, no_pivot_root, no_new_keyring, shim_cgroup).
+	Options map[string]string `toml:"options,omitempty" comment:"shimv2: shim options (runc: binary_name, systemd_cgroup, ...)"`
 }
 
 // CNI configures pod networking.
@@ -315,11 +324,20 @@ func (c *Config) validateRuntimes(bad func(key string, val any, why string)) {
 		if !runtimeName.MatchString(name) {
 			bad(key, name, "runtime names are letters, digits, '_', '.', '-'")
 		}
-		if r.Type != "oci" {
-			bad(key+".type", r.Type, `the only runtime type is "oci"`)
-		}
-		if r.Path == "" {
-			bad(key+".path", r.Path, "must name a binary")
+		switch r.Type {
+		case "oci":
+			if r.Path == "" {
+				bad(key+".path", r.Path, "must name a binary")
+			}
+			if r.RuntimeType != "" || len(r.Options) > 0 {
+				bad(key+".type", r.Type, "runtime_type and options are for shimv2 runtimes")
+			}
+		case "shimv2":
+			if r.Path == "" && r.RuntimeType == "" {
+				bad(key+".runtime_type", r.RuntimeType, "a shimv2 runtime needs a path or a runtime type")
+			}
+		default:
+			bad(key+".type", r.Type, `runtime types are "oci" and "shimv2"`)
 		}
 		if r.Root == "" {
 			r.Root = filepath.Join(c.State, "runtimes", name)

@@ -103,6 +103,24 @@ max_unpacked_bytes = 1073741824
 		{name: "negative unpack cap", toml: "[image]\nmax_unpacked_bytes = -5\n", wantErr: []string{"image.max_unpacked_bytes", "-5", "negative"}},
 		{name: "unknown default runtime", toml: "default_runtime = \"kata\"\n", wantErr: []string{"default_runtime", "kata", "runc"}},
 		{name: "bad runtime type", toml: "[runtimes.x]\ntype = \"vm\"\npath = \"x\"\n", wantErr: []string{"runtimes.x.type", "vm"}},
+		{name: "shimv2 runtime", toml: `
+[runtimes.runc-v2]
+type = "shimv2"
+runtime_type = "io.containerd.runc.v2"
+[runtimes.runc-v2.options]
+binary_name = "/usr/sbin/runc"
+`, check: func(t *testing.T, c *Config) {
+			r := c.Runtimes["runc-v2"]
+			if r.Type != "shimv2" || r.RuntimeType != "io.containerd.runc.v2" || r.Options["binary_name"] != "/usr/sbin/runc" {
+				t.Errorf("runtime = %+v", r)
+			}
+			if r.Root != "/run/crin/runtimes/runc-v2" {
+				t.Errorf("runtime root default = %q", r.Root)
+			}
+		}},
+		{name: "shimv2 by path", toml: "[runtimes.k]\ntype = \"shimv2\"\npath = \"/opt/kata/bin/containerd-shim-kata-v2\"\n"},
+		{name: "shimv2 without shim", toml: "[runtimes.k]\ntype = \"shimv2\"\n", wantErr: []string{"runtimes.k.runtime_type", "path or a runtime type"}},
+		{name: "oci with runtime type", toml: "[runtimes.x]\ntype = \"oci\"\npath = \"runc\"\nruntime_type = \"io.containerd.runc.v2\"\n", wantErr: []string{"runtimes.x.type", "shimv2"}},
 		{name: "mirror without scheme", toml: "[registry.mirrors.\"docker.io\"]\nendpoints = [\"127.0.0.1:5000\"]\n", wantErr: []string{"endpoints[0]", "127.0.0.1:5000"}},
 		{name: "metrics off host", toml: "[cri]\nmetrics_address = \"0.0.0.0:9000\"\n", wantErr: []string{"metrics_address", "loopback"}},
 		{name: "metrics disabled", toml: "[cri]\nmetrics_address = \"\"\n"},

@@ -46,6 +46,8 @@ type fakeRuntime struct {
 	onDelete func(id string)
 	// deleteFails makes that many Deletes fail (as when runc is killed).
 	deleteFails int
+	// createErr makes Create fail.
+	createErr error
 }
 
 // wait blocks while the test holds the runtime's calls (see block).
@@ -83,6 +85,9 @@ func (f *fakeRuntime) get(id string) (*fakeCtr, error) {
 func (f *fakeRuntime) Create(ctx context.Context, req runtime.CreateRequest) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.createErr != nil {
+		return f.createErr
+	}
 	f.ctrs[req.ID] = &fakeCtr{st: runtime.Status{State: runtime.StateCreated}, exit: make(chan struct{})}
 	return nil
 }
@@ -205,6 +210,8 @@ type fakeImages struct {
 	rootfs map[string]bool
 	// missing is an image ref PrepareVolume does not find.
 	missing string
+	// prepareErr makes PrepareRootfs fail.
+	prepareErr error
 }
 
 var testImage = &image.Image{
@@ -226,6 +233,12 @@ func (f *fakeImages) Rootfs(_ context.Context, id string) (string, error) {
 }
 
 func (f *fakeImages) PrepareRootfs(_ context.Context, id, _ string) (string, error) {
+	f.mu.Lock()
+	perr := f.prepareErr
+	f.mu.Unlock()
+	if perr != nil {
+		return "", perr
+	}
 	p := filepath.Join(f.dir, id)
 	if err := os.MkdirAll(p, 0o755); err != nil {
 		return "", err
@@ -414,6 +427,10 @@ func newHub(t *testing.T) *hub {
 	}
 	t.Cleanup(func() { st.Close() })
 	h := &hub{rt: newFakeRuntime(), images: &fakeImages{dir: filepath.Join(dir, "rootfs"), rootfs: map[string]bool{}}}
+	// A cgroup v1 layout with one hierarchy, as /sys/fs/cgroup would be.
+	if err := os.MkdirAll(filepath.Join(dir, "cgroup", "memory"), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	h.opts = Options{
 		Store:          st,
 		Images:         h.images,

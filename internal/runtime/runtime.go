@@ -1,7 +1,9 @@
 // Package runtime runs OCI containers for crind through one Runtime interface.
 // The oci backend drives any OCI runtime CLI (runc, crun) with one crin-shim
 // process per container; the shim owns the container's stdio, writes its CRI
-// log, reaps it and records how it exited, and outlives crind restarts.
+// log, reaps it and records how it exited, and outlives crind restarts. The
+// shimv2 backend (package shimv2) drives containerd shim v2 runtimes; see
+// docs/runtimes.md for both.
 //
 // # The oci backend
 //

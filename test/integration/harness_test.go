@@ -48,6 +48,7 @@ func buildBinaries(t *testing.T) string {
 		root := repoRoot()
 		for _, b := range []struct{ name, pkg string }{
 			{"crind", "./cmd/crind"}, {"crin-shim", "./cmd/crin-shim"}, {"crin-pause", "./cmd/crin-pause"},
+			{"crin-logger", "./cmd/crin-logger"},
 		} {
 			cmd := exec.Command("go", "build", "-o", filepath.Join(binDir, b.name), b.pkg)
 			cmd.Dir = root
@@ -158,6 +159,7 @@ conf_dir = %q
 bin_dirs = ["/usr/lib/cni"]
 %s`, d.root, d.state, d.socket, o.metrics, d.cgroup,
 		filepath.Join(bin, "crin-shim"), filepath.Join(bin, "crin-pause"), confDir, o.extraConfig)
+	cfg = defaultHandlerConfig(t, cfg, o.extraConfig)
 	if !strings.Contains(o.extraConfig, "[nri") {
 		// Daemons running side by side must not share NRI's default socket.
 		cfg += fmt.Sprintf("\n[nri]\nsocket_path = %q\n", filepath.Join(base, "nri.sock"))
@@ -300,6 +302,13 @@ func (d *daemon) checkNoLeaks() {
 	if ents, _ := os.ReadDir(filepath.Join(d.state, "c")); len(ents) > 0 {
 		for _, e := range ents {
 			t.Errorf("leaked container state dir: %s", e.Name())
+		}
+	}
+	// The shimv2 backend keeps one bundle per container in
+	// <state>/shimv2/<handler>.
+	if dirs, _ := filepath.Glob(filepath.Join(d.state, "shimv2", "*", "*")); len(dirs) > 0 {
+		for _, dir := range dirs {
+			t.Errorf("leaked shimv2 container state dir: %s", dir)
 		}
 	}
 	if ents, _ := os.ReadDir(filepath.Join(d.state, "ns")); len(ents) > 0 {

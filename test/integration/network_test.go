@@ -25,7 +25,9 @@ func TestPodNetwork(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, c := range st.Status.Conditions {
-		if !c.Status {
+		// A handler's own condition (crun on a hybrid cgroup host) is
+		// TestCrunReadiness's business.
+		if !c.Status && (c.Type == runtimeapi.RuntimeReady || c.Type == runtimeapi.NetworkReady) {
 			t.Errorf("condition %s false: %s", c.Type, c.Message)
 		}
 	}

@@ -1,0 +1,87 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os/exec"
+	"path/filepath"
+
+	"github.com/containerd/errdefs"
+
+	"github.com/crin-dev/crin/internal/config"
+	"github.com/crin-dev/crin/internal/runtime"
+	"github.com/crin-dev/crin/internal/runtime/shimv2"
+)
+
+// buildRuntimes makes one backend per configured runtime handler. A
+// handler whose binary is not installed is disabled with a warning,
+// unless it is the default. The returned func closes the backends that
+// hold resources (shimv2: connections to shims, shim log readers).
+func buildRuntimes(ctx context.Context, cfg *config.Config, shimBin string, log *slog.Logger) (map[string]runtime.Runtime, func(), error) {
+	runtimes := map[string]runtime.Runtime{}
+	var closers []func() error
+	closeAll := func() {
+		for _, c := range closers {
+			_ = c()
+		}
+	}
+	for _, name := range cfg.RuntimeNames() {
+		rc := cfg.Runtimes[name]
+		rlog := log.With("runtime", name)
+		var rt runtime.Runtime
+		var err error
+		switch rc.Type {
+		case "shimv2":
+			var bin, logger string
+			bin, err = shimv2.ResolveBinary(rc.Path, rc.RuntimeType)
+			if err == nil {
+				if logger, err = config.FindBinary("", "crin-logger"); err != nil {
+					err = fmt.Errorf("%w: %w", err, errdefs.ErrNotFound)
+				}
+			}
+			if err == nil {
+				var s *shimv2.Runtime
+				s, err = shimv2.New(ctx, shimv2.Config{
+					Name:         name,
+					Binary:       bin,
+					StateDir:     filepath.Join(cfg.State, "shimv2", name),
+					Root:         rc.Root,
+					Options:      rc.Options,
+					LoggerBinary: logger,
+					Logger:       rlog,
+				})
+				if err == nil {
+					rt = s
+					closers = append(closers, s.Close)
+				}
+			}
+		default:
+			var bin string
+			bin, err = exec.LookPath(rc.Path)
+			if err != nil {
+				err = fmt.Errorf("%w: %w", err, errdefs.ErrNotFound)
+			} else {
+				rt, err = runtime.NewOCI(runtime.OCIConfig{
+					Name:       name,
+					Binary:     bin,
+					Root:       rc.Root,
+					ShimBinary: shimBin,
+					StateDir:   filepath.Join(cfg.State, "c"),
+					Logger:     rlog,
+				})
+			}
+		}
+		if errors.Is(err, errdefs.ErrNotFound) && name != cfg.DefaultRuntime {
+			log.WarnContext(ctx, "runtime not installed, handler disabled", "runtime", name, "path", rc.Path, "runtime_type", rc.RuntimeType, "error", err)
+			continue
+		}
+		if err != nil {
+			closeAll()
+			return nil, nil, fmt.Errorf("runtime %s: %w", name, err)
+		}
+		runtimes[name] = rt
+	}
+	return runtimes, closeAll, nil
+}

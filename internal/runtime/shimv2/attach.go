@@ -1,0 +1,123 @@
+package shimv2
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/containerd/errdefs"
+
+	"github.com/crin-dev/crin/internal/runtime"
+	"github.com/crin-dev/crin/internal/runtime/shim"
+)
+
+var _ runtime.Attacher = (*Runtime)(nil)
+
+// attachPoll is how often an attached client's log is read again when it
+// had nothing new.
+const attachPoll = 50 * time.Millisecond
+
+// Attach follows the container's CRI log from its current end and writes
+// the content of each record to req's writers, by stream, until the
+// container's exit is recorded (its output is then all in the log), its
+// logger is gone, or ctx ends. It follows a log rotated by renaming to the new file. A
+// container that has exited, or has no log, is
+// errdefs.ErrFailedPrecondition.
+func (r *Runtime) Attach(ctx context.Context, id string, req runtime.AttachRequest) error {
+	dir, m, err := r.known(id)
+	if err != nil {
+		return err
+	}
+	if _, err := shim.ReadExit(dir); err == nil || loggerPid(dir) == 0 {
+		return fmt.Errorf("attach to container %s: its output has ended: %w", id, errdefs.ErrFailedPrecondition)
+	}
+	if m.LogPath == "" {
+		return fmt.Errorf("attach to container %s: its output is not logged: %w", id, errdefs.ErrFailedPrecondition)
+	}
+	f, err := os.Open(m.LogPath)
+	if err != nil {
+		return fmt.Errorf("attach to container %s: %w", id, err)
+	}
+	defer func() { f.Close() }()
+	if _, err := f.Seek(0, io.SeekEnd); err != nil {
+		return fmt.Errorf("attach to container %s: %w", id, err)
+	}
+	outs := map[string]io.Writer{shim.StreamStdout: req.Stdout, shim.StreamStderr: req.Stderr}
+	br := bufio.NewReader(f)
+	var pending []byte // a record not yet ended by its newline
+	tick := time.NewTicker(attachPoll)
+	defer tick.Stop()
+	for {
+		// Checked before reading: the exit is recorded once the logger
+		// read all the container wrote (waitLogger), so what is in the
+		// log then is read in this round.
+		_, err := shim.ReadExit(dir)
+		ended := err == nil || loggerPid(dir) == 0
+		for {
+			line, err := br.ReadSlice('\n')
+			pending = append(pending, line...)
+			if errors.Is(err, bufio.ErrBufferFull) {
+				continue
+			}
+			if err != nil {
+				break // end of what the logger wrote so far
+			}
+			if err := writeRecord(outs, pending); err != nil {
+				return fmt.Errorf("attach to container %s: %w", id, err)
+			}
+			pending = pending[:0]
+		}
+		if ended {
+			return nil
+		}
+		if rotated(f, m.LogPath) {
+			nf, err := os.Open(m.LogPath)
+			if err == nil {
+				f.Close()
+				f, pending = nf, pending[:0]
+				br.Reset(f)
+				continue
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+	}
+}
+
+// writeRecord writes the content of one CRI log record,
+// "<time> <stream> <tag> <content>\n", to its stream's writer; a full (F)
+// record ends a line.
+func writeRecord(outs map[string]io.Writer, rec []byte) error {
+	parts := bytes.SplitN(bytes.TrimSuffix(rec, []byte("\n")), []byte(" "), 4)
+	if len(parts) < 3 {
+		return nil
+	}
+	w := outs[string(parts[1])]
+	if w == nil {
+		return nil
+	}
+	var content []byte
+	if len(parts) == 4 {
+		content = parts[3]
+	}
+	if string(parts[2]) == shim.TagFull {
+		content = append(content, '\n')
+	}
+	_, err := w.Write(content)
+	return err
+}
+
+// rotated reports whether path now names another file than f.
+func rotated(f *os.File, path string) bool {
+	a, err1 := f.Stat()
+	b, err2 := os.Stat(path)
+	return err1 == nil && err2 == nil && !os.SameFile(a, b)
+}

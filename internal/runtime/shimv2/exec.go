@@ -1,0 +1,341 @@
+package shimv2
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	task "github.com/containerd/containerd/api/runtime/task/v2"
+	"github.com/containerd/errdefs"
+	"github.com/containerd/errdefs/pkg/errgrpc"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/crin-dev/crin/internal/runtime"
+	"github.com/crin-dev/crin/internal/runtime/shim"
+)
+
+var _ runtime.StreamExecer = (*Runtime)(nil)
+
+// cappedBuffer keeps the first max bytes written to it and drops the rest
+// (the writer is never blocked: the process must not stall on its output).
+type cappedBuffer struct {
+	buf bytes.Buffer
+	max int
+}
+
+func (b *cappedBuffer) Write(p []byte) (int, error) {
+	if room := b.max - b.buf.Len(); b.max <= 0 || room >= len(p) {
+		b.buf.Write(p)
+	} else if room > 0 {
+		b.buf.Write(p[:room])
+	}
+	return len(p), nil
+}
+
+// Exec runs req through the shim's Exec, Start and Wait and collects its
+// output from two fifos. When req.Timeout expires the process is killed
+// and the error wraps context.DeadlineExceeded.
+func (r *Runtime) Exec(ctx context.Context, id string, req runtime.ExecRequest) (runtime.ExecResult, error) {
+	var res runtime.ExecResult
+	if len(req.Args) == 0 {
+		return res, fmt.Errorf("exec in container %s: no args: %w", id, errdefs.ErrInvalidArgument)
+	}
+	if req.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, req.Timeout)
+		defer cancel()
+	}
+	stdout, stderr := &cappedBuffer{max: req.MaxOutput}, &cappedBuffer{max: req.MaxOutput}
+	code, err := r.runExec(ctx, id, execIO{args: req.Args, stdout: stdout, stderr: stderr})
+	res.Stdout, res.Stderr, res.ExitCode = stdout.buf.Bytes(), stderr.buf.Bytes(), code
+	return res, err
+}
+
+// ExecStream runs an interactive process through the shim: stdin, stdout
+// and stderr go through fifos (with TTY the shim's terminal carries the
+// output on the stdout fifo), the end of req.Stdin closes the process's
+// stdin (CloseIO), and req.Resize is relayed with ResizePty.
+func (r *Runtime) ExecStream(ctx context.Context, id string, req runtime.StreamExecRequest) (int32, error) {
+	if len(req.Args) == 0 {
+		return 0, fmt.Errorf("exec in container %s: no args: %w", id, errdefs.ErrInvalidArgument)
+	}
+	st, err := r.Status(ctx, id)
+	if err != nil {
+		return 0, fmt.Errorf("exec in container %s: %w", id, err)
+	}
+	if st.State != runtime.StateRunning {
+		return 0, fmt.Errorf("exec in container %s: container is %s: %w", id, st.State, errdefs.ErrFailedPrecondition)
+	}
+	return r.runExec(ctx, id, execIO{
+		args: req.Args, tty: req.TTY, stdin: req.Stdin, stdout: req.Stdout, stderr: req.Stderr, resize: req.Resize,
+	})
+}
+
+// execIO is what runExec connects an exec'd process to.
+type execIO struct {
+	args           []string
+	tty            bool
+	stdin          io.Reader // nil: no stdin
+	stdout, stderr io.Writer // nil: discarded
+	resize         <-chan runtime.TerminalSize
+}
+
+// execFifos are the fifos of one exec: crind reads out and errOut (holding
+// write ends of its own until the shim opened its ends, as for a
+// container) and writes in.
+type execFifos struct {
+	paths   []string
+	readers []*os.File
+	holders []*os.File
+	in      *os.File
+	inPath  string
+}
+
+func (f *execFifos) releaseHolders() {
+	for _, h := range f.holders {
+		_ = h.Close()
+	}
+	f.holders = nil
+}
+
+func (f *execFifos) close() {
+	f.releaseHolders()
+	for _, x := range f.readers {
+		_ = x.Close()
+	}
+	if f.in != nil {
+		_ = f.in.Close()
+	}
+	for _, p := range append(f.paths, f.inPath) {
+		if p != "" {
+			_ = os.Remove(p)
+		}
+	}
+}
+
+// makeExecFifos makes the fifos of exec execID in dir: stdout, stderr
+// unless tty, stdin when wanted.
+func makeExecFifos(dir, execID string, tty, stdin bool) (*execFifos, error) {
+	f := &execFifos{}
+	streams := []string{"stdout", "stderr"}
+	if tty {
+		streams = streams[:1]
+	}
+	for _, s := range streams {
+		p := filepath.Join(dir, "."+execID+"-"+s)
+		if err := syscall.Mkfifo(p, 0o600); err != nil {
+			return f, err
+		}
+		f.paths = append(f.paths, p)
+		rd, err := openFifoReader(p)
+		if err != nil {
+			return f, err
+		}
+		f.readers = append(f.readers, rd)
+		h, err := os.OpenFile(p, os.O_WRONLY|syscall.O_NONBLOCK, 0)
+		if err != nil {
+			return f, err
+		}
+		f.holders = append(f.holders, h)
+	}
+	if stdin {
+		f.inPath = filepath.Join(dir, "."+execID+"-stdin")
+		if err := syscall.Mkfifo(f.inPath, 0o600); err != nil {
+			return f, err
+		}
+		// Read-write: the open never waits for the shim, and what is
+		// written before the shim opened its end waits in the pipe.
+		in, err := os.OpenFile(f.inPath, os.O_RDWR, 0)
+		if err != nil {
+			return f, err
+		}
+		f.in = in
+	}
+	return f, nil
+}
+
+// runExec runs one exec'd process through the shim and returns its exit
+// code once it exited and its output was copied (bounded by ioDrainWait:
+// a background process may keep the output open). When ctx ends first the
+// process is killed and the error wraps ctx.Err().
+func (r *Runtime) runExec(ctx context.Context, id string, x execIO) (int32, error) {
+	dir, m, err := r.known(id)
+	if err != nil {
+		return -1, err
+	}
+	procAny, err := execProcess(dir, x.args, x.tty)
+	if err != nil {
+		return -1, fmt.Errorf("exec in container %s: %w", id, err)
+	}
+	c, err := r.conn(ctx, m.Address)
+	if err != nil {
+		return -1, fmt.Errorf("exec in container %s: %w: %w", id, err, errdefs.ErrFailedPrecondition)
+	}
+	var rnd [8]byte
+	_, _ = rand.Read(rnd[:])
+	execID := "exec-" + hex.EncodeToString(rnd[:])
+	fifos, err := makeExecFifos(dir, execID, x.tty, x.stdin != nil)
+	defer fifos.close()
+	if err != nil {
+		return -1, fmt.Errorf("exec in container %s: %w", id, err)
+	}
+
+	outs := []io.Writer{x.stdout, x.stderr}
+	copied := make(chan struct{}, len(fifos.readers))
+	for i, f := range fifos.readers {
+		w := outs[i]
+		if w == nil {
+			w = io.Discard
+		}
+		go func() {
+			_, _ = io.Copy(w, f)
+			copied <- struct{}{}
+		}()
+	}
+	// waitCopies waits (at most d) for the copies to reach end of file,
+	// then stops them; the buffers are read only after it.
+	waitCopies := func(d time.Duration) {
+		timer := time.NewTimer(d)
+		defer timer.Stop()
+		n := 0
+		for ; n < len(fifos.readers); n++ {
+			select {
+			case <-copied:
+				continue
+			case <-timer.C:
+			}
+			break
+		}
+		for _, f := range fifos.readers {
+			_ = f.Close()
+		}
+		for ; n < len(fifos.readers); n++ {
+			<-copied
+		}
+	}
+
+	bg := context.WithoutCancel(ctx)
+	req := &task.ExecProcessRequest{ID: id, ExecID: execID, Terminal: x.tty, Stdin: fifos.inPath, Stdout: fifos.paths[0], Spec: procAny}
+	if len(fifos.paths) > 1 {
+		req.Stderr = fifos.paths[1]
+	}
+	cctx, cancel := r.callCtx(ctx)
+	defer cancel()
+	if _, err := c.task.Exec(cctx, req); err != nil {
+		waitCopies(0)
+		return -1, fmt.Errorf("exec in container %s: %w", id, errgrpc.ToNative(err))
+	}
+	defer func() {
+		dctx, cancel := context.WithTimeout(bg, r.cfg.CallTimeout)
+		defer cancel()
+		if _, err := c.task.Delete(dctx, &task.DeleteRequest{ID: id, ExecID: execID}); err != nil {
+			if err = errgrpc.ToNative(err); !errdefs.IsNotFound(err) {
+				r.log.WarnContext(ctx, "delete exec process", "container_id", id, "exec_id", execID, "error", err)
+			}
+		}
+	}()
+	if _, err := c.task.Start(cctx, &task.StartRequest{ID: id, ExecID: execID}); err != nil {
+		waitCopies(0)
+		return -1, fmt.Errorf("exec in container %s: %w", id, errgrpc.ToNative(err))
+	}
+	fifos.releaseHolders()
+	stop := r.relayExecInput(ctx, c, id, execID, fifos.in, x)
+	defer stop()
+
+	resp, werr := c.task.Wait(ctx, &task.WaitRequest{ID: id, ExecID: execID})
+	if werr != nil && ctx.Err() != nil {
+		kctx, kcancel := context.WithTimeout(bg, r.cfg.CallTimeout)
+		_, _ = c.task.Kill(kctx, &task.KillRequest{ID: id, ExecID: execID, Signal: uint32(syscall.SIGKILL)})
+		_, _ = c.task.Wait(kctx, &task.WaitRequest{ID: id, ExecID: execID})
+		kcancel()
+		waitCopies(ioDrainWait)
+		return -1, fmt.Errorf("exec in container %s: %w", id, ctx.Err())
+	}
+	if werr != nil {
+		waitCopies(0)
+		return -1, fmt.Errorf("exec in container %s: %w", id, errgrpc.ToNative(werr))
+	}
+	waitCopies(ioDrainWait)
+	return int32(resp.GetExitStatus()), nil
+}
+
+// relayExecInput copies x.stdin into the exec's stdin fifo (closing the
+// process's stdin at its end) and relays terminal sizes. stop ends both
+// and waits for the resize relay; the stdin copy may sit in a read of the
+// client's stream, which the caller's stream ends, so it is not waited
+// for: closing the fifo makes its next write fail.
+func (r *Runtime) relayExecInput(ctx context.Context, c *conn, id, execID string, in *os.File, x execIO) (stop func()) {
+	rctx, cancel := context.WithCancel(ctx)
+	if in != nil {
+		go func() {
+			_, _ = io.Copy(in, x.stdin)
+			// The shim's copy into the process sees the end once every
+			// write end is closed: crind's, then (CloseIO) the shim's own.
+			_ = in.Close()
+			cctx, ccancel := r.callCtx(context.WithoutCancel(rctx))
+			defer ccancel()
+			if _, err := c.task.CloseIO(cctx, &task.CloseIORequest{ID: id, ExecID: execID, Stdin: true}); err != nil {
+				r.log.DebugContext(ctx, "close exec stdin", "container_id", id, "exec_id", execID, "error", errgrpc.ToNative(err))
+			}
+		}()
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if x.resize == nil {
+			return
+		}
+		for {
+			select {
+			case <-rctx.Done():
+				return
+			case sz, ok := <-x.resize:
+				if !ok {
+					return
+				}
+				cctx, ccancel := r.callCtx(rctx)
+				_, err := c.task.ResizePty(cctx, &task.ResizePtyRequest{ID: id, ExecID: execID, Width: uint32(sz.Width), Height: uint32(sz.Height)})
+				ccancel()
+				if err != nil {
+					r.log.DebugContext(ctx, "resize exec terminal", "container_id", id, "exec_id", execID, "error", errgrpc.ToNative(err))
+				}
+			}
+		}
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
+}
+
+// execProcess is the container's process spec with args replaced, as the
+// shim takes it.
+func execProcess(dir string, args []string, tty bool) (*anypb.Any, error) {
+	data, err := os.ReadFile(filepath.Join(dir, shim.ConfigFile))
+	if err != nil {
+		return nil, err
+	}
+	var spec specs.Spec
+	if err := json.Unmarshal(data, &spec); err != nil {
+		return nil, fmt.Errorf("decode bundle: %w", err)
+	}
+	if spec.Process == nil {
+		return nil, fmt.Errorf("bundle has no process: %w", errdefs.ErrFailedPrecondition)
+	}
+	p := *spec.Process
+	p.Args, p.Terminal, p.ConsoleSize = args, tty, nil
+	data, err = json.Marshal(&p)
+	if err != nil {
+		return nil, err
+	}
+	return &anypb.Any{TypeUrl: processURL, Value: data}, nil
+}

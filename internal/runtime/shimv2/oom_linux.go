@@ -1,0 +1,45 @@
+package shimv2
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/containerd/cgroups/v3"
+)
+
+// oomCounter is the file counting the OOM kills of the memory cgroup at
+// cgroupsPath (as in an OCI spec with the cgroupfs driver):
+// memory.oom_control on cgroup v1, memory.events on v2. The shim's OOM
+// events are not received (see the package doc), so the kernel's counter
+// says whether a container was OOM-killed; it is read while the
+// container's cgroup still exists, between its exit and its Delete.
+func oomCounter(cgroupsPath string) string {
+	if cgroupsPath == "" {
+		return ""
+	}
+	p := filepath.Join("/", cgroupsPath)
+	if cgroups.Mode() == cgroups.Unified {
+		return filepath.Join("/sys/fs/cgroup", p, "memory.events")
+	}
+	return filepath.Join("/sys/fs/cgroup/memory", p, "memory.oom_control")
+}
+
+// readOOMKills reads the oom_kill counter of file.
+func readOOMKills(file string) (uint64, error) {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return 0, err
+	}
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "oom_kill "); ok {
+			return strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+		}
+	}
+	return 0, fmt.Errorf("no oom_kill counter in %s", file)
+}

@@ -1,0 +1,772 @@
+// Package shimv2 is the shimv2 backend of package runtime: containers run
+// under a containerd shim v2 runtime (containerd-shim-runc-v2, kata,
+// gVisor, ...) that crind drives over the shim's ttrpc task API
+// (containerd.task.v2.Task).
+//
+// Each container has a state dir, StateDir/<id>, which is also its bundle:
+// config.json, the shim's own log fifo, meta.json (the shim's address and
+// pid, the log path, the start time), the pid file of its output logger
+// and, once the container exited, the exit record in crin-shim's format.
+//
+// A container's output goes to a logger the shim starts (the shim's
+// "binary" stdio scheme): crin-logger (package logger), which writes the
+// CRI log with the writer crin-shim uses. It is the shim's child, not crind's, so output keeps
+// reaching the log while crind is down, and a container that exits then
+// loses none of it.
+//
+// Create starts the shim as containerd does ("<shim> -namespace NS
+// -address A -publish-binary B -id ID start" in the bundle; it prints the
+// address of its ttrpc socket), connects, and calls Create with no rootfs
+// mounts (crind mounted the rootfs already; spec.root.path names it).
+// Containers carrying the io.kubernetes.cri.sandbox-id annotation share the
+// shim of their pod when the shim groups by it (containerd-shim-runc-v2
+// does: its start returns the running pod shim's address).
+//
+// Exits come from the task Wait RPC: crind does not serve the shim's event
+// endpoint (the publish binary is /bin/true and TTRPC_ADDRESS is unset, so
+// the shim's events are dropped; OOM kills are read from the container's
+// memory cgroup counter when its exit is recorded). The -address passed to the shim names
+// nothing that listens: it is StateDir, which scopes the shim's socket name
+// to this crind and handler.
+//
+// After a crind restart a fresh Runtime on the same StateDir reads every
+// container's meta.json and reconnects to the shim's address. A shim that is gone before its container's exit was recorded
+// (its connection closed and its pid is no longer that shim) is never taken
+// for a success: the shim's own "delete" command is run on the bundle
+// (which deletes what is left of the container from the OCI runtime,
+// killing it), and the exit is recorded with code 255 and
+// runtime.ReasonShimDied.
+package shimv2
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	task "github.com/containerd/containerd/api/runtime/task/v2"
+	tasktypes "github.com/containerd/containerd/api/types/task"
+	"github.com/containerd/errdefs"
+	"github.com/containerd/errdefs/pkg/errgrpc"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"github.com/opencontainers/runtime-spec/specs-go/features"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/crin-dev/crin/internal/runtime"
+	"github.com/crin-dev/crin/internal/runtime/shim"
+	"github.com/crin-dev/crin/internal/runtime/shimv2/logger"
+)
+
+// Timeouts of the shimv2 backend.
+const (
+	// DefaultCallTimeout bounds one task RPC (Wait excepted) and one shim
+	// command (start, delete).
+	DefaultCallTimeout = time.Minute
+	// deleteStopWait is how long Delete waits for a killed container.
+	deleteStopWait = 10 * time.Second
+	// shimExitWait is how long a shim gets to exit after Shutdown.
+	shimExitWait = 3 * time.Second
+	// ioDrainWait is how long output is still copied after an exit (an
+	// exec's, or a container's by its logger).
+	ioDrainWait = 2 * time.Second
+	// shimGoneWait is how long a closed connection waits for the shim
+	// process to disappear before the shim is declared dead.
+	shimGoneWait = 5 * time.Second
+)
+
+// Files in a container's state dir besides crin-shim's exit record.
+const (
+	metaFile = "meta.json"
+	shimLog  = "log" // the shim's own stderr (a fifo the shim opens)
+)
+
+// Type URLs the shim decodes by name (containerd's typeurl registry).
+const (
+	runcOptionsURL = "containerd.runc.v1.Options"
+	processURL     = "types.containerd.io/opencontainers/runtime-spec/1/Process"
+	resourcesURL   = "types.containerd.io/opencontainers/runtime-spec/1/LinuxResources"
+)
+
+// Config configures a shimv2 backend.
+type Config struct {
+	Name string // the runtime handler name, for logs and errors
+	// Binary is the shim, e.g. /usr/bin/containerd-shim-runc-v2 (see
+	// ResolveBinary).
+	Binary string
+	// StateDir holds one bundle per container.
+	StateDir string
+	// Namespace is passed to the shim (-namespace); "crin" when empty.
+	Namespace string
+	// Root is the OCI runtime's state dir, passed to a runc shim as its
+	// root option.
+	Root string
+	// Options are the runc shim's options (binary_name, systemd_cgroup,
+	// ...; see runcOptions). Only runc shims take options.
+	Options map[string]string
+	// LoggerBinary is crin-logger, run by the shim as each container's
+	// output logger (package logger).
+	LoggerBinary string
+	// PublishBinary is the shim's -publish-binary; /bin/true when empty.
+	PublishBinary string
+	// CallTimeout bounds each RPC (DefaultCallTimeout when 0).
+	CallTimeout time.Duration
+	Logger      *slog.Logger
+}
+
+// Runtime is the shimv2 backend. Its state lives in StateDir, in the shims
+// and in their loggers; in memory it keeps only connections, which a fresh
+// Runtime on the same StateDir makes again.
+type Runtime struct {
+	cfg     Config
+	log     *slog.Logger
+	options *anypb.Any // nil for a shim that is not runc's
+
+	// mu guards conns and logs.
+	mu    sync.Mutex
+	conns map[string]*conn        // by shim address
+	logs  map[string]*shimLogPipe // by container id
+	// diedMu serializes shimDied, so two callers finding the same dead shim
+	// clean up and record once.
+	diedMu sync.Mutex
+	wg     sync.WaitGroup
+}
+
+var _ runtime.Runtime = (*Runtime)(nil)
+
+// meta is what crind keeps of a container besides its bundle.
+type meta struct {
+	Address   string    `json:"address"`
+	ShimPid   int       `json:"shim_pid,omitempty"`
+	LogPath   string    `json:"log_path,omitempty"`
+	Pid       int       `json:"pid,omitempty"`
+	StartedAt time.Time `json:"started_at,omitzero"`
+	// OOMCounter is the cgroup file counting the container's OOM kills and
+	// OOMBase its value when the container was created.
+	OOMCounter string `json:"oom_counter,omitempty"`
+	OOMBase    uint64 `json:"oom_base,omitempty"`
+}
+
+// New returns a shimv2 backend and resumes draining the shim logs of the
+// containers a previous crind left in StateDir. A bad config is
+// errdefs.ErrInvalidArgument.
+func New(ctx context.Context, cfg Config) (*Runtime, error) {
+	if cfg.StateDir == "" || !filepath.IsAbs(cfg.StateDir) {
+		return nil, fmt.Errorf("runtime %s: state dir %q must be absolute: %w", cfg.Name, cfg.StateDir, errdefs.ErrInvalidArgument)
+	}
+	if cfg.Binary == "" || !filepath.IsAbs(cfg.Binary) {
+		return nil, fmt.Errorf("runtime %s: shim binary %q must be absolute: %w", cfg.Name, cfg.Binary, errdefs.ErrInvalidArgument)
+	}
+	if cfg.LoggerBinary == "" || !filepath.IsAbs(cfg.LoggerBinary) {
+		return nil, fmt.Errorf("runtime %s: logger binary %q must be absolute: %w", cfg.Name, cfg.LoggerBinary, errdefs.ErrInvalidArgument)
+	}
+	if cfg.Namespace == "" {
+		cfg.Namespace = "crin"
+	}
+	if cfg.PublishBinary == "" {
+		cfg.PublishBinary = "/bin/true"
+	}
+	if cfg.CallTimeout <= 0 {
+		cfg.CallTimeout = DefaultCallTimeout
+	}
+	r := &Runtime{
+		cfg: cfg, log: cfg.Logger,
+		conns: map[string]*conn{}, logs: map[string]*shimLogPipe{},
+	}
+	if r.log == nil {
+		r.log = slog.New(slog.DiscardHandler)
+	}
+
+	if strings.HasPrefix(filepath.Base(cfg.Binary), "containerd-shim-runc-") {
+		o, err := runcOptions(cfg.Options, cfg.Root)
+		if err != nil {
+			return nil, fmt.Errorf("runtime %s: %w", cfg.Name, err)
+		}
+		data, err := proto.Marshal(o)
+		if err != nil {
+			return nil, fmt.Errorf("runtime %s: encode options: %w", cfg.Name, err)
+		}
+		r.options = &anypb.Any{TypeUrl: runcOptionsURL, Value: data}
+	} else if len(cfg.Options) > 0 {
+		return nil, fmt.Errorf("runtime %s: options are only understood for containerd-shim-runc-*: %w", cfg.Name, errdefs.ErrInvalidArgument)
+	}
+	for _, d := range []string{cfg.StateDir, cfg.Root} {
+		if d == "" {
+			continue
+		}
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return nil, fmt.Errorf("runtime %s: make dir: %w", cfg.Name, err)
+		}
+	}
+	r.resume(ctx)
+	return r, nil
+}
+
+// resume drains again the shim log fifos of the containers that have not
+// exited (their output never depended on crind: see the package doc).
+func (r *Runtime) resume(ctx context.Context) {
+	ids, err := r.List(ctx)
+	if err != nil {
+		r.log.WarnContext(ctx, "resume containers", "error", err)
+		return
+	}
+	for _, id := range ids {
+		dir := r.dir(id)
+		if _, err := shim.ReadExit(dir); err == nil {
+			continue
+		}
+		if _, err := readMeta(dir); err != nil {
+			continue // a create that crashed before the shim started
+		}
+		r.openShimLog(ctx, id, dir)
+	}
+}
+
+// Close stops draining the shim logs and closes the connections to the
+// shims (which keep their containers running and logging).
+func (r *Runtime) Close() error {
+	r.mu.Lock()
+	logs, conns := r.logs, r.conns
+	r.logs, r.conns = map[string]*shimLogPipe{}, map[string]*conn{}
+	r.mu.Unlock()
+	for _, l := range logs {
+		l.close()
+	}
+	for _, c := range conns {
+		c.client.Close()
+	}
+	r.wg.Wait()
+	return nil
+}
+
+// validID accepts the ids CRI hands out and rejects anything that could
+// escape StateDir.
+func validID(id string) error {
+	if id == "" || len(id) > 128 || id[0] == '.' || id[0] == '-' {
+		return fmt.Errorf("container id %q: %w", id, errdefs.ErrInvalidArgument)
+	}
+	for _, c := range id {
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '_', c == '-', c == '.':
+		default:
+			return fmt.Errorf("container id %q: %w", id, errdefs.ErrInvalidArgument)
+		}
+	}
+	return nil
+}
+
+func (r *Runtime) dir(id string) string { return filepath.Join(r.cfg.StateDir, id) }
+
+// known validates id and reads the container's meta.
+func (r *Runtime) known(id string) (string, meta, error) {
+	if err := validID(id); err != nil {
+		return "", meta{}, err
+	}
+	dir := r.dir(id)
+	m, err := readMeta(dir)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return "", meta{}, fmt.Errorf("container %s: %w", id, errdefs.ErrNotFound)
+		}
+		return "", meta{}, fmt.Errorf("container %s: %w", id, err)
+	}
+	return dir, m, nil
+}
+
+func readMeta(dir string) (meta, error) {
+	var m meta
+	data, err := os.ReadFile(filepath.Join(dir, metaFile))
+	if err != nil {
+		return m, err
+	}
+	if err := json.Unmarshal(data, &m); err != nil {
+		return m, fmt.Errorf("decode %s: %w", filepath.Join(dir, metaFile), err)
+	}
+	return m, nil
+}
+
+// bundleMeta is what a shim itself wrote into the bundle at start: its
+// address and, when it is not a pod's shared shim, its pid.
+func bundleMeta(dir string) meta {
+	var m meta
+	if b, err := os.ReadFile(filepath.Join(dir, "address")); err == nil {
+		m.Address = strings.TrimSpace(string(b))
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "shim.pid")); err == nil {
+		m.ShimPid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+	}
+	return m
+}
+
+func writeMeta(dir string, m meta) error {
+	data, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	tmp := filepath.Join(dir, "."+metaFile)
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		return fmt.Errorf("write meta: %w", err)
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, metaFile)); err != nil {
+		return fmt.Errorf("write meta: %w", err)
+	}
+	return nil
+}
+
+func (r *Runtime) callCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, r.cfg.CallTimeout)
+}
+
+// Create writes the bundle, starts (or joins) a shim and creates the task.
+// On error the task, a shim started for it alone and the bundle are gone.
+func (r *Runtime) Create(ctx context.Context, req runtime.CreateRequest) (retErr error) {
+	if err := validID(req.ID); err != nil {
+		return err
+	}
+	if req.Spec == nil || req.Spec.Root == nil || !filepath.IsAbs(req.Spec.Root.Path) {
+		return fmt.Errorf("create container %s: spec.root.path must be absolute: %w", req.ID, errdefs.ErrInvalidArgument)
+	}
+	if req.LogPath != "" && !filepath.IsAbs(req.LogPath) {
+		return fmt.Errorf("create container %s: log path %q is not absolute: %w", req.ID, req.LogPath, errdefs.ErrInvalidArgument)
+	}
+	dir := r.dir(req.ID)
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			return fmt.Errorf("create container %s: %w", req.ID, errdefs.ErrAlreadyExists)
+		}
+		return fmt.Errorf("create container %s: %w", req.ID, err)
+	}
+	m := meta{LogPath: req.LogPath}
+	defer func() {
+		if retErr == nil {
+			return
+		}
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		r.teardown(rctx, req.ID, dir, m)
+	}()
+	data, err := json.Marshal(req.Spec)
+	if err != nil {
+		return fmt.Errorf("create container %s: encode spec: %w", req.ID, err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, shim.ConfigFile), data, 0o600); err != nil {
+		return fmt.Errorf("create container %s: write bundle: %w", req.ID, err)
+	}
+	if err := syscall.Mkfifo(filepath.Join(dir, shimLog), 0o600); err != nil {
+		return fmt.Errorf("create container %s: make fifo %s: %w", req.ID, shimLog, err)
+	}
+	r.openShimLog(ctx, req.ID, dir)
+	// The logger reads the log path from meta.json.
+	if err := writeMeta(dir, m); err != nil {
+		return fmt.Errorf("create container %s: %w", req.ID, err)
+	}
+	if m.Address, err = r.startShim(ctx, req.ID, dir); err != nil {
+		return fmt.Errorf("create container %s: %w", req.ID, err)
+	}
+	if err := writeMeta(dir, m); err != nil {
+		return fmt.Errorf("create container %s: %w", req.ID, err)
+	}
+	c, err := r.conn(ctx, m.Address)
+	if err != nil {
+		return fmt.Errorf("create container %s: %w", req.ID, err)
+	}
+	cctx, cancel := r.callCtx(ctx)
+	defer cancel()
+	cr, err := c.task.Connect(cctx, &task.ConnectRequest{ID: req.ID})
+	if err != nil {
+		return fmt.Errorf("create container %s: connect to shim: %w", req.ID, errgrpc.ToNative(err))
+	}
+	m.ShimPid = int(cr.GetShimPid())
+	if err := writeMeta(dir, m); err != nil {
+		return fmt.Errorf("create container %s: %w", req.ID, err)
+	}
+	out := logger.URI(r.cfg.LoggerBinary, dir)
+	resp, err := c.task.Create(cctx, &task.CreateTaskRequest{
+		ID:       req.ID,
+		Bundle:   dir,
+		Terminal: req.Spec.Process != nil && req.Spec.Process.Terminal,
+		Stdout:   out,
+		Stderr:   out,
+		Options:  r.options,
+	})
+	if err != nil {
+		return fmt.Errorf("create container %s: %w", req.ID, errgrpc.ToNative(err))
+	}
+	m.Pid = int(resp.GetPid())
+	if req.Spec.Linux != nil {
+		m.OOMCounter = oomCounter(req.Spec.Linux.CgroupsPath)
+		if n, err := readOOMKills(m.OOMCounter); err == nil {
+			m.OOMBase = n
+		}
+	}
+	if err := writeMeta(dir, m); err != nil {
+		return fmt.Errorf("create container %s: %w", req.ID, err)
+	}
+	r.log.InfoContext(ctx, "container created", "container_id", req.ID, "pid", m.Pid, "shim_pid", m.ShimPid)
+	return nil
+}
+
+// Start starts a created container.
+func (r *Runtime) Start(ctx context.Context, id string) (int, error) {
+	dir, m, err := r.known(id)
+	if err != nil {
+		return 0, err
+	}
+	c, err := r.conn(ctx, m.Address)
+	if err != nil {
+		return 0, fmt.Errorf("start container %s: %w: %w", id, err, errdefs.ErrFailedPrecondition)
+	}
+	cctx, cancel := r.callCtx(ctx)
+	defer cancel()
+	resp, err := c.task.Start(cctx, &task.StartRequest{ID: id})
+	if err != nil {
+		return 0, fmt.Errorf("start container %s: %w", id, errgrpc.ToNative(err))
+	}
+	m.Pid, m.StartedAt = int(resp.GetPid()), time.Now()
+	if err := writeMeta(dir, m); err != nil {
+		r.log.WarnContext(ctx, "record start", "container_id", id, "error", err)
+	}
+	r.log.InfoContext(ctx, "container started", "container_id", id, "pid", m.Pid)
+	return m.Pid, nil
+}
+
+// Signal sends sig through the shim. A stopped container is not an error.
+func (r *Runtime) Signal(ctx context.Context, id string, sig syscall.Signal, opts runtime.SignalOptions) error {
+	_, m, err := r.known(id)
+	if err != nil {
+		return err
+	}
+	c, err := r.conn(ctx, m.Address)
+	if err != nil {
+		return fmt.Errorf("signal container %s: %w", id, err)
+	}
+	cctx, cancel := r.callCtx(ctx)
+	defer cancel()
+	_, err = c.task.Kill(cctx, &task.KillRequest{ID: id, Signal: uint32(sig), All: opts.All})
+	if err = errgrpc.ToNative(err); err != nil && !errdefs.IsNotFound(err) {
+		return fmt.Errorf("signal container %s: %w", id, err)
+	}
+	return nil
+}
+
+// Status asks the shim; with its exit recorded it reads the record, and
+// with its shim dead it records the death (see the package doc).
+func (r *Runtime) Status(ctx context.Context, id string) (runtime.Status, error) {
+	dir, m, err := r.known(id)
+	if err != nil {
+		return runtime.Status{}, err
+	}
+	if e, err := shim.ReadExit(dir); err == nil {
+		return statusOfExit(e), nil
+	}
+	c, err := r.conn(ctx, m.Address)
+	if err == nil {
+		cctx, cancel := r.callCtx(ctx)
+		resp, serr := c.task.State(cctx, &task.StateRequest{ID: id})
+		cancel()
+		if serr == nil {
+			return r.statusOf(ctx, id, dir, m, resp)
+		}
+		err = errgrpc.ToNative(serr)
+		if errdefs.IsNotFound(err) {
+			return runtime.Status{State: runtime.StateUnknown}, nil
+		}
+	}
+	if r.shimGone(ctx, m) {
+		return r.shimDied(ctx, id, dir, m)
+	}
+	return runtime.Status{}, fmt.Errorf("status of container %s: %w", id, err)
+}
+
+func (r *Runtime) statusOf(ctx context.Context, id, dir string, m meta, resp *task.StateResponse) (runtime.Status, error) {
+	st := runtime.Status{Pid: int(resp.GetPid()), StartedAt: m.StartedAt}
+	switch resp.GetStatus() {
+	case tasktypes.Status_CREATED:
+		st.State = runtime.StateCreated
+	case tasktypes.Status_RUNNING, tasktypes.Status_PAUSED, tasktypes.Status_PAUSING:
+		st.State = runtime.StateRunning
+	case tasktypes.Status_STOPPED:
+		return r.recordExit(ctx, id, dir, m, resp.GetExitStatus(), resp.GetExitedAt().AsTime())
+	default:
+		st.State = runtime.StateUnknown
+	}
+	return st, nil
+}
+
+// recordExit writes the exit record once the shim reported the exit, so
+// it outlives the shim. It first gives the logger a moment to write the
+// last of the output, so the log is whole when the exit is reported.
+func (r *Runtime) recordExit(ctx context.Context, id, dir string, m meta, code uint32, at time.Time) (runtime.Status, error) {
+	if e, err := shim.ReadExit(dir); err == nil {
+		return statusOfExit(e), nil
+	}
+	waitLogger(ctx, dir, ioDrainWait)
+	e := shim.Exit{Pid: m.Pid, ExitCode: int32(code), StartedAt: m.StartedAt, FinishedAt: at}
+	if code > 128 && code < 128+65 {
+		e.Signal = int(code - 128)
+	}
+	if m.OOMCounter != "" {
+		if n, err := readOOMKills(m.OOMCounter); err == nil && n > m.OOMBase {
+			e.OOMKilled = true
+		}
+	}
+	if err := shim.WriteExit(dir, e); err != nil {
+		return runtime.Status{}, fmt.Errorf("container %s: record exit: %w", id, err)
+	}
+	r.log.InfoContext(ctx, "container exited", "container_id", id, "exit_code", e.ExitCode)
+	return statusOfExit(e), nil
+}
+
+func statusOfExit(e shim.Exit) runtime.Status {
+	return runtime.Status{
+		State: runtime.StateStopped, Pid: e.Pid, ExitCode: e.ExitCode, OOMKilled: e.OOMKilled,
+		StartedAt: e.StartedAt, FinishedAt: e.FinishedAt, Reason: e.Reason, Message: e.Message,
+	}
+}
+
+// Wait blocks on the shim's Wait RPC. A shim that dies ends the wait at
+// once (its connection closes): the container is then cleaned up and
+// recorded as runtime.ReasonShimDied. A task its live shim does not know
+// is errdefs.ErrNotFound (its exit is lost).
+func (r *Runtime) Wait(ctx context.Context, id string) (runtime.Status, error) {
+	dir, m, err := r.known(id)
+	if err != nil {
+		return runtime.Status{}, err
+	}
+	if e, err := shim.ReadExit(dir); err == nil {
+		return statusOfExit(e), nil
+	}
+	c, err := r.conn(ctx, m.Address)
+	if err == nil {
+		resp, werr := c.task.Wait(ctx, &task.WaitRequest{ID: id})
+		if werr == nil {
+			return r.recordExit(ctx, id, dir, m, resp.GetExitStatus(), resp.GetExitedAt().AsTime())
+		}
+		if ctx.Err() != nil {
+			return runtime.Status{}, fmt.Errorf("wait for container %s: %w", id, ctx.Err())
+		}
+		err = errgrpc.ToNative(werr)
+		if errdefs.IsNotFound(err) {
+			// Its exit code is lost: never reported as a success.
+			return runtime.Status{}, fmt.Errorf("wait for container %s: its shim no longer knows it: %w", id, err)
+		}
+	}
+	if r.shimGone(ctx, m) {
+		return r.shimDied(ctx, id, dir, m)
+	}
+	return runtime.Status{}, fmt.Errorf("wait for container %s: %w", id, err)
+}
+
+// shimDied handles a container whose shim is gone before its exit was
+// recorded: the shim's delete command removes what is left of it from the
+// OCI runtime (killing its processes), and the exit is recorded with code
+// 255 and runtime.ReasonShimDied. Idempotent.
+func (r *Runtime) shimDied(ctx context.Context, id, dir string, m meta) (runtime.Status, error) {
+	r.diedMu.Lock()
+	defer r.diedMu.Unlock()
+	if e, err := shim.ReadExit(dir); err == nil {
+		return statusOfExit(e), nil
+	}
+	r.dropConn(m.Address)
+	if err := r.shimDelete(ctx, id, dir); err != nil {
+		r.log.WarnContext(ctx, "clean up container of a dead shim", "container_id", id, "error", err)
+	}
+	e := shim.Exit{
+		Pid: m.Pid, ExitCode: 255, Reason: runtime.ReasonShimDied, StartedAt: m.StartedAt, FinishedAt: time.Now(),
+		Message: fmt.Sprintf("%s (pid %d) died before the container exited; crind deleted what was left of the container",
+			filepath.Base(r.cfg.Binary), m.ShimPid),
+	}
+	if err := shim.WriteExit(dir, e); err != nil {
+		return runtime.Status{}, fmt.Errorf("container %s: record exit after its shim died: %w", id, err)
+	}
+	removeSocket(m.Address)
+	r.log.WarnContext(ctx, "container's shim died", "container_id", id, "shim_pid", m.ShimPid, "message", e.Message)
+	return statusOfExit(e), nil
+}
+
+// Delete kills a live container, deletes the task, shuts its shim down
+// when no other container uses it, and removes the bundle. An unknown id
+// is not an error (CRI RemoveContainer: "If the container has already been
+// removed, it must not return an error").
+func (r *Runtime) Delete(ctx context.Context, id string) error {
+	if err := validID(id); err != nil {
+		return err
+	}
+	dir := r.dir(id)
+	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	m, err := readMeta(dir)
+	if err != nil {
+		// A create that crashed before recording its shim: the shim, if
+		// one was started, wrote its address and pid into the bundle.
+		r.teardown(ctx, id, dir, meta{})
+		return nil
+	}
+	st, err := r.Status(ctx, id)
+	if err != nil {
+		return fmt.Errorf("delete container %s: %w", id, err)
+	}
+	if st.State == runtime.StateCreated || st.State == runtime.StateRunning {
+		if err := r.Signal(ctx, id, syscall.SIGKILL, runtime.SignalOptions{All: true}); err != nil {
+			r.log.WarnContext(ctx, "delete: kill", "container_id", id, "error", err)
+		}
+		wctx, cancel := context.WithTimeout(ctx, deleteStopWait)
+		_, werr := r.Wait(wctx, id)
+		cancel()
+		if werr != nil {
+			return fmt.Errorf("delete container %s: wait for it to die: %w", id, werr)
+		}
+	}
+	r.teardown(ctx, id, dir, m)
+	r.log.InfoContext(ctx, "container deleted", "container_id", id)
+	return nil
+}
+
+// teardown deletes the task, stops a shim nobody else uses, stops the
+// output copiers and removes the bundle. Errors are logged: it is the
+// last step of Delete and of a failed Create.
+func (r *Runtime) teardown(ctx context.Context, id, dir string, m meta) {
+	if b := bundleMeta(dir); m.Address == "" || m.Address == b.Address {
+		m.Address = b.Address
+		if m.ShimPid <= 0 {
+			m.ShimPid = b.ShimPid
+		}
+	}
+	if m.Address != "" {
+		if c, err := r.conn(ctx, m.Address); err == nil {
+			cctx, cancel := r.callCtx(ctx)
+			_, err := c.task.Delete(cctx, &task.DeleteRequest{ID: id})
+			if err = errgrpc.ToNative(err); err != nil && !errdefs.IsNotFound(err) {
+				r.log.WarnContext(ctx, "delete task", "container_id", id, "error", err)
+			}
+			if !r.sharedShim(id, m.Address) {
+				// The runc shim exits on Shutdown only once it has no task.
+				if _, err := c.task.Shutdown(cctx, &task.ShutdownRequest{ID: id}); err != nil && !isClosed(err) {
+					r.log.WarnContext(ctx, "shut shim down", "container_id", id, "error", err)
+				}
+			}
+			cancel()
+		}
+		if !r.sharedShim(id, m.Address) {
+			r.stopShim(ctx, m)
+		}
+	}
+	r.closeShimLog(id)
+	if err := os.RemoveAll(dir); err != nil {
+		r.log.WarnContext(ctx, "remove container state", "container_id", id, "error", err)
+	}
+}
+
+// sharedShim reports whether a container other than id uses the shim at
+// address (a pod's shim outlives its first container).
+func (r *Runtime) sharedShim(id, address string) bool {
+	ents, err := os.ReadDir(r.cfg.StateDir)
+	if err != nil {
+		return false
+	}
+	for _, e := range ents {
+		if e.Name() == id || !e.IsDir() {
+			continue
+		}
+		if m, err := readMeta(filepath.Join(r.cfg.StateDir, e.Name())); err == nil && m.Address == address {
+			return true
+		}
+	}
+	return false
+}
+
+// Update sends the new resources to the shim.
+func (r *Runtime) Update(ctx context.Context, id string, res *specs.LinuxResources) error {
+	_, m, err := r.known(id)
+	if err != nil {
+		return err
+	}
+	if res == nil {
+		return fmt.Errorf("update container %s: no resources: %w", id, errdefs.ErrInvalidArgument)
+	}
+	data, err := json.Marshal(res)
+	if err != nil {
+		return fmt.Errorf("update container %s: %w", id, err)
+	}
+	c, err := r.conn(ctx, m.Address)
+	if err != nil {
+		return fmt.Errorf("update container %s: %w: %w", id, err, errdefs.ErrFailedPrecondition)
+	}
+	cctx, cancel := r.callCtx(ctx)
+	defer cancel()
+	if _, err := c.task.Update(cctx, &task.UpdateTaskRequest{ID: id, Resources: &anypb.Any{TypeUrl: resourcesURL, Value: data}}); err != nil {
+		return fmt.Errorf("update container %s: %w", id, errgrpc.ToNative(err))
+	}
+	return nil
+}
+
+// ReopenLog has the container's logger reopen its CRI log (SIGUSR1) and
+// waits until the log file exists again. A container whose logger is gone
+// (its output ended) is errdefs.ErrFailedPrecondition.
+func (r *Runtime) ReopenLog(ctx context.Context, id string) error {
+	dir, m, err := r.known(id)
+	if err != nil {
+		return err
+	}
+	if err := reopenLog(ctx, dir, m.LogPath); err != nil {
+		if errors.Is(err, errLoggerGone) {
+			err = fmt.Errorf("%w: %w", err, errdefs.ErrFailedPrecondition)
+		}
+		return fmt.Errorf("reopen log of container %s: %w", id, err)
+	}
+	return nil
+}
+
+// List returns the ids that have a bundle in StateDir.
+func (r *Runtime) List(ctx context.Context) ([]string, error) {
+	ents, err := os.ReadDir(r.cfg.StateDir)
+	if err != nil {
+		return nil, fmt.Errorf("list containers: %w", err)
+	}
+	var ids []string
+	for _, e := range ents {
+		if !e.IsDir() || validID(e.Name()) != nil {
+			continue
+		}
+		if _, err := os.Stat(filepath.Join(r.cfg.StateDir, e.Name(), shim.ConfigFile)); err == nil {
+			ids = append(ids, e.Name())
+		}
+	}
+	return ids, nil
+}
+
+// Features are those of the OCI runtime a runc shim drives ("<runc>
+// features", with the binary_name option or runc from $PATH). Other shims
+// are errdefs.ErrNotImplemented: the shim v2 API has no features call
+// (crind then assumes an OCI 1.0 runtime).
+func (r *Runtime) Features(ctx context.Context) (*features.Features, error) {
+	if r.options == nil {
+		return nil, fmt.Errorf("runtime %s: shim v2 runtimes do not report OCI features: %w", r.cfg.Name, errdefs.ErrNotImplemented)
+	}
+	bin := r.cfg.Options["binary_name"]
+	if bin == "" {
+		bin = "runc"
+	}
+	fctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(fctx, bin, "features").Output()
+	if err != nil {
+		return nil, fmt.Errorf("runtime %s: %s features: %w", r.cfg.Name, bin, err)
+	}
+	var f features.Features
+	if err := json.Unmarshal(out, &f); err != nil {
+		return nil, fmt.Errorf("runtime %s: %s features: decode: %w", r.cfg.Name, bin, err)
+	}
+	return &f, nil
+}
