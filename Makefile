@@ -15,10 +15,10 @@ build:
 deps:
 	./scripts/deps.sh
 
-# Every test: unit tests, then the integration tests (root, real runc, CNI,
+# Every test: the linters, unit tests, then the integration tests (root, real runc, CNI,
 # a registry on 127.0.0.1) against the real crind, then a real kubelet on
 # crind (e2e).
-test: deps build unit integration integration-shimv2 e2e
+test: deps build lint unit integration integration-shimv2 e2e
 
 unit:
 	$(GO) test -race ./...

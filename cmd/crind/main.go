@@ -104,6 +104,10 @@ func run(args []string) error {
 	return serve(ctx, cfg, log)
 }
 
+// serve runs crind until ctx ends or a server fails: it opens the store,
+// the image service, the network and the runtimes, recovers the CRI
+// service's state, starts NRI, then serves CRI, streams, admin and
+// metrics. Whatever it opened is closed in reverse order on the way out.
 func serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	// Block I/O class devices are resolved now, so a typo in a device
 	// path stops crind instead of failing containers later.
@@ -111,43 +115,19 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("config: %w", err)
 	}
-	for _, d := range []string{cfg.Root, cfg.State} {
-		if err := os.MkdirAll(d, 0o700); err != nil {
-			return err
-		}
-		if err := os.Chmod(d, 0o700); err != nil {
-			return err
-		}
+	if err := makePrivateDirs(cfg.Root, cfg.State); err != nil {
+		return err
 	}
 	st, err := store.Open(filepath.Join(cfg.Root, "crin.db"))
 	if err != nil {
 		return err
 	}
 	defer st.Close()
-
-	mirrors := map[string][]image.Endpoint{}
-	for host, m := range cfg.Registry.Mirrors {
-		for _, e := range m.Endpoints {
-			mirrors[host] = append(mirrors[host], image.Endpoint{URL: e})
-		}
-	}
-	images, err := image.New(image.Config{
-		Root:                   filepath.Join(cfg.Root, "image"),
-		Mirrors:                mirrors,
-		PlainHTTP:              cfg.Registry.PlainHTTP,
-		PullTimeout:            time.Duration(cfg.Image.PullTimeout),
-		MaxConcurrentDownloads: cfg.Image.MaxConcurrentDownloads,
-		PullProgressTimeout:    time.Duration(cfg.Image.PullProgressTimeout),
-		MaxManifestBytes:       cfg.Image.MaxManifestBytes,
-		MaxConfigBytes:         cfg.Image.MaxConfigBytes,
-		MaxUnpackedBytes:       cfg.Image.MaxUnpackedBytes,
-		Logger:                 log,
-	})
+	images, err := openImages(ctx, cfg, log)
 	if err != nil {
 		return err
 	}
 	defer images.Close()
-
 	network, err := cni.New(cni.Config{
 		ConfDir:  cfg.CNI.ConfDir,
 		BinDirs:  cfg.CNI.BinDirs,
@@ -157,7 +137,6 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-
 	shim, err := config.FindBinary(cfg.CRI.ShimBinary, "crin-shim")
 	if err != nil {
 		return err
@@ -178,44 +157,23 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 
 	// The streaming listener is bound first so the URLs the service hands
 	// out name its real port (cri.stream_address may ask for port 0).
-	var streamLis net.Listener
-	if cfg.CRI.StreamAddress != "" {
-		streamLis, err = net.Listen("tcp", cfg.CRI.StreamAddress)
-		if err != nil {
-			return fmt.Errorf("streaming server: %w", err)
-		}
-		defer streamLis.Close()
+	streamLis, err := listenStreams(cfg.CRI.StreamAddress)
+	if err != nil {
+		return err
 	}
-	streamAddr := ""
 	if streamLis != nil {
-		streamAddr = streamLis.Addr().String()
+		defer streamLis.Close()
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics := cri.NewMetrics(reg)
-	svc, err := cri.New(ctx, cri.Options{
-		Store:              st,
-		Images:             images,
-		Network:            network,
-		Runtimes:           runtimes,
-		DefaultRuntime:     cfg.DefaultRuntime,
-		RootDir:            cfg.Root,
-		NetNSDir:           filepath.Join(cfg.State, "netns"),
-		UserNSDir:          filepath.Clean(cfg.State) + "-userns",
-		PauseRoot:          pauseRoot,
-		PauseBinary:        pause,
-		CgroupParent:       cfg.CRI.CgroupParent,
-		SeccompProfileRoot: cfg.CRI.SeccompProfileRoot,
-		OOMScoreAdjMin:     ownOOMScoreAdj(),
-		StreamAddress:      streamAddr,
-		Version:            version,
-		Logger:             log,
-		Metrics:            metrics,
-		CDISpecDirs:        cfg.CRI.CDISpecDirs,
-		BlockioClass:       blockio,
-		RdtClass:           cfg.CRI.RdtResolver(),
-		StatsPeriod:        time.Duration(cfg.CRI.StatsPeriod),
-	})
+	opts := serviceOptions(cfg, log)
+	opts.Store, opts.Images, opts.Network, opts.Runtimes = st, images, network, runtimes
+	opts.PauseRoot, opts.PauseBinary, opts.BlockioClass, opts.Metrics = pauseRoot, pause, blockio, metrics
+	if streamLis != nil {
+		opts.StreamAddress = streamLis.Addr().String()
+	}
+	svc, err := cri.New(ctx, opts)
 	if err != nil {
 		return err
 	}
@@ -235,18 +193,99 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		}
 		plugins = ad
 	}
+	return runServers(ctx, cfg, log, servers{svc: svc, metrics: metrics, reg: reg, plugins: plugins, streamLis: streamLis, runtimes: len(runtimes)})
+}
 
+// makePrivateDirs creates dirs (mode 0700) and makes an existing one 0700.
+func makePrivateDirs(dirs ...string) error {
+	for _, d := range dirs {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return err
+		}
+		if err := os.Chmod(d, 0o700); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// openImages opens the image store with the registry and pull settings.
+func openImages(ctx context.Context, cfg *config.Config, log *slog.Logger) (*image.Service, error) {
+	mirrors := map[string][]image.Endpoint{}
+	for host, m := range cfg.Registry.Mirrors {
+		for _, e := range m.Endpoints {
+			mirrors[host] = append(mirrors[host], image.Endpoint{URL: e})
+		}
+	}
+	return image.New(ctx, image.Config{
+		Root:                   filepath.Join(cfg.Root, "image"),
+		Mirrors:                mirrors,
+		PlainHTTP:              cfg.Registry.PlainHTTP,
+		PullTimeout:            time.Duration(cfg.Image.PullTimeout),
+		MaxConcurrentDownloads: cfg.Image.MaxConcurrentDownloads,
+		PullProgressTimeout:    time.Duration(cfg.Image.PullProgressTimeout),
+		MaxManifestBytes:       cfg.Image.MaxManifestBytes,
+		MaxConfigBytes:         cfg.Image.MaxConfigBytes,
+		MaxUnpackedBytes:       cfg.Image.MaxUnpackedBytes,
+		Logger:                 log,
+	})
+}
+
+// listenStreams binds the streaming server's address; none when empty.
+func listenStreams(addr string) (net.Listener, error) {
+	if addr == "" {
+		return nil, nil
+	}
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("streaming server: %w", err)
+	}
+	return lis, nil
+}
+
+// serviceOptions maps the config onto the CRI service's options; serve
+// adds the components it opened.
+func serviceOptions(cfg *config.Config, log *slog.Logger) cri.Options {
+	return cri.Options{
+		DefaultRuntime:     cfg.DefaultRuntime,
+		RootDir:            cfg.Root,
+		NetNSDir:           filepath.Join(cfg.State, "netns"),
+		UserNSDir:          filepath.Clean(cfg.State) + "-userns",
+		CgroupParent:       cfg.CRI.CgroupParent,
+		SeccompProfileRoot: cfg.CRI.SeccompProfileRoot,
+		OOMScoreAdjMin:     ownOOMScoreAdj(),
+		Version:            version,
+		Logger:             log,
+		CDISpecDirs:        cfg.CRI.CDISpecDirs,
+		RdtClass:           cfg.CRI.RdtResolver(),
+		StatsPeriod:        time.Duration(cfg.CRI.StatsPeriod),
+	}
+}
+
+// servers is what runServers serves.
+type servers struct {
+	svc       *cri.Service
+	metrics   *cri.Metrics
+	reg       *prometheus.Registry
+	plugins   pluginLister
+	streamLis net.Listener // nil: no streaming server
+	runtimes  int
+}
+
+// runServers serves CRI, the admin socket, streams and metrics until ctx
+// ends or one of them fails, then shuts them all down within a deadline.
+func runServers(ctx context.Context, cfg *config.Config, log *slog.Logger, sv servers) error {
 	srv := grpc.NewServer(
-		grpc.UnaryInterceptor(cri.Interceptor(log, metrics)),
-		grpc.StreamInterceptor(cri.StreamInterceptor(log, metrics)),
+		grpc.UnaryInterceptor(cri.Interceptor(log, sv.metrics)),
+		grpc.StreamInterceptor(cri.StreamInterceptor(log, sv.metrics)),
 	)
-	svc.Register(srv)
+	sv.svc.Register(srv)
 
 	adminLis, err := listenAdmin(cfg.AdminSocketPath())
 	if err != nil {
 		return err
 	}
-	admin := newAdminServer(plugins, svc, log, metrics)
+	admin := newAdminServer(sv.plugins, sv.svc, log, sv.metrics)
 	lis, err := listenUnix(cfg.CRI.Socket)
 	if err != nil {
 		adminLis.Close()
@@ -260,19 +299,19 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		return nil
 	})
 	g.Go(func() error {
-		log.InfoContext(ctx, "crind serving CRI", "socket", cfg.CRI.Socket, "admin_socket", cfg.AdminSocketPath(), "version", version, "runtimes", len(runtimes))
+		log.InfoContext(ctx, "crind serving CRI", "socket", cfg.CRI.Socket, "admin_socket", cfg.AdminSocketPath(), "version", version, "runtimes", sv.runtimes)
 		return srv.Serve(lis)
 	})
-	if streamLis != nil {
+	if sv.streamLis != nil {
 		g.Go(func() error {
-			log.InfoContext(ctx, "crind serving streams", "address", streamAddr)
-			return svc.ServeStreams(gctx, streamLis)
+			log.InfoContext(ctx, "crind serving streams", "address", sv.streamLis.Addr().String())
+			return sv.svc.ServeStreams(gctx, sv.streamLis)
 		})
 	}
 	var hs *http.Server
 	if cfg.CRI.MetricsAddress != "" {
 		mux := http.NewServeMux()
-		mux.Handle("/metrics", cri.RecoverHTTP(log, metrics, "metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{})))
+		mux.Handle("/metrics", cri.RecoverHTTP(log, sv.metrics, "metrics", promhttp.HandlerFor(sv.reg, promhttp.HandlerOpts{})))
 		hs = &http.Server{Addr: cfg.CRI.MetricsAddress, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 		g.Go(func() error {
 			if err := hs.ListenAndServe(); !errors.Is(err, http.ErrServerClosed) {
@@ -283,20 +322,7 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	}
 	g.Go(func() error {
 		<-gctx.Done()
-		log.InfoContext(ctx, "crind shutting down")
-		done := make(chan struct{})
-		go func() { srv.GracefulStop(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			srv.Stop()
-		}
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		if hs != nil {
-			_ = hs.Shutdown(sctx)
-		}
-		_ = admin.Shutdown(sctx)
+		shutdownServers(ctx, log, srv, hs, admin)
 		return nil
 	})
 	err = g.Wait()
@@ -304,6 +330,25 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		return nil
 	}
 	return err
+}
+
+// shutdownServers stops CRI gracefully (forcibly after 10s), then the
+// metrics and admin servers within 5s.
+func shutdownServers(ctx context.Context, log *slog.Logger, srv *grpc.Server, hs *http.Server, admin *http.Server) {
+	log.InfoContext(ctx, "crind shutting down")
+	done := make(chan struct{})
+	go func() { srv.GracefulStop(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		srv.Stop()
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if hs != nil {
+		_ = hs.Shutdown(sctx)
+	}
+	_ = admin.Shutdown(sctx)
 }
 
 // startNRI creates and starts the NRI adaptation and attaches it to the CRI

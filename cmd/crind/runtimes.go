@@ -63,7 +63,7 @@ func buildRuntimes(ctx context.Context, cfg *config.Config, shimBin string, log 
 			if err != nil {
 				err = fmt.Errorf("%w: %w", err, errdefs.ErrNotFound)
 			} else {
-				rt, err = runtime.NewOCI(runtime.OCIConfig{
+				rt, err = runtime.NewOCI(ctx, runtime.OCIConfig{
 					Name:       name,
 					Binary:     bin,
 					Root:       rc.Root,

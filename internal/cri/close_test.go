@@ -15,7 +15,7 @@ func TestCloseStopsGoroutines(t *testing.T) {
 	pod := h.runPod(t, "web")
 	h.startCtr(t, h.create(t, pod, "app"))
 	h.create(t, pod, "idle")
-	if err := h.Service.Close(); err != nil {
+	if err := h.Close(); err != nil {
 		t.Fatal(err)
 	}
 	goleak.VerifyNone(t, before)

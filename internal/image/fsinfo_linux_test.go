@@ -102,7 +102,7 @@ func fsInfoNode(b *testing.B) *Service {
 	b.Helper()
 	host := imagetest.StartRegistry(b)
 	imagetest.Push(b, host, "library/busybox:latest", imagetest.Busybox(b))
-	s, err := New(Config{Root: filepath.Join(b.TempDir(), "root")})
+	s, err := New(b.Context(), Config{Root: filepath.Join(b.TempDir(), "root")})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -149,7 +149,7 @@ type Service struct {
 
 // New opens (creating if needed) the image store under cfg.Root.
 // A bad configuration is errdefs.ErrInvalidArgument.
-func New(cfg Config) (*Service, error) {
+func New(ctx context.Context, cfg Config) (*Service, error) {
 	if cfg.Root == "" {
 		return nil, fmt.Errorf("image root is empty: %w", errdefs.ErrInvalidArgument)
 	}
@@ -197,7 +197,8 @@ func New(cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open image metadata in %s: %w", root, err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	// The store outlives the request that opened it but not crind.
+	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	s := &Service{
 		cfg: cfg, log: log, root: root, db: db, mirrors: mirrors,
 		ctx: ctx, cancel: cancel,

@@ -25,7 +25,7 @@ func newService(t *testing.T, cfg Config) *Service {
 	if cfg.Root == "" {
 		cfg.Root = filepath.Join(t.TempDir(), "root")
 	}
-	s, err := New(cfg)
+	s, err := New(t.Context(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -466,7 +466,7 @@ func TestPullRefusesEscapingLayer(t *testing.T) {
 	if err := os.Mkdir(victim, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	s, err := New(Config{Root: filepath.Join(base, "root")})
+	s, err := New(t.Context(), Config{Root: filepath.Join(base, "root")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -518,7 +518,7 @@ func TestRestartKeepsImagesAndCleansLeftovers(t *testing.T) {
 	host := imagetest.StartRegistry(t)
 	imagetest.Push(t, host, "library/busybox:latest", imagetest.Busybox(t))
 	root := filepath.Join(t.TempDir(), "root")
-	s, err := New(Config{Root: root})
+	s, err := New(t.Context(), Config{Root: root})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -569,7 +569,7 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		"bad mirror": {Root: t.TempDir(), Mirrors: map[string][]Endpoint{"docker.io": {{URL: "ftp://x"}}}},
 	} {
 		t.Run(name, func(t *testing.T) {
-			if _, err := New(cfg); !errors.Is(err, errdefs.ErrInvalidArgument) {
+			if _, err := New(t.Context(), cfg); !errors.Is(err, errdefs.ErrInvalidArgument) {
 				t.Errorf("New: %v, want ErrInvalidArgument", err)
 			}
 		})

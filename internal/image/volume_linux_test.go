@@ -107,7 +107,7 @@ func TestRemoveRefusesImageOfVolume(t *testing.T) {
 	host := imagetest.StartRegistry(t)
 	imagetest.Push(t, host, "vol:v1", imagetest.Image(t, v1.Config{}, imagetest.Layer(t, imagetest.File("f", "x", 0o644))))
 	root := filepath.Join(t.TempDir(), "root")
-	s, err := New(Config{Root: root})
+	s, err := New(t.Context(), Config{Root: root})
 	if err != nil {
 		t.Fatal(err)
 	}

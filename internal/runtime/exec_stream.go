@@ -175,7 +175,9 @@ func waitExec(ctx context.Context, cmd *exec.Cmd, pidFile string) (waitErr, err 
 	case waitErr = <-done:
 		return waitErr, nil
 	case <-ctx.Done():
-		killExec(pidFile, cmd, done)
+		// The runtime's status after the kill says nothing ctx's end
+		// does not.
+		_ = killExec(pidFile, cmd, done)
 		return nil, ctx.Err()
 	}
 }

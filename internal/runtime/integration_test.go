@@ -83,7 +83,7 @@ func newEnv(t *testing.T, binary string) (*OCI, env) {
 // would make.
 func (e env) open(t *testing.T) *OCI {
 	t.Helper()
-	o, err := NewOCI(OCIConfig{
+	o, err := NewOCI(t.Context(), OCIConfig{
 		Name: filepath.Base(e.binary), Binary: e.binary, Root: e.root,
 		ShimBinary: filepath.Join(binDir, "crin-shim"), StateDir: e.stateDir,
 	})
@@ -726,7 +726,7 @@ func TestShimOOMScoreAdj(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			o, err := NewOCI(OCIConfig{
+			o, err := NewOCI(t.Context(), OCIConfig{
 				Name: "runc", Binary: e.binary, Root: e.root, StateDir: e.stateDir,
 				ShimBinary: filepath.Join(binDir, "crin-shim"), OOMScoreAdj: &tc.set,
 			})

@@ -71,7 +71,7 @@ var _ Runtime = (*OCI)(nil)
 
 // NewOCI returns an oci backend. It checks that the binary exists and runs,
 // and creates StateDir and Root (mode 0700) when missing.
-func NewOCI(cfg OCIConfig) (*OCI, error) {
+func NewOCI(ctx context.Context, cfg OCIConfig) (*OCI, error) {
 	if cfg.Name == "" {
 		cfg.Name = filepath.Base(cfg.Binary)
 	}
@@ -101,7 +101,7 @@ func NewOCI(cfg OCIConfig) (*OCI, error) {
 		o.log = slog.New(slog.DiscardHandler)
 	}
 	o.log = o.log.With("runtime", cfg.Name)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if out, err := exec.CommandContext(ctx, bin, "--version").CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("runtime %s: run %s --version: %w: %s", cfg.Name, bin, err, bytes.TrimSpace(out))

@@ -218,7 +218,9 @@ func (o *OCI) Exec(ctx context.Context, id string, req ExecRequest) (ExecResult,
 	select {
 	case waitErr = <-done:
 	case <-tctx.Done():
-		killExec(pidFile, cmd, done)
+		// The runtime's status after the kill says nothing the timeout
+		// does not.
+		_ = killExec(pidFile, cmd, done)
 		res := ExecResult{Stdout: stdout.Bytes(), Stderr: stderr.Bytes(), ExitCode: -1}
 		return res, fmt.Errorf("exec in container %s: %w", id, tctx.Err())
 	}
@@ -239,28 +241,29 @@ func (o *OCI) Exec(ctx context.Context, id string, req ExecRequest) (ExecResult,
 	return res, nil
 }
 
-// killExec stops a timed-out exec and receives its result from done.
+// killExec stops a timed-out exec and returns the runtime's result from done.
 // Killing the runtime would leave the process running, so the process is
 // killed by the pid the runtime writes (which may take a moment to appear);
 // the runtime returns once it is gone. The runtime is killed only as a last
 // resort.
-func killExec(pidFile string, cmd *exec.Cmd, done <-chan error) {
+func killExec(pidFile string, cmd *exec.Cmd, done <-chan error) error {
 	for range 40 {
 		if pid := readPid(pidFile); pid > 0 {
 			_ = unix.Kill(pid, unix.SIGKILL)
 			break
 		}
 		select {
-		case <-done:
-			return
+		case err := <-done:
+			return err
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
 	select {
-	case <-done:
+	case err := <-done:
+		return err
 	case <-time.After(5 * time.Second):
 		_ = cmd.Process.Kill()
-		<-done
+		return <-done
 	}
 }
 

@@ -103,11 +103,11 @@ func TestIsRuntimeNotExist(t *testing.T) {
 
 func TestNewOCIValidates(t *testing.T) {
 	dir := t.TempDir()
-	_, err := NewOCI(OCIConfig{Name: "x", Binary: "/nonexistent/runc", ShimBinary: "/bin/true", StateDir: dir, Root: dir})
+	_, err := NewOCI(t.Context(), OCIConfig{Name: "x", Binary: "/nonexistent/runc", ShimBinary: "/bin/true", StateDir: dir, Root: dir})
 	if !errdefs.IsInvalidArgument(err) {
 		t.Errorf("missing binary: %v, want InvalidArgument", err)
 	}
-	_, err = NewOCI(OCIConfig{Name: "x", Binary: "/bin/true", ShimBinary: "/bin/true"})
+	_, err = NewOCI(t.Context(), OCIConfig{Name: "x", Binary: "/bin/true", ShimBinary: "/bin/true"})
 	if !errdefs.IsInvalidArgument(err) {
 		t.Errorf("missing dirs: %v, want InvalidArgument", err)
 	}
@@ -115,7 +115,7 @@ func TestNewOCIValidates(t *testing.T) {
 
 func TestUnknownIDs(t *testing.T) {
 	dir := t.TempDir()
-	o, err := NewOCI(OCIConfig{Name: "fake", Binary: "/bin/true", ShimBinary: "/bin/true", StateDir: dir, Root: dir})
+	o, err := NewOCI(t.Context(), OCIConfig{Name: "fake", Binary: "/bin/true", ShimBinary: "/bin/true", StateDir: dir, Root: dir})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package runtime
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -98,7 +99,7 @@ func TestPidWatch(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
-	if err := w.wait(ctx); err != context.DeadlineExceeded {
+	if err := w.wait(ctx); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("wait with an expiring ctx = %v, want DeadlineExceeded", err)
 	}
 	// Killed and not yet reaped: the pidfd is readable, and the zombie
@@ -119,7 +120,7 @@ func TestPidWatch(t *testing.T) {
 	if code, sig := exitCode(ws); code != 141 || sig != int(unix.SIGPIPE) {
 		t.Errorf("exitCode = %d, %d, want 141, 13", code, sig)
 	}
-	if _, err := openPidWatch(-1); err != errProcessGone {
+	if _, err := openPidWatch(-1); !errors.Is(err, errProcessGone) {
 		t.Errorf("openPidWatch(-1) = %v, want errProcessGone", err)
 	}
 }

@@ -163,6 +163,44 @@ func makeExecFifos(dir, execID string, tty, stdin bool) (*execFifos, error) {
 	return f, nil
 }
 
+// copyExecOutput copies each reader to the matching writer (nil: dropped)
+// in the background. The returned func waits (at most d) for the copies
+// to reach end of file, then stops them; the writers may be read only
+// after it returned.
+func copyExecOutput(readers []*os.File, stdout, stderr io.Writer) (wait func(d time.Duration)) {
+	outs := []io.Writer{stdout, stderr}
+	copied := make(chan struct{}, len(readers))
+	for i, f := range readers {
+		w := outs[i]
+		if w == nil {
+			w = io.Discard
+		}
+		go func() {
+			_, _ = io.Copy(w, f)
+			copied <- struct{}{}
+		}()
+	}
+	return func(d time.Duration) {
+		timer := time.NewTimer(d)
+		defer timer.Stop()
+		n := 0
+		for ; n < len(readers); n++ {
+			select {
+			case <-copied:
+				continue
+			case <-timer.C:
+			}
+			break
+		}
+		for _, f := range readers {
+			_ = f.Close()
+		}
+		for ; n < len(readers); n++ {
+			<-copied
+		}
+	}
+}
+
 // runExec runs one exec'd process through the shim and returns its exit
 // code once it exited and its output was copied (bounded by ioDrainWait:
 // a background process may keep the output open). When ctx ends first the
@@ -189,39 +227,7 @@ func (r *Runtime) runExec(ctx context.Context, id string, x execIO) (int32, erro
 		return -1, fmt.Errorf("exec in container %s: %w", id, err)
 	}
 
-	outs := []io.Writer{x.stdout, x.stderr}
-	copied := make(chan struct{}, len(fifos.readers))
-	for i, f := range fifos.readers {
-		w := outs[i]
-		if w == nil {
-			w = io.Discard
-		}
-		go func() {
-			_, _ = io.Copy(w, f)
-			copied <- struct{}{}
-		}()
-	}
-	// waitCopies waits (at most d) for the copies to reach end of file,
-	// then stops them; the buffers are read only after it.
-	waitCopies := func(d time.Duration) {
-		timer := time.NewTimer(d)
-		defer timer.Stop()
-		n := 0
-		for ; n < len(fifos.readers); n++ {
-			select {
-			case <-copied:
-				continue
-			case <-timer.C:
-			}
-			break
-		}
-		for _, f := range fifos.readers {
-			_ = f.Close()
-		}
-		for ; n < len(fifos.readers); n++ {
-			<-copied
-		}
-	}
+	waitCopies := copyExecOutput(fifos.readers, x.stdout, x.stderr)
 
 	bg := context.WithoutCancel(ctx)
 	req := &task.ExecProcessRequest{ID: id, ExecID: execID, Terminal: x.tty, Stdin: fifos.inPath, Stdout: fifos.paths[0], Spec: procAny}

@@ -355,40 +355,57 @@ func (r *Runtime) Create(ctx context.Context, req runtime.CreateRequest) (retErr
 		defer cancel()
 		r.teardown(rctx, req.ID, dir, m)
 	}()
-	data, err := json.Marshal(req.Spec)
-	if err != nil {
-		return fmt.Errorf("create container %s: encode spec: %w", req.ID, err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, shim.ConfigFile), data, 0o600); err != nil {
-		return fmt.Errorf("create container %s: write bundle: %w", req.ID, err)
-	}
-	if err := syscall.Mkfifo(filepath.Join(dir, shimLog), 0o600); err != nil {
-		return fmt.Errorf("create container %s: make fifo %s: %w", req.ID, shimLog, err)
-	}
-	r.openShimLog(ctx, req.ID, dir)
-	// The logger reads the log path from meta.json.
-	if err := writeMeta(dir, m); err != nil {
+	if err := r.writeBundle(ctx, req, dir, m); err != nil {
 		return fmt.Errorf("create container %s: %w", req.ID, err)
 	}
+	var err error
 	if m.Address, err = r.startShim(ctx, req.ID, dir); err != nil {
 		return fmt.Errorf("create container %s: %w", req.ID, err)
 	}
 	if err := writeMeta(dir, m); err != nil {
 		return fmt.Errorf("create container %s: %w", req.ID, err)
 	}
+	if err := r.createTask(ctx, req, dir, &m); err != nil {
+		return fmt.Errorf("create container %s: %w", req.ID, err)
+	}
+	r.log.InfoContext(ctx, "container created", "container_id", req.ID, "pid", m.Pid, "shim_pid", m.ShimPid)
+	return nil
+}
+
+// writeBundle writes the spec, the shim's log fifo (read from now on) and
+// meta.json, from which the logger reads the log path.
+func (r *Runtime) writeBundle(ctx context.Context, req runtime.CreateRequest, dir string, m meta) error {
+	data, err := json.Marshal(req.Spec)
+	if err != nil {
+		return fmt.Errorf("encode spec: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, shim.ConfigFile), data, 0o600); err != nil {
+		return fmt.Errorf("write bundle: %w", err)
+	}
+	if err := syscall.Mkfifo(filepath.Join(dir, shimLog), 0o600); err != nil {
+		return fmt.Errorf("make fifo %s: %w", shimLog, err)
+	}
+	r.openShimLog(ctx, req.ID, dir)
+	return writeMeta(dir, m)
+}
+
+// createTask connects to the shim at m.Address and creates the task, its
+// output going to crin-logger; m gains the shim's pid, the task's pid and
+// the OOM counter's base, and is written after each.
+func (r *Runtime) createTask(ctx context.Context, req runtime.CreateRequest, dir string, m *meta) error {
 	c, err := r.conn(ctx, m.Address)
 	if err != nil {
-		return fmt.Errorf("create container %s: %w", req.ID, err)
+		return err
 	}
 	cctx, cancel := r.callCtx(ctx)
 	defer cancel()
 	cr, err := c.task.Connect(cctx, &task.ConnectRequest{ID: req.ID})
 	if err != nil {
-		return fmt.Errorf("create container %s: connect to shim: %w", req.ID, errgrpc.ToNative(err))
+		return fmt.Errorf("connect to shim: %w", errgrpc.ToNative(err))
 	}
 	m.ShimPid = int(cr.GetShimPid())
-	if err := writeMeta(dir, m); err != nil {
-		return fmt.Errorf("create container %s: %w", req.ID, err)
+	if err := writeMeta(dir, *m); err != nil {
+		return err
 	}
 	out := logger.URI(r.cfg.LoggerBinary, dir)
 	resp, err := c.task.Create(cctx, &task.CreateTaskRequest{
@@ -400,7 +417,7 @@ func (r *Runtime) Create(ctx context.Context, req runtime.CreateRequest) (retErr
 		Options:  r.options,
 	})
 	if err != nil {
-		return fmt.Errorf("create container %s: %w", req.ID, errgrpc.ToNative(err))
+		return errgrpc.ToNative(err)
 	}
 	m.Pid = int(resp.GetPid())
 	if req.Spec.Linux != nil {
@@ -409,11 +426,7 @@ func (r *Runtime) Create(ctx context.Context, req runtime.CreateRequest) (retErr
 			m.OOMBase = n
 		}
 	}
-	if err := writeMeta(dir, m); err != nil {
-		return fmt.Errorf("create container %s: %w", req.ID, err)
-	}
-	r.log.InfoContext(ctx, "container created", "container_id", req.ID, "pid", m.Pid, "shim_pid", m.ShimPid)
-	return nil
+	return writeMeta(dir, *m)
 }
 
 // Start starts a created container.
