@@ -151,3 +151,26 @@ func TestSummarizeKeepsOrder(t *testing.T) {
 		t.Errorf("samples (-want +got):\n%s", diff)
 	}
 }
+
+func TestPrintStats(t *testing.T) {
+	a := &StatsResult{Name: "a", Runtime: "crind 1", Pods: 2, Containers: 4, Calls: 3, LayersAfterMs: 1500, LayersSeen: 4,
+		Counts:     map[string]int{"ListContainerStats": 4, "ImageFsInfo": 1},
+		RPCs:       []StepStats{{Step: "ListContainerStats", Mean: 1.25, P50: 1, P99: 3}},
+		DaemonIdle: Mem{RSS: 10, PSS: 9}, DaemonLoaded: Mem{RSS: 12, PSS: 11}, Shims: 6, ShimsTotal: Mem{RSS: 60, PSS: 30}}
+	b := &StatsResult{Name: "b", Runtime: "containerd 2", Pods: 2, Containers: 4, Calls: 3, LayersAfterMs: -1, LayersSeen: 1,
+		RPCs: []StepStats{{Step: "ListContainerStats", Mean: 4, P50: 5, P99: 6}}}
+	var out bytes.Buffer
+	printStats(&out, []*StatsResult{a, b})
+	for _, want := range []string{
+		"every writable layer reported 1.5 s after the last start; last list sizes: ListContainerStats 4, ImageFsInfo 1",
+		"only 1 of 4 writable layers reported",
+		"| RPC (ms) | a mean | a p50 | a p99 | b mean | b p50 | b p99 |",
+		"| ListContainerStats | 1.25 | 1.00 | 3.00 | 4.00 | 5.00 | 6.00 |",
+		"| daemon, 4 containers running | 12 | 11 | 0 | 0 |",
+		"| shim processes | 6 |  | 0 |  |",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("printStats output lacks %q:\n%s", want, out.String())
+		}
+	}
+}
