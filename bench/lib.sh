@@ -211,7 +211,7 @@ EOF
 targets=()
 # start_crind NAME [NRI]: one crind with its own root, state and socket under
 # $BASE/NAME; NRI is "off", "N" or "Nv" (see bench/lifecycle.sh), empty
-# leaves the [nri] section out (crind's default). CRIND_CRI_EXTRA, if set,
+# is crind's default (NRI on, no plugin) with private NRI paths. CRIND_CRI_EXTRA, if set,
 # is appended to the [cri] section (e.g. 'stats_period = "2s"').
 start_crind() {
 	local name=$1 nri=${2:-} dir=$BASE/$1 i n flags=""
@@ -234,7 +234,18 @@ bin_dirs = ["/usr/lib/cni"]
 EOF
 	if [ "$nri" = off ]; then
 		printf '[nri]\nenable = false\n' >>"$dir/crin.toml"
-	elif [ -n "$nri" ]; then
+	elif [ -z "$nri" ]; then
+		# NRI stays on as by default, but with a socket and plugin
+		# directories of its own: the defaults (/var/run/nri/nri.sock,
+		# /opt/nri/plugins) belong to the host.
+		mkdir -p "$dir/plugins" "$dir/plugins.d"
+		cat >>"$dir/crin.toml" <<EOF
+[nri]
+plugin_path = "$dir/plugins"
+plugin_config_path = "$dir/plugins.d"
+socket_path = "$dir/s/nri.sock"
+EOF
+	else
 		n=${nri%v}
 		[ "$n" = "$nri" ] || flags=-validate
 		mkdir -p "$dir/plugins" "$dir/plugins.d" "$dir/counts"
