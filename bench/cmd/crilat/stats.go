@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -50,6 +51,10 @@ type StatsResult struct {
 	DaemonLoaded Mem `json:"daemon_loaded"`
 	Shims        int `json:"shims"`
 	ShimsTotal   Mem `json:"shims_total"`
+	// CPU time the daemon and its shims used during the timed calls
+	// (background work included), per round of len(statsRPCs) calls.
+	DaemonCPUPerRoundMs float64 `json:"daemon_cpu_per_round_ms"`
+	ShimsCPUPerRoundMs  float64 `json:"shims_cpu_per_round_ms"`
 }
 
 type statsOptions struct {
@@ -174,7 +179,13 @@ func measureStats(ctx context.Context, targets []*statsTarget, so statsOptions) 
 			}
 		}
 	}
+	cpu0 := make([]procCPU, len(targets))
 	for i := 0; i < so.warmup+so.calls; i++ {
+		if i == so.warmup {
+			for j, t := range targets {
+				cpu0[j] = t.cpu()
+			}
+		}
 		for _, rpc := range statsRPCs {
 			each(i, func(t *statsTarget) error {
 				d, n, err := statsCall(ctx, t, rpc, i)
@@ -191,14 +202,75 @@ func measureStats(ctx context.Context, targets []*statsTarget, so statsOptions) 
 			})
 		}
 	}
-	for _, t := range targets {
+	for j, t := range targets {
 		if t.err != nil {
 			continue
 		}
 		for _, rpc := range statsRPCs {
 			t.res.RPCs = append(t.res.RPCs, summarize(rpc, t.samples[rpc]))
 		}
+		used := t.cpu().sub(cpu0[j])
+		t.res.DaemonCPUPerRoundMs = ms(used.daemon) / float64(so.calls)
+		t.res.ShimsCPUPerRoundMs = ms(used.shims) / float64(so.calls)
 	}
+}
+
+// procCPU is the CPU time (user + system) a daemon and its shims have used.
+type procCPU struct{ daemon, shims time.Duration }
+
+func (a procCPU) sub(b procCPU) procCPU { return procCPU{a.daemon - b.daemon, a.shims - b.shims} }
+
+// cpu reads the CPU time of the target's daemon and shims; a process that
+// cannot be read counts zero (the figure is only reported).
+func (t *statsTarget) cpu() procCPU {
+	var c procCPU
+	if t.o.pid == 0 {
+		return c
+	}
+	c.daemon, _ = cpuTime(t.o.pid)
+	shims, _ := findProcs(t.o.shimComm, t.o.match)
+	for _, pid := range shims {
+		d, _ := cpuTime(pid)
+		c.shims += d
+	}
+	return c
+}
+
+// clockTick is the unit of the times in /proc/PID/stat (USER_HZ, 100 on
+// Linux for every architecture crin builds for).
+const clockTick = 10 * time.Millisecond
+
+// cpuTime is utime + stime of pid from /proc/PID/stat.
+func cpuTime(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, fmt.Errorf("read cpu time of pid %d: %w", pid, err)
+	}
+	return parseStatCPU(string(b))
+}
+
+// parseStatCPU takes utime and stime (fields 14 and 15) of a /proc/PID/stat
+// line. The command name (field 2) may hold spaces and parentheses, so the
+// fields are counted from the last ')'.
+func parseStatCPU(line string) (time.Duration, error) {
+	i := strings.LastIndexByte(line, ')')
+	if i < 0 {
+		return 0, errors.New("parse /proc stat: no command name")
+	}
+	f := strings.Fields(line[i+1:])
+	// f[0] is field 3 (state): utime is field 14, stime field 15.
+	if len(f) < 13 {
+		return 0, fmt.Errorf("parse /proc stat: %d fields after the command name", len(f))
+	}
+	var total time.Duration
+	for _, v := range f[11:13] {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("parse /proc stat: %w", err)
+		}
+		total += time.Duration(n) * clockTick
+	}
+	return total, nil
 }
 
 func prepareStats(ctx context.Context, t *statsTarget, so statsOptions) error {
@@ -429,6 +501,23 @@ func printStats(w io.Writer, rs []*StatsResult) {
 		row = append(row, fmt.Sprint(r.Shims), "")
 	}
 	fmt.Fprintf(w, "| %s |\n", strings.Join(row, " | "))
+
+	fmt.Fprintln(w)
+	cols = []string{fmt.Sprintf("CPU ms per round (%d calls)", len(statsRPCs))}
+	for _, r := range rs {
+		cols = append(cols, r.Name)
+	}
+	tableHead(w, cols...)
+	cpuRow := func(label string, get func(*StatsResult) float64) {
+		row := []string{label}
+		for _, r := range rs {
+			row = append(row, fmt.Sprintf("%.2f", get(r)))
+		}
+		fmt.Fprintf(w, "| %s |\n", strings.Join(row, " | "))
+	}
+	cpuRow("daemon", func(r *StatsResult) float64 { return r.DaemonCPUPerRoundMs })
+	cpuRow("shims", func(r *StatsResult) float64 { return r.ShimsCPUPerRoundMs })
+	cpuRow("total", func(r *StatsResult) float64 { return r.DaemonCPUPerRoundMs + r.ShimsCPUPerRoundMs })
 }
 
 func counts(c map[string]int) string {
