@@ -153,7 +153,7 @@ func TestSummarizeKeepsOrder(t *testing.T) {
 }
 
 func TestPrintStats(t *testing.T) {
-	a := &StatsResult{Name: "a", Runtime: "crind 1", Pods: 2, Containers: 4, Calls: 3, LayersAfterMs: 1500, LayersSeen: 4,
+	a := &StatsResult{Name: "a", Runtime: "crind 1", Pods: 2, Containers: 4, Calls: 3, Order: "serial", LayersAfterMs: 1500, LayersSeen: 4,
 		Counts:     map[string]int{"ListContainerStats": 4, "ImageFsInfo": 1},
 		RPCs:       []StepStats{{Step: "ListContainerStats", Mean: 1.25, P50: 1, P99: 3}},
 		DaemonIdle: Mem{RSS: 10, PSS: 9}, DaemonLoaded: Mem{RSS: 12, PSS: 11}, Shims: 6, ShimsTotal: Mem{RSS: 60, PSS: 30},
@@ -163,6 +163,7 @@ func TestPrintStats(t *testing.T) {
 	var out bytes.Buffer
 	printStats(&out, []*StatsResult{a, b})
 	for _, want := range []string{
+		"4 containers, 3 calls per RPC (serial),",
 		"every writable layer reported 1.5 s after the last start; last list sizes: ListContainerStats 4, ImageFsInfo 1",
 		"only 1 of 4 writable layers reported",
 		"| RPC (ms) | a mean | a p50 | a p99 | b mean | b p50 | b p99 |",

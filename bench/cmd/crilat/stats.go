@@ -36,6 +36,9 @@ type StatsResult struct {
 	Pods       int    `json:"pods"`
 	Containers int    `json:"containers"` // all of them, not per pod
 	Calls      int    `json:"calls"`
+	// Order is "interleaved" (rounds shared with the other targets) or
+	// "serial" (the target's rounds alone, the others idle).
+	Order string `json:"order"`
 	// LayersAfterMs is how long after the last container started every
 	// container's writable layer was reported at layerBytes or more (-1:
 	// not within the deadline); LayersSeen counts the ones that were.
@@ -61,6 +64,7 @@ type statsOptions struct {
 	pods, perPod, calls, warmup int
 	layerWait                   time.Duration
 	settle                      time.Duration
+	serial                      bool
 }
 
 // statsTarget is one runtime under the stats benchmark.
@@ -92,6 +96,7 @@ func statsCmd(args []string) error {
 	fs.IntVar(&so.warmup, "warmup", 5, "untimed calls of each RPC first")
 	fs.DurationVar(&so.layerWait, "layer-wait", 90*time.Second, "how long to wait for every writable layer to be reported")
 	fs.DurationVar(&so.settle, "settle", 3*time.Second, "pause after the containers started before memory is read")
+	fs.BoolVar(&so.serial, "serial", false, "time one target at a time while the others idle, instead of interleaving them")
 	outDir := fs.String("out-dir", "", "directory to write stats-NAME.json results to")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -159,9 +164,10 @@ func statsCmd(args []string) error {
 
 // measureStats fills every target with pods and containers, one target
 // after the other, waits until each reports every writable layer, reads the
-// memory, then times the stats RPCs round by round: in each round every RPC
-// once on every target, the target order rotating, so load from elsewhere
-// on the machine falls on all alike.
+// memory, then times the stats RPCs round by round. Interleaved (the
+// default), each round makes every RPC once on every target, the target
+// order rotating, so load from elsewhere on the machine falls on all alike;
+// serial, each target has all its rounds to itself while the others idle.
 func measureStats(ctx context.Context, targets []*statsTarget, so statsOptions) {
 	for _, t := range targets {
 		t.err = prepareStats(ctx, t, so)
@@ -171,6 +177,18 @@ func measureStats(ctx context.Context, targets []*statsTarget, so statsOptions) 
 			t.err = fillStats(ctx, t, so)
 		}
 	}
+	if !so.serial {
+		timeRounds(ctx, targets, so)
+		return
+	}
+	for _, t := range targets {
+		timeRounds(ctx, []*statsTarget{t}, so)
+	}
+}
+
+// timeRounds runs the warm-up and timed rounds on targets, interleaved,
+// and fills their results.
+func timeRounds(ctx context.Context, targets []*statsTarget, so statsOptions) {
 	each := func(round int, f func(t *statsTarget) error) {
 		for j := range targets {
 			t := targets[(round+j)%len(targets)]
@@ -205,6 +223,10 @@ func measureStats(ctx context.Context, targets []*statsTarget, so statsOptions) 
 	for j, t := range targets {
 		if t.err != nil {
 			continue
+		}
+		t.res.Order = "interleaved"
+		if so.serial {
+			t.res.Order = "serial"
 		}
 		for _, rpc := range statsRPCs {
 			t.res.RPCs = append(t.res.RPCs, summarize(rpc, t.samples[rpc]))
@@ -458,8 +480,8 @@ func printStats(w io.Writer, rs []*StatsResult) {
 		if r.LayersAfterMs < 0 {
 			layers = fmt.Sprintf("only %d of %d writable layers reported", r.LayersSeen, r.Containers)
 		}
-		fmt.Fprintf(w, "- %s: %s, %d pods, %d containers, %d calls per RPC, %s; %s; last list sizes: %s\n",
-			r.Name, r.Runtime, r.Pods, r.Containers, r.Calls, r.Date, layers, counts(r.Counts))
+		fmt.Fprintf(w, "- %s: %s, %d pods, %d containers, %d calls per RPC (%s), %s; %s; last list sizes: %s\n",
+			r.Name, r.Runtime, r.Pods, r.Containers, r.Calls, r.Order, r.Date, layers, counts(r.Counts))
 	}
 	fmt.Fprintln(w)
 	cols := []string{"RPC (ms)"}
