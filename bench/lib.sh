@@ -156,6 +156,14 @@ cleanup() {
 		umount -l "/run/netns/$ns" 2>/dev/null; rm -f "/run/netns/$ns"
 	done
 	ip link del "$BRIDGE" 2>/dev/null
+	# libcni's result cache of pods whose CNI DEL never ran (a daemon that
+	# died first): the bench network's files, and the loopback files of the
+	# same sandboxes (containerd's).
+	for f in /var/lib/cni/results/crinbench-*-eth0; do
+		[ -e "$f" ] || continue
+		l=${f#/var/lib/cni/results/crinbench-}
+		rm -f "$f" "/var/lib/cni/results/cni-loopback-${l%-eth0}-lo"
+	done
 	for d in $NEW_DIRS; do rmdir "$d" 2>/dev/null; done
 	if [ "$rc" != 0 ] && [ -d "$BASE" ]; then
 		for l in "$BASE"/*.log; do [ -s "$l" ] && { echo "--- tail of $l" >&2; tail -n 30 "$l" >&2; }; done
@@ -264,7 +272,11 @@ plugin_config_path = "$dir/plugins.d"
 socket_path = "$dir/s/nri.sock"
 EOF
 	fi
-	"$REPO/bin/crind" --config "$dir/crin.toml" >"$BASE/$name.log" 2>&1 &
+	# setsid: a Ctrl-C meant for the script must not reach the daemons
+	# before the clean-up has drained them (both stop on SIGINT). From a
+	# non-interactive shell the child is no group leader, so setsid execs
+	# in place and $! is the daemon.
+	setsid "$REPO/bin/crind" --config "$dir/crin.toml" >"$BASE/$name.log" 2>&1 &
 	local pid=$!
 	CRIND_PIDS+=("$pid")
 	CRIND_SOCKS+=("$sock")
@@ -399,7 +411,7 @@ start_containerd() {
 	else
 		ctd_config_v1 >"$BASE/ctd/config.toml"
 	fi
-	PATH=$path "$bin" --config "$BASE/ctd/config.toml" >"$BASE/containerd.log" 2>&1 &
+	PATH=$path setsid "$bin" --config "$BASE/ctd/config.toml" >"$BASE/containerd.log" 2>&1 &
 	CTD_PID=$!
 	if wait_file "$CTD_SOCK" 30 "containerd" "$CTD_PID"; then
 		targets+=(-target "name=containerd,socket=$CTD_SOCK,pid=$CTD_PID,shim=containerd-shim,pause=$PAUSE")
