@@ -157,7 +157,7 @@ func TestPrintStats(t *testing.T) {
 		Counts:     map[string]int{"ListContainerStats": 4, "ImageFsInfo": 1},
 		RPCs:       []StepStats{{Step: "ListContainerStats", Mean: 1.25, P50: 1, P99: 3}},
 		DaemonIdle: Mem{RSS: 10, PSS: 9}, DaemonLoaded: Mem{RSS: 12, PSS: 11}, Shims: 6, ShimsTotal: Mem{RSS: 60, PSS: 30},
-		DaemonCPUPerRoundMs: 1.5, ShimsCPUPerRoundMs: 0.25}
+		DaemonCPUPerRoundMs: 1.5, ShimsCPUPerRoundMs: 0.25, DaemonIdleCPUMsPerSec: 3}
 	b := &StatsResult{Name: "b", Runtime: "containerd 2", Pods: 2, Containers: 4, Calls: 3, LayersAfterMs: -1, LayersSeen: 1,
 		RPCs: []StepStats{{Step: "ListContainerStats", Mean: 4, P50: 5, P99: 6}}}
 	var out bytes.Buffer
@@ -172,6 +172,7 @@ func TestPrintStats(t *testing.T) {
 		"| shim processes | 6 |  | 0 |  |",
 		"| CPU ms per round (4 calls) | a | b |",
 		"| total | 1.75 | 0.00 |",
+		"| idle: daemon, ms per s | 3.00 | 0.00 |",
 	} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("printStats output lacks %q:\n%s", want, out.String())

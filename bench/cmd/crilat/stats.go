@@ -58,12 +58,18 @@ type StatsResult struct {
 	// (background work included), per round of len(statsRPCs) calls.
 	DaemonCPUPerRoundMs float64 `json:"daemon_cpu_per_round_ms"`
 	ShimsCPUPerRoundMs  float64 `json:"shims_cpu_per_round_ms"`
+	// CPU time the daemon and its shims used per second over an idle
+	// window with every container running and no call: the background
+	// work (stats sampling, housekeeping).
+	DaemonIdleCPUMsPerSec float64 `json:"daemon_idle_cpu_ms_per_s"`
+	ShimsIdleCPUMsPerSec  float64 `json:"shims_idle_cpu_ms_per_s"`
 }
 
 type statsOptions struct {
 	pods, perPod, calls, warmup int
 	layerWait                   time.Duration
 	settle                      time.Duration
+	idle                        time.Duration
 	serial                      bool
 }
 
@@ -96,6 +102,7 @@ func statsCmd(args []string) error {
 	fs.IntVar(&so.warmup, "warmup", 5, "untimed calls of each RPC first")
 	fs.DurationVar(&so.layerWait, "layer-wait", 90*time.Second, "how long to wait for every writable layer to be reported")
 	fs.DurationVar(&so.settle, "settle", 3*time.Second, "pause after the containers started before memory is read")
+	fs.DurationVar(&so.idle, "idle", 10*time.Second, "window without calls over which the background CPU is read (0: none)")
 	fs.BoolVar(&so.serial, "serial", false, "time one target at a time while the others idle, instead of interleaving them")
 	outDir := fs.String("out-dir", "", "directory to write stats-NAME.json results to")
 	if err := fs.Parse(args); err != nil {
@@ -365,6 +372,13 @@ func fillStats(ctx context.Context, t *statsTarget, so statsOptions) error {
 	if t.res.DaemonLoaded, err = readMem(t.o.pid); err != nil {
 		return err
 	}
+	if so.idle > 0 {
+		c0, start := t.cpu(), time.Now()
+		time.Sleep(so.idle)
+		used, secs := t.cpu().sub(c0), time.Since(start).Seconds()
+		t.res.DaemonIdleCPUMsPerSec = ms(used.daemon) / secs
+		t.res.ShimsIdleCPUMsPerSec = ms(used.shims) / secs
+	}
 	shims, err := findProcs(t.o.shimComm, t.o.match)
 	if err != nil {
 		return err
@@ -540,6 +554,8 @@ func printStats(w io.Writer, rs []*StatsResult) {
 	cpuRow("daemon", func(r *StatsResult) float64 { return r.DaemonCPUPerRoundMs })
 	cpuRow("shims", func(r *StatsResult) float64 { return r.ShimsCPUPerRoundMs })
 	cpuRow("total", func(r *StatsResult) float64 { return r.DaemonCPUPerRoundMs + r.ShimsCPUPerRoundMs })
+	cpuRow("idle: daemon, ms per s", func(r *StatsResult) float64 { return r.DaemonIdleCPUMsPerSec })
+	cpuRow("idle: shims, ms per s", func(r *StatsResult) float64 { return r.ShimsIdleCPUMsPerSec })
 }
 
 func counts(c map[string]int) string {
