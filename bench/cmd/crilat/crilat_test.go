@@ -151,3 +151,64 @@ func TestSummarizeKeepsOrder(t *testing.T) {
 		t.Errorf("samples (-want +got):\n%s", diff)
 	}
 }
+
+func TestPrintStats(t *testing.T) {
+	a := &StatsResult{Name: "a", Runtime: "crind 1", Pods: 2, Containers: 4, Calls: 3, Order: "serial", LayersAfterMs: 1500, LayersSeen: 4,
+		Counts:     map[string]int{"ListContainerStats": 4, "ImageFsInfo": 1},
+		RPCs:       []StepStats{{Step: "ListContainerStats", Mean: 1.25, P50: 1, P99: 3}},
+		DaemonIdle: Mem{RSS: 10, PSS: 9}, DaemonLoaded: Mem{RSS: 12, PSS: 11}, Shims: 6, ShimsTotal: Mem{RSS: 60, PSS: 30},
+		DaemonCPUPerRoundMs: 1.5, ShimsCPUPerRoundMs: 0.25, DaemonIdleCPUMsPerSec: 3}
+	b := &StatsResult{Name: "b", Runtime: "containerd 2", Pods: 2, Containers: 4, Calls: 3, LayersAfterMs: -1, LayersSeen: 1,
+		RPCs: []StepStats{{Step: "ListContainerStats", Mean: 4, P50: 5, P99: 6}}}
+	var out bytes.Buffer
+	printStats(&out, []*StatsResult{a, b})
+	for _, want := range []string{
+		"4 containers, 3 calls per RPC (serial),",
+		"every writable layer reported 1.5 s after the last start; last list sizes: ListContainerStats 4, ImageFsInfo 1",
+		"only 1 of 4 writable layers reported",
+		"| RPC (ms) | a mean | a p50 | a p99 | b mean | b p50 | b p99 |",
+		"| ListContainerStats | 1.25 | 1.00 | 3.00 | 4.00 | 5.00 | 6.00 |",
+		"| daemon, 4 containers running | 12 | 11 | 0 | 0 |",
+		"| shim processes | 6 |  | 0 |  |",
+		"| CPU ms per round (4 calls) | a | b |",
+		"| total | 1.75 | 0.00 |",
+		"| idle: daemon, ms per s | 3.00 | 0.00 |",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("printStats output lacks %q:\n%s", want, out.String())
+		}
+	}
+}
+
+func TestParseStatCPU(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		in      string
+		want    time.Duration
+		wantErr bool
+	}{
+		{
+			name: "plain",
+			in:   "1234 (crind) S 1 1234 1234 0 -1 4194560 100 0 0 0 250 40 0 0 20 0 9 0 100 1000 200",
+			want: 2900 * time.Millisecond,
+		},
+		{
+			name: "name with spaces and parentheses",
+			in:   "7 (a (b) c) R 1 7 7 0 -1 0 0 0 0 0 3 4 0 0 20 0 1 0 1 1 1",
+			want: 70 * time.Millisecond,
+		},
+		{name: "short", in: "7 (x) R 1 2", wantErr: true},
+		{name: "no name", in: "7 x R", wantErr: true},
+		{name: "bad number", in: "7 (x) R 1 7 7 0 -1 0 0 0 0 0 a 4 0", wantErr: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := parseStatCPU(tc.in)
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("parseStatCPU error = %v, want error %v", err, tc.wantErr)
+			}
+			if got != tc.want {
+				t.Errorf("parseStatCPU = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}

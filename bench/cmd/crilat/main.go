@@ -1,6 +1,6 @@
 // Command crilat measures a CRI runtime the way kubelet drives it: over its
 // unix socket with the k8s.io/cri-api gRPC client. It is the Go half of
-// bench/lifecycle.sh and has four subcommands:
+// bench/lifecycle.sh and bench/stats.sh and has five subcommands:
 //
 //	crilat registry -pause FILE -addr-file FILE
 //	    serve a registry on 127.0.0.1 with busybox and a pause image built
@@ -13,6 +13,14 @@
 //	    -k 0); print the figures side by side and write them as NAME.json.
 //	    With -baseline, also print the latency each target adds to the
 //	    target NAME (bench/nri.sh: crind with 1 or 4 NRI plugins against 0).
+//	crilat stats -target ... -image REF -log-dir DIR [-pods 10] [-containers 10]
+//	        [-calls 200] [-out-dir DIR]
+//	    start PODS pods of CONTAINERS running busybox containers on each
+//	    target (each writes a few files into its rootfs), wait until every
+//	    writable layer is reported, then time ListContainerStats,
+//	    ListPodSandboxStats, ImageFsInfo and ContainerStats, CALLS each,
+//	    interleaved between the targets; print mean/p50/p99 per RPC and
+//	    the daemons' memory side by side.
 //	crilat compare [-baseline NAME] A.json [B.json ...]
 //	    print the results of several runs side by side.
 //	crilat cleanup -socket SOCK
@@ -36,6 +44,8 @@ func main() {
 		err = registryCmd(os.Args[2:])
 	case "run":
 		err = runCmd(os.Args[2:])
+	case "stats":
+		err = statsCmd(os.Args[2:])
 	case "compare":
 		err = compareCmd(os.Args[2:])
 	case "cleanup":
@@ -50,6 +60,6 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: crilat registry|run|compare|cleanup [flags] (see the package doc)")
+	fmt.Fprintln(os.Stderr, "usage: crilat registry|run|stats|compare|cleanup [flags] (see the package doc)")
 	os.Exit(2)
 }
