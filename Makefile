@@ -20,8 +20,10 @@ deps:
 # crind (e2e).
 test: deps build lint unit integration integration-shimv2 e2e
 
+# Unit tests, then every Go benchmark once, so none rots unseen.
 unit:
 	$(GO) test -race ./...
+	$(GO) test -run '^$$' -bench . -benchtime 1x ./...
 
 integration:
 	$(GO) test -tags integration -count=1 -p 1 -timeout 20m ./...
