@@ -199,6 +199,11 @@ func (s *Service) sampleOnce(ctx context.Context) {
 		}
 	}
 	sm.mu.Unlock()
+	// The image store's figure, measured now that the writable layers
+	// are, so kubelet's ImageFsInfo finds it ready.
+	if _, err := s.opts.Images.FsInfo(); err != nil {
+		s.log.DebugContext(ctx, "measure image filesystem", "error", err)
+	}
 }
 
 func (s *Service) sampleCPU(id, cgroupsPath string) {

@@ -17,6 +17,24 @@ type fsCache struct {
 	blobs      map[string]usage      // blob file name -> its usage
 	layers     map[dirKey]usage      // committed layer dir -> its usage
 	uppers     map[string]LayerUsage // container id -> last measure of its upper dir
+	// total is the last FsInfo figure, good while gen is totalGen and it
+	// is younger than fsInfoMaxAge; gen counts changes to the store.
+	total    FsUsage
+	totalAt  time.Time
+	totalGen uint64
+	gen      uint64
+}
+
+// fsInfoMaxAge bounds how old an FsInfo figure may be when nothing crind
+// did changed the store meanwhile (what it cannot see: downloads growing,
+// a container's writes since its layer was last measured).
+const fsInfoMaxAge = 10 * time.Second
+
+// changed records that the store changed, so the next FsInfo measures.
+func (c *fsCache) changed() {
+	c.mu.Lock()
+	c.gen++
+	c.mu.Unlock()
 }
 
 // dirKey names a layer dir by name and inode, so a dir name reused after

@@ -24,7 +24,34 @@ import (
 // It does not walk the whole store: blobs and committed layer dirs are
 // immutable, so each is measured once and remembered; only what is in
 // flight (downloads, unpacks, trash) and what was never seen is walked.
+// And the figure itself is reused while nothing changed the store (a pull,
+// a removal, a rootfs or volume prepared or released, a writable layer
+// measured again) for up to fsInfoMaxAge, so kubelet's calls cost a lock;
+// crind's stats sampler asks after each sweep, which keeps it warm.
 func (s *Service) FsInfo() (FsUsage, error) {
+	s.fs.mu.Lock()
+	gen := s.fs.gen
+	if !s.fs.totalAt.IsZero() && s.fs.totalGen == gen && time.Since(s.fs.totalAt) < fsInfoMaxAge {
+		u := s.fs.total
+		s.fs.mu.Unlock()
+		return u, nil
+	}
+	s.fs.mu.Unlock()
+	u, err := s.measureFs()
+	if err != nil {
+		return FsUsage{}, err
+	}
+	s.fs.mu.Lock()
+	// A figure measured across a change is not kept.
+	if s.fs.gen == gen {
+		s.fs.total, s.fs.totalAt, s.fs.totalGen = u, time.Now(), gen
+	}
+	s.fs.mu.Unlock()
+	return u, nil
+}
+
+// measureFs sums the store's usage from the caches and what is in flight.
+func (s *Service) measureFs() (FsUsage, error) {
 	mp, err := s.fsMountpoint()
 	if err != nil {
 		return FsUsage{}, fmt.Errorf("image fs info: %w", err)
@@ -91,6 +118,7 @@ func (s *Service) WritableLayerUsage(containerID string) (LayerUsage, error) {
 		s.fs.uppers = map[string]LayerUsage{}
 	}
 	s.fs.uppers[containerID] = lu
+	s.fs.gen++
 	s.fs.mu.Unlock()
 	return lu, nil
 }

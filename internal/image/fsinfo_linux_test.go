@@ -45,9 +45,11 @@ func TestFsInfoMatchesAFullWalk(t *testing.T) {
 	if _, err := s.Pull(ctxT(t), host+"/library/busybox", nil); err != nil {
 		t.Fatal(err)
 	}
+	// The figure FsInfo would measure now (FsInfo's reuse of a figure is
+	// TestFsInfoReuse's).
 	check := func(step string) {
 		t.Helper()
-		got, err := s.FsInfo()
+		got, err := s.measureFs()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -93,6 +95,63 @@ func TestFsInfoMatchesAFullWalk(t *testing.T) {
 	check("container gone")
 	if _, err := s.WritableLayerUsage(id); err == nil {
 		t.Error("WritableLayerUsage of a removed container: no error")
+	}
+}
+
+// TestFsInfoReuse checks when FsInfo reuses its last figure: while
+// nothing changed the store, and not across a pull, a removal, a rootfs
+// prepared or released, or a writable layer measured again.
+func TestFsInfoReuse(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("preparing a rootfs mounts an overlay: root only")
+	}
+	host := imagetest.StartRegistry(t)
+	imagetest.Push(t, host, "library/busybox:latest", imagetest.Busybox(t))
+	s := newService(t, Config{Root: filepath.Join(t.TempDir(), "root")})
+	img, err := s.Pull(ctxT(t), host+"/library/busybox", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := s.FsInfo()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Written behind the store's back: not seen while the figure is
+	// reused.
+	writeFile(t, filepath.Join(s.root, "blobs", "tmp", "blob-1"), 1<<20)
+	if again, _ := s.FsInfo(); again != first {
+		t.Errorf("FsInfo measured again with no change: %+v, then %+v", first, again)
+	}
+	steps := []struct {
+		name string
+		do   func() error
+	}{
+		{"rootfs prepared", func() error { _, err := s.PrepareRootfs(ctxT(t), "c1", img.ID); return err }},
+		{"writable layer measured", func() error {
+			writeFile(t, filepath.Join(s.containerDir("c1"), "upper", "x"), 1<<20)
+			_, err := s.WritableLayerUsage("c1")
+			return err
+		}},
+		{"rootfs released", func() error { return s.ReleaseRootfs(ctxT(t), "c1") }},
+		{"image removed", func() error { return s.Remove(ctxT(t), img.ID) }},
+	}
+	last := first
+	for _, st := range steps {
+		if err := st.do(); err != nil {
+			t.Fatalf("%s: %v", st.name, err)
+		}
+		got, err := s.FsInfo()
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := s.measureFs()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != want || got == last {
+			t.Errorf("after %s: FsInfo %+v, measured %+v, before %+v", st.name, got, want, last)
+		}
+		last = got
 	}
 }
 

@@ -300,6 +300,7 @@ func (s *Service) resolveLocked(ref string) (*imageRecord, error) {
 // an image volume (PrepareVolume) is not removed: that is
 // errdefs.ErrFailedPrecondition naming the containers.
 func (s *Service) Remove(ctx context.Context, ref string) error {
+	defer s.fs.changed() // FsInfo measures again
 	s.mu.Lock()
 	rec, err := s.resolveLocked(ref)
 	if err != nil {

@@ -44,6 +44,7 @@ import (
 //   - an unsupported media type: errdefs.ErrNotImplemented;
 //   - the caller's cancellation or PullTimeout: the context error.
 func (s *Service) Pull(ctx context.Context, ref string, auth *Auth) (*Image, error) {
+	defer s.fs.changed() // FsInfo measures again
 	r, err := parseReference(ref)
 	if err != nil {
 		return nil, settle(err)

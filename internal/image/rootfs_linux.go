@@ -38,6 +38,7 @@ func (s *Service) containerDir(id string) string { return filepath.Join(s.root, 
 // for a container that already has a rootfs of another image is
 // errdefs.ErrAlreadyExists. An unknown image is errdefs.ErrNotFound.
 func (s *Service) PrepareRootfs(ctx context.Context, containerID, imageID string) (string, error) {
+	defer s.fs.changed() // FsInfo measures again
 	if err := checkContainerID(containerID); err != nil {
 		return "", err
 	}
@@ -126,6 +127,7 @@ func (s *Service) Rootfs(ctx context.Context, containerID string) (string, error
 // volumes, then the layers only they kept; the images of the volumes can
 // be removed again. Releasing an unknown container is not an error.
 func (s *Service) ReleaseRootfs(ctx context.Context, containerID string) error {
+	defer s.fs.changed() // FsInfo measures again
 	if err := checkContainerID(containerID); err != nil {
 		return err
 	}

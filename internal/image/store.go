@@ -264,6 +264,7 @@ func (s *Service) collect(ctx context.Context) {
 
 // emptyTrash removes layer dirs gcLocked moved aside.
 func (s *Service) emptyTrash(ctx context.Context, trash []string) {
+	defer s.fs.changed()
 	for _, d := range trash {
 		if err := os.RemoveAll(d); err != nil {
 			s.log.WarnContext(ctx, "remove unused layer", "dir", d, "error", err)

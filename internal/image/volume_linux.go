@@ -31,6 +31,7 @@ func (s *Service) volumeDir(containerID, name string) string {
 // errdefs.ErrAlreadyExists. An unknown image is errdefs.ErrNotFound, a bad
 // id or name errdefs.ErrInvalidArgument.
 func (s *Service) PrepareVolume(ctx context.Context, containerID, name, ref string) (*Volume, error) {
+	defer s.fs.changed() // FsInfo measures again
 	if err := checkContainerID(containerID); err != nil {
 		return nil, err
 	}
