@@ -6,6 +6,7 @@ import (
 	"github.com/containerd/nri/pkg/api"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"github.com/opencontainers/runtime-spec/specs-go/features"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
 // NRI adjustments and updates.
@@ -146,6 +147,25 @@ func NRIContainer(s *specs.Spec, c *api.Container) {
 // spec does not record.
 func NRIResources(r *specs.LinuxResources) *api.LinuxResources {
 	return nriResources(r)
+}
+
+// NRIResourcesFromCRI converts CRI resources to NRI's, as plugins see a
+// pod's resources and overhead and the resources of an
+// UpdateContainerResources request: the same mapping as CRI requests get
+// (zero values are unset), without the checks, which the values passed
+// when they came in. CPU and memory are always present; nil gives nil.
+func NRIResourcesFromCRI(r *runtimeapi.LinuxContainerResources) *api.LinuxResources {
+	if r == nil {
+		return nil
+	}
+	out := nriResources(fromCRI(r))
+	if out.Memory == nil {
+		out.Memory = &api.LinuxMemory{}
+	}
+	if out.Cpu == nil {
+		out.Cpu = &api.LinuxCPU{}
+	}
+	return out
 }
 
 // NRIPodLinux fills the spec-derived linux fields of a pod (namespaces,
