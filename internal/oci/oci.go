@@ -26,8 +26,6 @@ import (
 	"fmt"
 
 	"github.com/containerd/errdefs"
-	specs "github.com/opencontainers/runtime-spec/specs-go"
-	"github.com/opencontainers/runtime-spec/specs-go/features"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -164,31 +162,6 @@ type ContainerOptions struct {
 	// place: the image's prepared read-only view, with image_sub_path
 	// already resolved inside it. An image mount without one is refused.
 	ImageVolumes map[int]string
-}
-
-// SandboxSpec returns the spec of a pod's infra container. Invalid input
-// (bad sysctls, bad ids) is errdefs.ErrInvalidArgument naming the field.
-func SandboxSpec(o SandboxOptions) (*specs.Spec, error) {
-	return buildSandbox(o)
-}
-
-// ContainerSpec returns the spec of a workload container. It resolves the
-// user from the rootfs's /etc/passwd and /etc/group without following
-// symlinks out of the rootfs. Invalid input is errdefs.ErrInvalidArgument
-// naming the field and the value.
-func ContainerSpec(o ContainerOptions) (*specs.Spec, error) {
-	return buildContainer(o)
-}
-
-// Fit adapts s to what the runtime accepts: sets ociVersion to one within
-// [OCIVersionMin, OCIVersionMax] and returns errdefs.ErrNotImplemented naming
-// the field when s uses a field the runtime would ignore or refuse (for
-// example linux.intelRdt on a runtime without RDT support, scheduler, I/O
-// priority, memory policy or net devices on runc 1.1). f may be nil, meaning
-// a conservative OCI 1.0 runtime. Capabilities the runtime does not know are
-// removed rather than refused. s is left unchanged when Fit fails.
-func Fit(s *specs.Spec, f *features.Features) error {
-	return fit(s, f)
 }
 
 // PreparePauseRoot makes the shared read-only rootfs of infra containers in
