@@ -364,7 +364,7 @@ func containerSecurity(o ContainerOptions, proc *specs.Process, host *Host) (*sp
 // OOM score adjustment of proc from them.
 func containerResources(o ContainerOptions, proc *specs.Process, host *Host) (*specs.LinuxResources, error) {
 	r := o.Config.GetLinux().GetResources()
-	res, err := linuxResources("linux.resources", r, host)
+	res, err := CRIResources("linux.resources", r, host)
 	if err != nil {
 		return nil, err
 	}

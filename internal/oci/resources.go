@@ -126,16 +126,6 @@ func checkUnified(field, key, value string, host *Host) error {
 	return nil
 }
 
-// CRIResources validates CRI container resources (field names them in
-// errors, e.g. "linux.resources") and returns them as OCI resources;
-// oom_score_adj is not part of them. Zero values are unset. A nil host
-// means DetectHost(). Errors are errdefs.ErrInvalidArgument naming the
-// field and the value (errdefs.ErrNotImplemented for what the host cannot
-// do, like unified files on cgroup v1).
-func CRIResources(field string, r *runtimeapi.LinuxContainerResources, host *Host) (*specs.LinuxResources, error) {
-	return linuxResources(field, r, hostOrDetect(host))
-}
-
 // MergeCRIResources validates a CRI resources update with the same rules
 // as CRIResources and applies it to a copy of cur: the fields the update
 // sets replace the current ones (hugepage limits and unified files as a
@@ -200,12 +190,18 @@ func MergeCRIResources(field string, cur *specs.LinuxResources, in *runtimeapi.L
 	return out, nil
 }
 
-// linuxResources validates CRI resources (field names the message) and
-// returns them as OCI resources; oom_score_adj is handled by the caller.
+// CRIResources validates CRI container resources (field names them in
+// errors, e.g. "linux.resources") and returns them as OCI resources;
+// oom_score_adj is not part of them. Zero values are unset. A nil host
+// means DetectHost(). Errors are errdefs.ErrInvalidArgument naming the
+// field and the value (errdefs.ErrNotImplemented for what the host cannot
+// do, like unified files on cgroup v1).
+//
 // It is the one way CRI resources become OCI ones: CreateContainer,
-// RunPodSandbox, UpdateContainerResources and UpdatePodSandboxResources
-// all come through here (CRIResources, MergeCRIResources).
-func linuxResources(field string, r *runtimeapi.LinuxContainerResources, host *Host) (*specs.LinuxResources, error) {
+// RunPodSandbox, UpdateContainerResources (MergeCRIResources) and
+// UpdatePodSandboxResources all come through here.
+func CRIResources(field string, r *runtimeapi.LinuxContainerResources, host *Host) (*specs.LinuxResources, error) {
+	host = hostOrDetect(host)
 	if err := checkCRIResources(field, r, host); err != nil {
 		return nil, err
 	}
@@ -289,8 +285,8 @@ func checkCRIMemory(field string, r *runtimeapi.LinuxContainerResources) error {
 
 // fromCRI maps CRI resources to OCI ones without checking them; a zero
 // value is unset, and CPU and memory are nil when r sets none of theirs.
-// Callers: linuxResources, after checking, and NRIResourcesFromCRI, for
-// views of values linuxResources accepted earlier.
+// Callers: CRIResources, after checking, and NRIResourcesFromCRI, for
+// views of values CRIResources accepted earlier.
 func fromCRI(r *runtimeapi.LinuxContainerResources) *specs.LinuxResources {
 	out := &specs.LinuxResources{}
 	if r == nil {
@@ -332,11 +328,11 @@ func fromCRI(r *runtimeapi.LinuxContainerResources) *specs.LinuxResources {
 // its overhead when kubelet passes them, and gives it the minimum CPU
 // weight otherwise.
 func sandboxResources(l *runtimeapi.LinuxPodSandboxConfig, host *Host) (*specs.LinuxResources, error) {
-	res, err := linuxResources("linux.resources", l.GetResources(), host)
+	res, err := CRIResources("linux.resources", l.GetResources(), host)
 	if err != nil {
 		return nil, err
 	}
-	over, err := linuxResources("linux.overhead", l.GetOverhead(), host)
+	over, err := CRIResources("linux.overhead", l.GetOverhead(), host)
 	if err != nil {
 		return nil, err
 	}
