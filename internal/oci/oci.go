@@ -12,6 +12,21 @@
 // through os.Root with symlinks resolved as if the rootfs were "/", so a
 // hostile image can never make crind read a file outside it.
 //
+// # Two halves
+//
+// The spec half (build.go and the files it calls) turns CRI requests into
+// specs: SandboxSpec, ContainerSpec, CRIResources, MergeCRIResources, Fit.
+// The NRI half (the nri_*.go files) applies plugins' adjustments and
+// updates to specs and resources (ApplyAdjustment, ApplyUpdate) and renders
+// what plugins see of them (NRIContainer, NRIResources, NRIPodLinux,
+// NRIResourcesFromCRI). They share the package because the NRI half must
+// accept and refuse values by the same rules as the spec half (the check
+// functions of resources.go, sysctl.go, mounts.go, seccomp.go) and fit them
+// to the runtime by the same rules (fit.go). The NRI half calls those
+// rules and small helpers (mount ordering, namespaces, env lists), never
+// SandboxSpec or ContainerSpec; splitting it into its own package would
+// mean exporting about forty of them.
+//
 // # Annotations
 //
 // The CRI annotations of the pod (for the sandbox) or of the container are
