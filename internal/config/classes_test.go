@@ -1,7 +1,6 @@
 package config
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"runtime"
@@ -9,23 +8,9 @@ import (
 	"testing"
 
 	"github.com/containerd/errdefs"
-	"github.com/containerd/nri/pkg/api"
 	"github.com/google/go-cmp/cmp"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 )
-
-// nopEngine is an nri.Engine that has nothing.
-type nopEngine struct{}
-
-func (nopEngine) Snapshot(context.Context) ([]*api.PodSandbox, []*api.Container, error) {
-	return nil, nil, nil
-}
-
-func (nopEngine) UpdateContainers(context.Context, []*api.ContainerUpdate) ([]*api.ContainerUpdate, error) {
-	return nil, nil
-}
-
-func (nopEngine) EvictContainer(context.Context, string, string) error { return nil }
 
 // fakeDevices maps device paths to major:minor.
 func fakeDevices(devs map[string][2]int64) deviceNumberFunc {

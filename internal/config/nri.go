@@ -3,13 +3,10 @@ package config
 import (
 	"fmt"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
 	"github.com/containerd/nri/pkg/api"
-
-	"github.com/crin-dev/crin/internal/nri"
 )
 
 // maxSocketPath is the longest unix socket path the kernel accepts
@@ -85,32 +82,24 @@ type NRIValidator struct {
 	TolerateMissingPluginsAnnotation      string   `toml:"tolerate_missing_plugins_annotation" comment:"pod annotation that, set to \"true\", lets a pod run without required_plugins"`
 }
 
-// defaultNRI mirrors nri.DefaultConfig, so the two cannot drift apart.
+// defaultNRI is what crind runs with when [nri] says nothing. It must
+// equal nri.DefaultConfig once cmd/crind maps it (TestNRIDefaultsMatchAdaptation
+// there checks): the printed default config is the adaptation's default,
+// and this package does not import the adaptation to read it.
 func defaultNRI() NRI {
-	d := nri.DefaultConfig()
-	v := nri.DefaultValidatorDefaults()
 	return NRI{
-		Enable:                    d.Enable,
-		DisableConnections:        d.DisableConnections,
-		PluginPath:                d.PluginPath,
-		PluginConfigPath:          d.PluginConfigPath,
-		SocketPath:                d.SocketPath,
-		PluginRegistrationTimeout: Duration(d.RegistrationTimeout),
-		PluginRequestTimeout:      Duration(d.RequestTimeout),
-		PluginSyncTimeout:         Duration(d.SyncTimeout),
-		PluginStartupWait:         Duration(d.StartupWait),
-		DefaultFailurePolicy:      FailurePolicy(d.DefaultFailurePolicy),
+		Enable:                    true,
+		PluginPath:                "/opt/nri/plugins",
+		PluginConfigPath:          "/etc/nri/conf.d",
+		SocketPath:                "/var/run/nri/nri.sock",
+		PluginRegistrationTimeout: Duration(5 * time.Second),
+		PluginRequestTimeout:      Duration(2 * time.Second),
+		PluginSyncTimeout:         Duration(30 * time.Second),
+		PluginStartupWait:         Duration(5 * time.Second),
 		Plugins:                   map[string]NRIPlugin{},
 		DefaultValidator: NRIValidator{
-			Enable:                                v.Enable,
-			RejectOCIHookAdjustment:               v.RejectOCIHookAdjustment,
-			RejectRuntimeDefaultSeccompAdjustment: v.RejectRuntimeDefaultSeccompAdjustment,
-			RejectUnconfinedSeccompAdjustment:     v.RejectUnconfinedSeccompAdjustment,
-			RejectCustomSeccompAdjustment:         v.RejectCustomSeccompAdjustment,
-			RejectNamespaceAdjustment:             v.RejectNamespaceAdjustment,
-			RejectSysctlAdjustment:                v.RejectSysctlAdjustment,
-			RequiredPlugins:                       slices.Clone(v.RequiredPlugins),
-			TolerateMissingPluginsAnnotation:      v.TolerateMissingAnnotation,
+			Enable:                  true,
+			RejectOCIHookAdjustment: true,
 		},
 	}
 }
@@ -171,46 +160,4 @@ func checkPluginRef(ref string) error {
 		return fmt.Errorf("want name or NN-name with letters, digits, '_', '.', '+', '-' (%v)", err)
 	}
 	return nil
-}
-
-// AdaptationConfig converts the [nri] section to the adaptation's
-// configuration; runtimeVersion is sent to plugins in Configure.
-func (n NRI) AdaptationConfig(runtimeVersion string) nri.Config {
-	c := nri.Config{
-		Enable:               n.Enable,
-		DisableConnections:   n.DisableConnections,
-		PluginPath:           n.PluginPath,
-		PluginConfigPath:     n.PluginConfigPath,
-		SocketPath:           n.SocketPath,
-		RegistrationTimeout:  time.Duration(n.PluginRegistrationTimeout),
-		RequestTimeout:       time.Duration(n.PluginRequestTimeout),
-		SyncTimeout:          time.Duration(n.PluginSyncTimeout),
-		StartupWait:          time.Duration(n.PluginStartupWait),
-		DefaultFailurePolicy: nri.FailurePolicy(n.DefaultFailurePolicy),
-		DefaultValidator: nri.DefaultValidatorConfig{
-			Enable:                                n.DefaultValidator.Enable,
-			RejectOCIHookAdjustment:               n.DefaultValidator.RejectOCIHookAdjustment,
-			RejectRuntimeDefaultSeccompAdjustment: n.DefaultValidator.RejectRuntimeDefaultSeccompAdjustment,
-			RejectUnconfinedSeccompAdjustment:     n.DefaultValidator.RejectUnconfinedSeccompAdjustment,
-			RejectCustomSeccompAdjustment:         n.DefaultValidator.RejectCustomSeccompAdjustment,
-			RejectNamespaceAdjustment:             n.DefaultValidator.RejectNamespaceAdjustment,
-			RejectSysctlAdjustment:                n.DefaultValidator.RejectSysctlAdjustment,
-			RequiredPlugins:                       slices.Clone(n.DefaultValidator.RequiredPlugins),
-			TolerateMissingAnnotation:             n.DefaultValidator.TolerateMissingPluginsAnnotation,
-		},
-		RuntimeName:    "crin",
-		RuntimeVersion: runtimeVersion,
-	}
-	if len(n.Plugins) > 0 {
-		c.PluginOverrides = make(map[string]nri.PluginConfig, len(n.Plugins))
-		for name, p := range n.Plugins {
-			o := nri.PluginConfig{RequestTimeout: time.Duration(p.RequestTimeout), Required: p.Required}
-			if p.FailurePolicy != nil {
-				fp := nri.FailurePolicy(*p.FailurePolicy)
-				o.FailurePolicy = &fp
-			}
-			c.PluginOverrides[name] = o
-		}
-	}
-	return c
 }

@@ -4,27 +4,11 @@ import (
 	"errors"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/containerd/errdefs"
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
-
-	"github.com/crin-dev/crin/internal/nri"
 )
-
-func TestNRIDefaultsMatchAdaptation(t *testing.T) {
-	got := Default().NRI.AdaptationConfig("v1.2.3")
-	want := nri.DefaultConfig()
-	want.RuntimeVersion = "v1.2.3"
-	// An empty override map and a nil one mean the same.
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("defaults differ from nri.DefaultConfig (-want +got):\n%s", diff)
-	}
-	if got.RuntimeName != "crin" {
-		t.Errorf("RuntimeName = %q", got.RuntimeName)
-	}
-}
 
 func TestDefaultPrintsNRIKeys(t *testing.T) {
 	b, err := Default().Encode()
@@ -57,86 +41,12 @@ func TestDefaultPrintsNRIKeys(t *testing.T) {
 	}
 }
 
-func TestNRIParse(t *testing.T) {
-	const full = `
-[nri]
-enable = true
-disable_connections = true
-plugin_path = "/srv/nri/plugins"
-plugin_config_path = "/srv/nri/conf.d"
-socket_path = "/tmp/n/nri.sock"
-plugin_registration_timeout = "1s"
-plugin_request_timeout = "250ms"
-plugin_sync_timeout = "1m"
-[nri.default_failure_policy]
-fail_request = true
-[nri.plugins."10-resources"]
-request_timeout = "5s"
-required = true
-[nri.plugins."10-resources".failure_policy]
-fail_request = true
-keep_connected = true
-[nri.plugins.logger]
-request_timeout = "100ms"
-[nri.default_validator]
-enable = true
-reject_oci_hook_adjustment = false
-reject_runtime_default_seccomp_adjustment = true
-reject_unconfined_seccomp_adjustment = true
-reject_custom_seccomp_adjustment = true
-reject_namespace_adjustment = true
-reject_sysctl_adjustment = true
-required_plugins = ["resources", "20-topology"]
-tolerate_missing_plugins_annotation = "example.com/tolerate-missing"
-`
-	c := Default()
-	if err := Parse([]byte(full), c); err != nil {
-		t.Fatal(err)
-	}
-	got := c.NRI.AdaptationConfig("dev")
-	want := nri.Config{
-		Enable:               true,
-		DisableConnections:   true,
-		PluginPath:           "/srv/nri/plugins",
-		PluginConfigPath:     "/srv/nri/conf.d",
-		SocketPath:           "/tmp/n/nri.sock",
-		RegistrationTimeout:  time.Second,
-		RequestTimeout:       250 * time.Millisecond,
-		SyncTimeout:          time.Minute,
-		StartupWait:          nri.DefaultStartupWait,
-		DefaultFailurePolicy: nri.FailurePolicy{FailRequest: true},
-		PluginOverrides: map[string]nri.PluginConfig{
-			"10-resources": {RequestTimeout: 5 * time.Second, Required: true, FailurePolicy: &nri.FailurePolicy{FailRequest: true, KeepConnected: true}},
-			"logger":       {RequestTimeout: 100 * time.Millisecond},
-		},
-		DefaultValidator: nri.DefaultValidatorConfig{
-			Enable:                                true,
-			RejectRuntimeDefaultSeccompAdjustment: true,
-			RejectUnconfinedSeccompAdjustment:     true,
-			RejectCustomSeccompAdjustment:         true,
-			RejectNamespaceAdjustment:             true,
-			RejectSysctlAdjustment:                true,
-			RequiredPlugins:                       []string{"resources", "20-topology"},
-			TolerateMissingAnnotation:             "example.com/tolerate-missing",
-		},
-		RuntimeName:    "crin",
-		RuntimeVersion: "dev",
-	}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("AdaptationConfig (-want +got):\n%s", diff)
-	}
-	// The adaptation accepts what the config package accepted.
-	if _, err := nri.New(got, nopEngine{}); err != nil {
-		t.Errorf("nri.New refused a valid config: %v", err)
-	}
-}
-
 func TestNRIDisable(t *testing.T) {
 	c := Default()
 	if err := Parse([]byte("[nri]\nenable = false\n"), c); err != nil {
 		t.Fatal(err)
 	}
-	if c.NRI.Enable || c.NRI.AdaptationConfig("x").Enable {
+	if c.NRI.Enable {
 		t.Errorf("enable = false not honoured")
 	}
 	if c.NRI.PluginPath != "/opt/nri/plugins" {

@@ -2,6 +2,7 @@ package cri
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os/exec"
@@ -57,7 +58,7 @@ func (s *Service) UpdateContainerResources(ctx context.Context, r *runtimeapi.Up
 	h := s.hooks()
 	var own *api.ContainerUpdate
 	if h != nil {
-		upds, err := h.UpdateContainer(ctx, s.podView(rec.SandboxID), view, nriResourcesFromCRI(r.GetLinux()))
+		upds, err := h.UpdateContainer(ctx, s.podView(rec.SandboxID), view, oci.NRIResourcesFromCRI(r.GetLinux()))
 		if err != nil {
 			return nil, fmt.Errorf("nri update container %s: %w", rec.ID, err)
 		}
@@ -119,6 +120,66 @@ func (s *Service) updateWithPlugins(ctx context.Context, c *container, in *runti
 	s.log.WarnContext(ctx, "nri container update failed, applying the request alone", "container_id", id,
 		"nri_request", opts.Request, "ignore_failure", true, "error", err)
 	return s.updateResources(ctx, c, requestOnly)
+}
+
+// updateResources changes a created or running container's resources to
+// change(recorded ones): runtime update, then record. It holds c.upd
+// throughout, so updates do not interleave, and c.mu only to read and to
+// record, so status, list and NRI Snapshot never wait for the runtime.
+func (s *Service) updateResources(ctx context.Context, c *container, change func(*specs.LinuxResources) (*specs.LinuxResources, error)) error {
+	rt, err := s.containerRuntime(c.rec)
+	if err != nil {
+		return err
+	}
+	c.upd.Lock()
+	defer c.upd.Unlock()
+	c.mu.Lock()
+	rec := c.rec
+	err = checkUpdatableLocked(c)
+	var cur *specs.LinuxResources
+	if err == nil {
+		cur, err = recordedResources(rec)
+	}
+	c.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	next, err := change(cur)
+	if err != nil {
+		return err
+	}
+	if err := rt.Update(ctx, rec.ID, next); err != nil {
+		return fmt.Errorf("update container %s: %w", rec.ID, runtimeUpdateError(err))
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.removed {
+		// Removed during the runtime update: nothing may write its record.
+		return nil
+	}
+	return s.persistResourcesLocked(rec, next)
+}
+
+// recordedResources decodes the container's current OCI resources (empty
+// when none were recorded).
+func recordedResources(rec *store.Container) (*specs.LinuxResources, error) {
+	cur := &specs.LinuxResources{}
+	if len(rec.Resources) > 0 {
+		if err := json.Unmarshal(rec.Resources, cur); err != nil {
+			return nil, fmt.Errorf("decode recorded resources of %s: %w", rec.ID, err)
+		}
+	}
+	return cur, nil
+}
+
+// persistResourcesLocked records new current resources; c.mu held.
+func (s *Service) persistResourcesLocked(rec *store.Container, res *specs.LinuxResources) error {
+	b, err := json.Marshal(res)
+	if err != nil {
+		return fmt.Errorf("encode resources of %s: %w", rec.ID, err)
+	}
+	rec.Resources = b
+	return s.opts.Store.PutContainer(rec)
 }
 
 func checkUpdatableLocked(c *container) error {

@@ -14,8 +14,9 @@ package cri
 //	sandbox.op    lifecycle of a pod; MAY be held across NRI calls
 //	container.op  lifecycle of a container; MAY be held across NRI calls
 //	              and runtime calls
-//	container.upd resource updates; held across the runtime update only,
-//	              NEVER across an NRI call
+//	container.upd resource updates (updateResources, container_update.go);
+//	              held across the runtime update only, NEVER across an
+//	              NRI call
 //	sandbox.mu, container.mu   record fields; NEVER held across an NRI call,
 //	              a runtime call, a wait for an exit, or a wait for another
 //	              lock above
@@ -256,44 +257,6 @@ func (s *Service) applyUpdate(ctx context.Context, u *api.ContainerUpdate, src u
 	return s.updateResources(ctx, c, func(cur *specs.LinuxResources) (*specs.LinuxResources, error) {
 		return oci.ApplyUpdate(cur, res, opts)
 	})
-}
-
-// updateResources changes a created or running container's resources to
-// change(recorded ones): runtime update, then record. It holds c.upd
-// throughout, so updates do not interleave, and c.mu only to read and to
-// record, so status, list and NRI Snapshot never wait for the runtime.
-func (s *Service) updateResources(ctx context.Context, c *container, change func(*specs.LinuxResources) (*specs.LinuxResources, error)) error {
-	rt, err := s.containerRuntime(c.rec)
-	if err != nil {
-		return err
-	}
-	c.upd.Lock()
-	defer c.upd.Unlock()
-	c.mu.Lock()
-	rec := c.rec
-	err = checkUpdatableLocked(c)
-	var cur *specs.LinuxResources
-	if err == nil {
-		cur, err = recordedResources(rec)
-	}
-	c.mu.Unlock()
-	if err != nil {
-		return err
-	}
-	next, err := change(cur)
-	if err != nil {
-		return err
-	}
-	if err := rt.Update(ctx, rec.ID, next); err != nil {
-		return fmt.Errorf("update container %s: %w", rec.ID, runtimeUpdateError(err))
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.removed {
-		// Removed during the runtime update: nothing may write its record.
-		return nil
-	}
-	return s.persistResourcesLocked(rec, next)
 }
 
 // failedUpdatesError reports plugin updates to other containers that

@@ -2,7 +2,6 @@ package cri
 
 import (
 	"encoding/json"
-	"fmt"
 	"path/filepath"
 	"strings"
 
@@ -31,8 +30,8 @@ func nriPod(rec *store.Sandbox, cfg *runtimeapi.PodSandboxConfig, linux *api.Lin
 	if l.CgroupsPath == "" {
 		l.CgroupsPath = filepath.Join(rec.CgroupParent, rec.ID)
 	}
-	l.PodOverhead = nriResourcesFromCRI(cfg.GetLinux().GetOverhead())
-	l.PodResources = nriResourcesFromCRI(cfg.GetLinux().GetResources())
+	l.PodOverhead = oci.NRIResourcesFromCRI(cfg.GetLinux().GetOverhead())
+	l.PodResources = oci.NRIResourcesFromCRI(cfg.GetLinux().GetResources())
 	return &api.PodSandbox{
 		Id:             rec.ID,
 		Name:           md.GetName(),
@@ -152,58 +151,6 @@ func nriState(st store.ContainerState) api.ContainerState {
 		return api.ContainerState_CONTAINER_STOPPED
 	}
 	return api.ContainerState_CONTAINER_UNKNOWN
-}
-
-// recordedResources decodes the container's current OCI resources (empty
-// when none were recorded).
-func recordedResources(rec *store.Container) (*specs.LinuxResources, error) {
-	cur := &specs.LinuxResources{}
-	if len(rec.Resources) > 0 {
-		if err := json.Unmarshal(rec.Resources, cur); err != nil {
-			return nil, fmt.Errorf("decode recorded resources of %s: %w", rec.ID, err)
-		}
-	}
-	return cur, nil
-}
-
-// persistResourcesLocked records new current resources; c.mu held.
-func (s *Service) persistResourcesLocked(rec *store.Container, res *specs.LinuxResources) error {
-	b, err := json.Marshal(res)
-	if err != nil {
-		return fmt.Errorf("encode resources of %s: %w", rec.ID, err)
-	}
-	rec.Resources = b
-	return s.opts.Store.PutContainer(rec)
-}
-
-// nriResourcesFromCRI converts CRI resources to NRI's; zero values mean
-// unset, as in CRI. nil gives nil.
-func nriResourcesFromCRI(in *runtimeapi.LinuxContainerResources) *api.LinuxResources {
-	if in == nil {
-		return nil
-	}
-	out := &api.LinuxResources{Memory: &api.LinuxMemory{}, Cpu: &api.LinuxCPU{}}
-	if in.CpuShares > 0 {
-		out.Cpu.Shares = api.UInt64(uint64(in.CpuShares))
-	}
-	if in.CpuQuota != 0 {
-		out.Cpu.Quota = api.Int64(in.CpuQuota)
-	}
-	if in.CpuPeriod > 0 {
-		out.Cpu.Period = api.UInt64(uint64(in.CpuPeriod))
-	}
-	out.Cpu.Cpus, out.Cpu.Mems = in.CpusetCpus, in.CpusetMems
-	if in.MemoryLimitInBytes > 0 {
-		out.Memory.Limit = api.Int64(in.MemoryLimitInBytes)
-	}
-	if in.MemorySwapLimitInBytes != 0 {
-		out.Memory.Swap = api.Int64(in.MemorySwapLimitInBytes)
-	}
-	for _, h := range in.HugepageLimits {
-		out.HugepageLimits = append(out.HugepageLimits, &api.HugepageLimit{PageSize: h.PageSize, Limit: h.Limit})
-	}
-	out.Unified = copyMap(in.Unified)
-	return out
 }
 
 // imageDigest is the manifest digest of an image ("sha256:..."), taken

@@ -33,51 +33,51 @@ const (
 type Config struct {
 	// Enable turns NRI on; with it off New still works and every event
 	// method is a cheap no-op.
-	Enable bool `toml:"enable"`
+	Enable bool
 	// DisableConnections refuses externally started plugins: no socket is
 	// created.
-	DisableConnections bool `toml:"disable_connections"`
+	DisableConnections bool
 	// PluginPath holds pre-installed plugins, executables named NN-name.
-	PluginPath string `toml:"plugin_path"`
+	PluginPath string
 	// PluginConfigPath holds NN-name.conf or name.conf per plugin.
-	PluginConfigPath string `toml:"plugin_config_path"`
+	PluginConfigPath string
 	// SocketPath is where external plugins connect.
-	SocketPath string `toml:"socket_path"`
+	SocketPath string
 	// RegistrationTimeout bounds connect-to-registered and Configure.
-	RegistrationTimeout time.Duration `toml:"plugin_registration_timeout"`
+	RegistrationTimeout time.Duration
 	// RequestTimeout bounds one plugin's handling of one event.
-	RequestTimeout time.Duration `toml:"plugin_request_timeout"`
+	RequestTimeout time.Duration
 	// SyncTimeout bounds the whole Synchronize exchange with one plugin.
-	SyncTimeout time.Duration `toml:"plugin_sync_timeout"`
+	SyncTimeout time.Duration
 	// StartupWait bounds how long Start waits for the pre-installed
 	// plugins' first registration and Synchronize; one still synchronizing
 	// afterwards gets its events queued until it is ready.
-	StartupWait time.Duration `toml:"plugin_startup_wait"`
+	StartupWait time.Duration
 	// PluginOverrides holds per-plugin settings, keyed by plugin name
 	// ("name") or by index and name ("NN-name"); the latter wins.
-	PluginOverrides map[string]PluginConfig `toml:"plugins"`
+	PluginOverrides map[string]PluginConfig
 	// DefaultFailurePolicy applies to plugins that declare no policy and
 	// have no override.
-	DefaultFailurePolicy FailurePolicy `toml:"default_failure_policy"`
+	DefaultFailurePolicy FailurePolicy
 	// DefaultValidator configures the built-in validator.
-	DefaultValidator DefaultValidatorConfig `toml:"default_validator"`
+	DefaultValidator DefaultValidatorConfig
 	// RuntimeName and RuntimeVersion are sent to plugins in Configure.
-	RuntimeName    string `toml:"runtime_name"`
-	RuntimeVersion string `toml:"runtime_version"`
+	RuntimeName    string
+	RuntimeVersion string
 }
 
 // PluginConfig overrides settings for one plugin.
 type PluginConfig struct {
 	// RequestTimeout replaces Config.RequestTimeout for this plugin.
-	RequestTimeout time.Duration `toml:"request_timeout"`
+	RequestTimeout time.Duration
 	// FailurePolicy replaces the plugin's own and the default policy.
-	FailurePolicy *FailurePolicy `toml:"failure_policy"`
+	FailurePolicy *FailurePolicy
 	// Required makes the plugin mandatory: while it is not ready
 	// (connecting, synchronizing, backing off after a failure),
 	// RunPodSandbox, CreateContainer and UpdateContainer fail at once with
 	// ErrRequiredPluginMissing (Unavailable, so kubelet retries), and its
 	// failures always fail those requests.
-	Required bool `toml:"required"`
+	Required bool
 }
 
 // FailurePolicy decides what a plugin's timeout, crash or protocol error
@@ -85,15 +85,17 @@ type PluginConfig struct {
 type FailurePolicy struct {
 	// FailRequest fails the request the plugin did not answer; otherwise
 	// the request goes on as if the plugin were not subscribed.
-	FailRequest bool `toml:"fail_request"`
+	FailRequest bool
 	// KeepConnected keeps a plugin that timed out; otherwise it is
 	// disconnected (a pre-installed one is then restarted).
-	KeepConnected bool `toml:"keep_connected"`
+	KeepConnected bool
 }
 
 // DefaultConfig returns the configuration used when nothing is configured:
 // NRI on, external connections allowed, the default validator on and
-// rejecting OCI hook injection.
+// rejecting OCI hook injection. internal/config prints the same values as
+// crind's default [nri] section (it does not import this package);
+// TestNRIDefaultsMatchAdaptation in cmd/crind keeps the two equal.
 func DefaultConfig() Config {
 	return Config{
 		Enable:              true,
@@ -104,12 +106,9 @@ func DefaultConfig() Config {
 		RequestTimeout:      DefaultRequestTimeout,
 		SyncTimeout:         DefaultSyncTimeout,
 		StartupWait:         DefaultStartupWait,
-		DefaultValidator: DefaultValidatorConfig{
-			Enable:                  true,
-			RejectOCIHookAdjustment: true,
-		},
-		RuntimeName:    "crin",
-		RuntimeVersion: "unknown",
+		DefaultValidator:    defaultValidatorConfig(),
+		RuntimeName:         "crin",
+		RuntimeVersion:      "unknown",
 	}
 }
 

@@ -24,37 +24,37 @@ const RequiredPluginsAnnotation = "required-plugins.noderesource.dev"
 // DefaultValidatorConfig configures the built-in default validator.
 type DefaultValidatorConfig struct {
 	// Enable turns the default validator on.
-	Enable bool `toml:"enable"`
+	Enable bool
 	// RejectOCIHookAdjustment rejects any plugin adding OCI hooks.
-	RejectOCIHookAdjustment bool `toml:"reject_oci_hook_adjustment"`
+	RejectOCIHookAdjustment bool
 	// RejectRuntimeDefaultSeccompAdjustment rejects seccomp policy
 	// adjustments of containers whose profile is RuntimeDefault (also the
 	// profile the api reports for a container without one).
-	RejectRuntimeDefaultSeccompAdjustment bool `toml:"reject_runtime_default_seccomp_adjustment"`
+	RejectRuntimeDefaultSeccompAdjustment bool
 	// RejectUnconfinedSeccompAdjustment rejects seccomp policy adjustments
 	// of containers whose profile is Unconfined.
-	RejectUnconfinedSeccompAdjustment bool `toml:"reject_unconfined_seccomp_adjustment"`
+	RejectUnconfinedSeccompAdjustment bool
 	// RejectCustomSeccompAdjustment rejects seccomp policy adjustments of
 	// containers with a custom (Localhost) profile.
-	RejectCustomSeccompAdjustment bool `toml:"reject_custom_seccomp_adjustment"`
+	RejectCustomSeccompAdjustment bool
 	// RejectNamespaceAdjustment rejects adding, replacing or removing any
 	// Linux namespace.
-	RejectNamespaceAdjustment bool `toml:"reject_namespace_adjustment"`
+	RejectNamespaceAdjustment bool
 	// RejectSysctlAdjustment rejects setting or removing any sysctl.
-	RejectSysctlAdjustment bool `toml:"reject_sysctl_adjustment"`
+	RejectSysctlAdjustment bool
 	// RequiredPlugins must all have taken part in creating every container
 	// ("name" or "NN-name"). Pods that must run without them (static pods
 	// started before the plugins) need the TolerateMissingAnnotation.
-	RequiredPlugins []string `toml:"required_plugins"`
+	RequiredPlugins []string
 	// TolerateMissingAnnotation names a pod annotation that, when "true",
 	// lets the pod run without the required plugins.
 	// The annotation is scoped like RequiredPluginsAnnotation. It waives
 	// only RequiredPlugins: plugins a pod requires by its own annotation
 	// are always enforced, as the pod asked for both.
-	TolerateMissingAnnotation string `toml:"tolerate_missing_plugins_annotation"`
+	TolerateMissingAnnotation string
 }
 
-// DefaultValidatorDefaults returns the default validator's safe defaults:
+// defaultValidatorConfig returns the default validator's safe defaults:
 // enabled, rejecting OCI hook adjustments and nothing else.
 //
 // OCI hooks are rejected because a hook is an arbitrary host binary that the
@@ -66,7 +66,7 @@ type DefaultValidatorConfig struct {
 // living and rejecting them by default would break those deployments; they
 // can be turned off per node. No plugin is required by default, since a
 // required plugin that is not installed stops every pod.
-func DefaultValidatorDefaults() DefaultValidatorConfig {
+func defaultValidatorConfig() DefaultValidatorConfig {
 	return DefaultValidatorConfig{
 		Enable:                  true,
 		RejectOCIHookAdjustment: true,

@@ -344,7 +344,7 @@ func TestDefaultValidateRequiredPlugins(t *testing.T) {
 }
 
 func TestDefaultValidatorDefaults(t *testing.T) {
-	cfg := DefaultValidatorDefaults()
+	cfg := defaultValidatorConfig()
 	want := DefaultValidatorConfig{Enable: true, RejectOCIHookAdjustment: true}
 	if diff := cmp.Diff(want, cfg); diff != "" {
 		t.Fatalf("defaults (-want +got):\n%s", diff)

@@ -50,7 +50,9 @@ func annotations(cri map[string]string, own map[string]string) map[string]string
 	return out
 }
 
-func buildSandbox(o SandboxOptions) (*specs.Spec, error) {
+// SandboxSpec returns the spec of a pod's infra container. Invalid input
+// (bad sysctls, bad ids) is errdefs.ErrInvalidArgument naming the field.
+func SandboxSpec(o SandboxOptions) (*specs.Spec, error) {
 	cfg := o.Config
 	if cfg == nil {
 		return nil, invalidf("sandbox config: missing")
@@ -214,7 +216,11 @@ func checkHostname(h string) error {
 	return nil
 }
 
-func buildContainer(o ContainerOptions) (*specs.Spec, error) {
+// ContainerSpec returns the spec of a workload container. It resolves the
+// user from the rootfs's /etc/passwd and /etc/group without following
+// symlinks out of the rootfs. Invalid input is errdefs.ErrInvalidArgument
+// naming the field and the value.
+func ContainerSpec(o ContainerOptions) (*specs.Spec, error) {
 	cfg := o.Config
 	if cfg == nil {
 		return nil, invalidf("container config: missing")
@@ -358,7 +364,7 @@ func containerSecurity(o ContainerOptions, proc *specs.Process, host *Host) (*sp
 // OOM score adjustment of proc from them.
 func containerResources(o ContainerOptions, proc *specs.Process, host *Host) (*specs.LinuxResources, error) {
 	r := o.Config.GetLinux().GetResources()
-	res, err := linuxResources("linux.resources", r, host)
+	res, err := CRIResources("linux.resources", r, host)
 	if err != nil {
 		return nil, err
 	}

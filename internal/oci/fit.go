@@ -150,7 +150,14 @@ func listed[T ~string](field string, list []string, v T) error {
 	return nil
 }
 
-func fit(s *specs.Spec, f *features.Features) error {
+// Fit adapts s to what the runtime accepts: sets ociVersion to one within
+// [OCIVersionMin, OCIVersionMax] and returns errdefs.ErrNotImplemented naming
+// the field when s uses a field the runtime would ignore or refuse (for
+// example linux.intelRdt on a runtime without RDT support, scheduler, I/O
+// priority, memory policy or net devices on runc 1.1). f may be nil, meaning
+// a conservative OCI 1.0 runtime. Capabilities the runtime does not know are
+// removed rather than refused. s is left unchanged when Fit fails.
+func Fit(s *specs.Spec, f *features.Features) error {
 	if s == nil {
 		return invalidf("spec: missing")
 	}

@@ -6,6 +6,7 @@ import (
 	"github.com/containerd/nri/pkg/api"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"github.com/opencontainers/runtime-spec/specs-go/features"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
 // NRI adjustments and updates.
@@ -108,51 +109,23 @@ type UpdateOptions struct {
 	memswFile string
 }
 
-// ApplyUpdate returns cur with the NRI update applied. Fields the
-// runtime's update command cannot change on a running container are an
-// error naming them, never dropped. cur is not modified.
-//
-// runc update (1.1) changes, on a running container: memory limit,
-// reservation, swap and kernel TCP limit; CPU shares, quota, period,
-// realtime runtime and period, cpuset cpus and mems; the block I/O weight;
-// the pids limit; unified cgroup v2 files; Intel RDT L3 and memory
-// bandwidth schemata. It cannot change memory swappiness, the OOM killer
-// switch, use_hierarchy, hugepage limits, device rules, block I/O
-// settings other than the weight, or the RDT class (CLOS): an update that
-// sets one of these to something other than its current value fails.
-// RDT classes are refused outright because OCI resources do not carry
-// RDT settings, so the result could not express them. On cgroup v2 an
-// unset use_hierarchy is true (v2 is always hierarchical), so asking for
-// true there is no change. Memory kernel limits are refused as at
-// creation (runtimes ignore them); a kernel limit of 0 means "no limit"
-// and is accepted.
-func ApplyUpdate(cur *specs.LinuxResources, upd *api.LinuxResources, o UpdateOptions) (*specs.LinuxResources, error) {
-	return applyUpdate(cur, upd, &o)
-}
-
-// NRIContainer fills the spec-derived fields of c (args, env, mounts,
-// hooks, rlimits, user, linux: namespaces, devices, resources, oom score
-// adj, cgroups path, io priority, seccomp, sysctls, scheduler, RDT,
-// memory policy, net devices) from s. The memory policy is not filled:
-// api.LinuxContainer (v0.12) has no field for it. Fields not in the spec
-// (ids, labels, annotations, state, seccomp profile, image) are left to
-// the caller.
-func NRIContainer(s *specs.Spec, c *api.Container) {
-	nriContainer(s, c)
-}
-
-// NRIResources converts OCI resources to NRI's; nil gives nil. Block I/O
-// and RDT settings have no NRI counterpart but their class names, which a
-// spec does not record.
-func NRIResources(r *specs.LinuxResources) *api.LinuxResources {
-	return nriResources(r)
-}
-
-// NRIPodLinux fills the spec-derived linux fields of a pod (namespaces,
-// cgroups path, resources) from its infra container's spec. The pod's
-// CRI resources, overhead and cgroup parent are the caller's to fill.
-func NRIPodLinux(s *specs.Spec) *api.LinuxPodSandbox {
-	return nriPodLinux(s)
+// NRIResourcesFromCRI converts CRI resources to NRI's, as plugins see a
+// pod's resources and overhead and the resources of an
+// UpdateContainerResources request: the same mapping as CRI requests get
+// (zero values are unset), without the checks, which the values passed
+// when they came in. CPU and memory are always present; nil gives nil.
+func NRIResourcesFromCRI(r *runtimeapi.LinuxContainerResources) *api.LinuxResources {
+	if r == nil {
+		return nil
+	}
+	out := NRIResources(fromCRI(r))
+	if out.Memory == nil {
+		out.Memory = &api.LinuxMemory{}
+	}
+	if out.Cpu == nil {
+		out.Cpu = &api.LinuxCPU{}
+	}
+	return out
 }
 
 // pluginError says which plugin did what to which field; err starts with

@@ -17,7 +17,9 @@ const defaultMemswFile = "/sys/fs/cgroup/memory/memory.memsw.limit_in_bytes"
 
 // resourceMerge applies NRI resources onto OCI ones, validating each
 // value and checking the host can honour it. It serves both adjustments
-// (before create) and updates (of a running container).
+// (before create) and updates (of a running container). Values are
+// checked with the same check* functions as CRI resources (resources.go),
+// so a value is accepted or refused alike whichever way it comes in.
 type resourceMerge struct {
 	verb string // "adjusts" or "updates"
 	// who names the plugin that set field (key for keyed fields).
@@ -324,6 +326,9 @@ func (m *resourceMerge) memory(dst *specs.LinuxResources, mem *api.LinuxMemory) 
 		}
 		d.UseHierarchy = new(v.Value)
 	}
+	// As in MergeCRIResources (resources.go): the merged memory+swap
+	// limit is checked against the merged memory limit, since the update
+	// may set only one of them.
 	if d.Limit != nil && d.Swap != nil {
 		field := fMemSwap
 		if mem.Swap == nil {

@@ -8,7 +8,14 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 )
 
-func nriContainer(s *specs.Spec, c *api.Container) {
+// NRIContainer fills the spec-derived fields of c (args, env, mounts,
+// hooks, rlimits, user, linux: namespaces, devices, resources, oom score
+// adj, cgroups path, io priority, seccomp, sysctls, scheduler, RDT,
+// memory policy, net devices) from s. The memory policy is not filled:
+// api.LinuxContainer (v0.12) has no field for it. Fields not in the spec
+// (ids, labels, annotations, state, seccomp profile, image) are left to
+// the caller.
+func NRIContainer(s *specs.Spec, c *api.Container) {
 	if s == nil || c == nil {
 		return
 	}
@@ -31,7 +38,7 @@ func nriContainer(s *specs.Spec, c *api.Container) {
 	if l != nil {
 		lc.Namespaces = api.FromOCILinuxNamespaces(l.Namespaces)
 		lc.Devices = api.FromOCILinuxDevices(l.Devices)
-		lc.Resources = nriResources(l.Resources)
+		lc.Resources = NRIResources(l.Resources)
 		lc.CgroupsPath = l.CgroupsPath
 		if l.Seccomp != nil {
 			lc.SeccompPolicy = api.FromOCILinuxSeccomp(l.Seccomp)
@@ -59,7 +66,10 @@ func nriContainer(s *specs.Spec, c *api.Container) {
 	c.Linux = lc
 }
 
-func nriResources(r *specs.LinuxResources) *api.LinuxResources {
+// NRIResources converts OCI resources to NRI's; nil gives nil. Block I/O
+// and RDT settings have no NRI counterpart but their class names, which a
+// spec does not record.
+func NRIResources(r *specs.LinuxResources) *api.LinuxResources {
 	if r == nil {
 		return nil
 	}
@@ -102,13 +112,16 @@ func nriResources(r *specs.LinuxResources) *api.LinuxResources {
 	return out
 }
 
-func nriPodLinux(s *specs.Spec) *api.LinuxPodSandbox {
+// NRIPodLinux fills the spec-derived linux fields of a pod (namespaces,
+// cgroups path, resources) from its infra container's spec. The pod's
+// CRI resources, overhead and cgroup parent are the caller's to fill.
+func NRIPodLinux(s *specs.Spec) *api.LinuxPodSandbox {
 	if s == nil || s.Linux == nil {
 		return nil
 	}
 	return &api.LinuxPodSandbox{
 		CgroupsPath: s.Linux.CgroupsPath,
 		Namespaces:  api.FromOCILinuxNamespaces(s.Linux.Namespaces),
-		Resources:   nriResources(s.Linux.Resources),
+		Resources:   NRIResources(s.Linux.Resources),
 	}
 }

@@ -9,7 +9,25 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 )
 
-func applyUpdate(cur *specs.LinuxResources, upd *api.LinuxResources, o *UpdateOptions) (*specs.LinuxResources, error) {
+// ApplyUpdate returns cur with the NRI update applied. Fields the
+// runtime's update command cannot change on a running container are an
+// error naming them, never dropped. cur is not modified.
+//
+// runc update (1.1) changes, on a running container: memory limit,
+// reservation, swap and kernel TCP limit; CPU shares, quota, period,
+// realtime runtime and period, cpuset cpus and mems; the block I/O weight;
+// the pids limit; unified cgroup v2 files; Intel RDT L3 and memory
+// bandwidth schemata. It cannot change memory swappiness, the OOM killer
+// switch, use_hierarchy, hugepage limits, device rules, block I/O
+// settings other than the weight, or the RDT class (CLOS): an update that
+// sets one of these to something other than its current value fails.
+// RDT classes are refused outright because OCI resources do not carry
+// RDT settings, so the result could not express them. On cgroup v2 an
+// unset use_hierarchy is true (v2 is always hierarchical), so asking for
+// true there is no change. Memory kernel limits are refused as at
+// creation (runtimes ignore them); a kernel limit of 0 means "no limit"
+// and is accepted.
+func ApplyUpdate(cur *specs.LinuxResources, upd *api.LinuxResources, o UpdateOptions) (*specs.LinuxResources, error) {
 	out, err := cloneResources(cur)
 	if err != nil {
 		return nil, err
@@ -31,7 +49,7 @@ func applyUpdate(cur *specs.LinuxResources, upd *api.LinuxResources, o *UpdateOp
 		verb: "updates", who: who, request: o.Request,
 		host: hostOrDetect(o.Host), rt: rt, memswFile: o.memswFile, blockio: o.BlockioClass,
 	}
-	upd, err = frozenFields(out, upd, m, o)
+	upd, err = frozenFields(out, upd, m, &o)
 	if err != nil {
 		return nil, err
 	}

@@ -12,6 +12,21 @@
 // through os.Root with symlinks resolved as if the rootfs were "/", so a
 // hostile image can never make crind read a file outside it.
 //
+// # Two halves
+//
+// The spec half (build.go and the files it calls) turns CRI requests into
+// specs: SandboxSpec, ContainerSpec, CRIResources, MergeCRIResources, Fit.
+// The NRI half (the nri_*.go files) applies plugins' adjustments and
+// updates to specs and resources (ApplyAdjustment, ApplyUpdate) and renders
+// what plugins see of them (NRIContainer, NRIResources, NRIPodLinux,
+// NRIResourcesFromCRI). They share the package because the NRI half must
+// accept and refuse values by the same rules as the spec half (the check
+// functions of resources.go, sysctl.go, mounts.go, seccomp.go) and fit them
+// to the runtime by the same rules (fit.go). The NRI half calls those
+// rules and small helpers (mount ordering, namespaces, env lists), never
+// SandboxSpec or ContainerSpec; splitting it into its own package would
+// mean exporting about forty of them.
+//
 // # Annotations
 //
 // The CRI annotations of the pod (for the sandbox) or of the container are
@@ -26,8 +41,6 @@ import (
 	"fmt"
 
 	"github.com/containerd/errdefs"
-	specs "github.com/opencontainers/runtime-spec/specs-go"
-	"github.com/opencontainers/runtime-spec/specs-go/features"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -164,31 +177,6 @@ type ContainerOptions struct {
 	// place: the image's prepared read-only view, with image_sub_path
 	// already resolved inside it. An image mount without one is refused.
 	ImageVolumes map[int]string
-}
-
-// SandboxSpec returns the spec of a pod's infra container. Invalid input
-// (bad sysctls, bad ids) is errdefs.ErrInvalidArgument naming the field.
-func SandboxSpec(o SandboxOptions) (*specs.Spec, error) {
-	return buildSandbox(o)
-}
-
-// ContainerSpec returns the spec of a workload container. It resolves the
-// user from the rootfs's /etc/passwd and /etc/group without following
-// symlinks out of the rootfs. Invalid input is errdefs.ErrInvalidArgument
-// naming the field and the value.
-func ContainerSpec(o ContainerOptions) (*specs.Spec, error) {
-	return buildContainer(o)
-}
-
-// Fit adapts s to what the runtime accepts: sets ociVersion to one within
-// [OCIVersionMin, OCIVersionMax] and returns errdefs.ErrNotImplemented naming
-// the field when s uses a field the runtime would ignore or refuse (for
-// example linux.intelRdt on a runtime without RDT support, scheduler, I/O
-// priority, memory policy or net devices on runc 1.1). f may be nil, meaning
-// a conservative OCI 1.0 runtime. Capabilities the runtime does not know are
-// removed rather than refused. s is left unchanged when Fit fails.
-func Fit(s *specs.Spec, f *features.Features) error {
-	return fit(s, f)
 }
 
 // PreparePauseRoot makes the shared read-only rootfs of infra containers in

@@ -126,20 +126,16 @@ func checkUnified(field, key, value string, host *Host) error {
 	return nil
 }
 
-// CRIResources validates CRI container resources (field names them in
-// errors, e.g. "linux.resources") and returns them as OCI resources;
-// oom_score_adj is not part of them. Zero values are unset. A nil host
-// means DetectHost(). Errors are errdefs.ErrInvalidArgument naming the
-// field and the value (errdefs.ErrNotImplemented for what the host cannot
-// do, like unified files on cgroup v1).
-func CRIResources(field string, r *runtimeapi.LinuxContainerResources, host *Host) (*specs.LinuxResources, error) {
-	return linuxResources(field, r, hostOrDetect(host))
-}
-
 // MergeCRIResources validates a CRI resources update with the same rules
 // as CRIResources and applies it to a copy of cur: the fields the update
 // sets replace the current ones (hugepage limits and unified files as a
 // whole). cur is not changed.
+//
+// NRI updates merge in resourceMerge (nri_resources.go), from NRI's
+// types and per page size and per file rather than as a whole, as NRI
+// defines. The two must stay alike in one respect: after merging, the
+// memory+swap limit is checked against the memory limit again, since
+// either side may have set only one of them.
 func MergeCRIResources(field string, cur *specs.LinuxResources, in *runtimeapi.LinuxContainerResources, host *Host) (*specs.LinuxResources, error) {
 	upd, err := CRIResources(field, in, host)
 	if err != nil {
@@ -194,119 +190,149 @@ func MergeCRIResources(field string, cur *specs.LinuxResources, in *runtimeapi.L
 	return out, nil
 }
 
-// linuxResources validates CRI resources (field names the message) and
-// returns them as OCI resources; oom_score_adj is handled by the caller.
-func linuxResources(field string, r *runtimeapi.LinuxContainerResources, host *Host) (*specs.LinuxResources, error) {
-	out := &specs.LinuxResources{}
-	if r == nil {
-		return out, nil
-	}
-	var err error
-	if out.CPU, err = linuxCPU(field, r); err != nil {
+// CRIResources validates CRI container resources (field names them in
+// errors, e.g. "linux.resources") and returns them as OCI resources;
+// oom_score_adj is not part of them. Zero values are unset. A nil host
+// means DetectHost(). Errors are errdefs.ErrInvalidArgument naming the
+// field and the value (errdefs.ErrNotImplemented for what the host cannot
+// do, like unified files on cgroup v1).
+//
+// It is the one way CRI resources become OCI ones: CreateContainer,
+// RunPodSandbox, UpdateContainerResources (MergeCRIResources) and
+// UpdatePodSandboxResources all come through here.
+func CRIResources(field string, r *runtimeapi.LinuxContainerResources, host *Host) (*specs.LinuxResources, error) {
+	host = hostOrDetect(host)
+	if err := checkCRIResources(field, r, host); err != nil {
 		return nil, err
 	}
-	if out.Memory, err = linuxMemory(field, r); err != nil {
-		return nil, err
-	}
-
-	for i, h := range r.GetHugepageLimits() {
-		if err := checkHugepageSize(fmt.Sprintf("%s.hugepage_limits[%d].page_size", field, i), h.GetPageSize()); err != nil {
-			return nil, err
-		}
-		if host.NoHugetlb {
-			continue
-		}
-		out.HugepageLimits = append(out.HugepageLimits, specs.LinuxHugepageLimit{Pagesize: h.GetPageSize(), Limit: h.GetLimit()})
-	}
-
-	if u := r.GetUnified(); len(u) > 0 {
-		out.Unified = make(map[string]string, len(u))
-		for _, k := range slices.Sorted(maps.Keys(u)) {
-			if err := checkUnified(field+".unified", k, u[k], host); err != nil {
-				return nil, err
-			}
-			out.Unified[k] = u[k]
-		}
+	out := fromCRI(r)
+	if host.NoHugetlb {
+		// kubelet sends a zero limit per page size even where the host has
+		// no hugetlb controller, and runtimes refuse any limit there.
+		out.HugepageLimits = nil
 	}
 	return out, nil
 }
 
-// linuxCPU validates the CPU fields of r (under field) and returns them as
-// OCI CPU resources, nil when r sets none.
-func linuxCPU(field string, r *runtimeapi.LinuxContainerResources) (*specs.LinuxCPU, error) {
-	cpu := &specs.LinuxCPU{}
+// checkCRIResources applies the resource rules to every field r sets
+// (field names r in errors); CRI uses zero values for "unset".
+func checkCRIResources(field string, r *runtimeapi.LinuxContainerResources, host *Host) error {
+	if r == nil {
+		return nil
+	}
+	if err := checkCRICPU(field, r); err != nil {
+		return err
+	}
+	if err := checkCRIMemory(field, r); err != nil {
+		return err
+	}
+	for i, h := range r.GetHugepageLimits() {
+		if err := checkHugepageSize(fmt.Sprintf("%s.hugepage_limits[%d].page_size", field, i), h.GetPageSize()); err != nil {
+			return err
+		}
+	}
+	u := r.GetUnified()
+	for _, k := range slices.Sorted(maps.Keys(u)) {
+		if err := checkUnified(field+".unified", k, u[k], host); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func checkCRICPU(field string, r *runtimeapi.LinuxContainerResources) error {
 	if v := r.GetCpuPeriod(); v != 0 {
 		if err := checkCPUPeriod(field+".cpu_period", v); err != nil {
-			return nil, err
+			return err
 		}
-		cpu.Period = new(uint64(v))
 	}
 	if v := r.GetCpuQuota(); v != 0 {
 		if err := checkCPUQuota(field+".cpu_quota", v); err != nil {
-			return nil, err
+			return err
 		}
-		cpu.Quota = &v
 	}
 	if v := r.GetCpuShares(); v != 0 {
 		if err := checkCPUShares(field+".cpu_shares", v); err != nil {
-			return nil, err
+			return err
 		}
-		cpu.Shares = new(uint64(v))
 	}
 	if v := r.GetCpusetCpus(); v != "" {
 		if err := checkCPUList(field+".cpuset_cpus", "cpu", v); err != nil {
-			return nil, err
+			return err
 		}
-		cpu.Cpus = v
 	}
 	if v := r.GetCpusetMems(); v != "" {
-		if err := checkCPUList(field+".cpuset_mems", "node", v); err != nil {
-			return nil, err
-		}
-		cpu.Mems = v
+		return checkCPUList(field+".cpuset_mems", "node", v)
 	}
-	if *cpu == (specs.LinuxCPU{}) {
-		return nil, nil
-	}
-	return cpu, nil
+	return nil
 }
 
-// linuxMemory validates the memory fields of r (under field) and returns
-// them as OCI memory resources, nil when r sets none.
-func linuxMemory(field string, r *runtimeapi.LinuxContainerResources) (*specs.LinuxMemory, error) {
-	mem := &specs.LinuxMemory{}
-	if v := r.GetMemoryLimitInBytes(); v != 0 {
-		if err := checkMemLimit(field+".memory_limit_in_bytes", v); err != nil {
-			return nil, err
+func checkCRIMemory(field string, r *runtimeapi.LinuxContainerResources) error {
+	limit := r.GetMemoryLimitInBytes()
+	if limit != 0 {
+		if err := checkMemLimit(field+".memory_limit_in_bytes", limit); err != nil {
+			return err
 		}
-		mem.Limit = &v
 	}
 	if v := r.GetMemorySwapLimitInBytes(); v != 0 {
 		if err := checkMemLimit(field+".memory_swap_limit_in_bytes", v); err != nil {
-			return nil, err
+			return err
 		}
-		if mem.Limit != nil {
-			if err := checkSwapAboveLimit(field+".memory_swap_limit_in_bytes", v, *mem.Limit); err != nil {
-				return nil, err
-			}
-		}
+		return checkSwapAboveLimit(field+".memory_swap_limit_in_bytes", v, limit)
+	}
+	return nil
+}
+
+// fromCRI maps CRI resources to OCI ones without checking them; a zero
+// value is unset, and CPU and memory are nil when r sets none of theirs.
+// Callers: CRIResources, after checking, and NRIResourcesFromCRI, for
+// views of values CRIResources accepted earlier.
+func fromCRI(r *runtimeapi.LinuxContainerResources) *specs.LinuxResources {
+	out := &specs.LinuxResources{}
+	if r == nil {
+		return out
+	}
+	cpu := specs.LinuxCPU{Cpus: r.GetCpusetCpus(), Mems: r.GetCpusetMems()}
+	if v := r.GetCpuPeriod(); v != 0 {
+		cpu.Period = new(uint64(v))
+	}
+	if v := r.GetCpuQuota(); v != 0 {
+		cpu.Quota = &v
+	}
+	if v := r.GetCpuShares(); v != 0 {
+		cpu.Shares = new(uint64(v))
+	}
+	if cpu != (specs.LinuxCPU{}) {
+		out.CPU = &cpu
+	}
+	var mem specs.LinuxMemory
+	if v := r.GetMemoryLimitInBytes(); v != 0 {
+		mem.Limit = &v
+	}
+	if v := r.GetMemorySwapLimitInBytes(); v != 0 {
 		mem.Swap = &v
 	}
-	if mem.Limit == nil && mem.Swap == nil {
-		return nil, nil
+	if mem.Limit != nil || mem.Swap != nil {
+		out.Memory = &mem
 	}
-	return mem, nil
+	for _, h := range r.GetHugepageLimits() {
+		out.HugepageLimits = append(out.HugepageLimits, specs.LinuxHugepageLimit{Pagesize: h.GetPageSize(), Limit: h.GetLimit()})
+	}
+	if u := r.GetUnified(); len(u) > 0 {
+		out.Unified = maps.Clone(u)
+	}
+	return out
 }
 
 // sandboxResources limits the infra container to the pod's resources plus
 // its overhead when kubelet passes them, and gives it the minimum CPU
 // weight otherwise.
 func sandboxResources(l *runtimeapi.LinuxPodSandboxConfig, host *Host) (*specs.LinuxResources, error) {
-	res, err := linuxResources("linux.resources", l.GetResources(), host)
+	res, err := CRIResources("linux.resources", l.GetResources(), host)
 	if err != nil {
 		return nil, err
 	}
-	over, err := linuxResources("linux.overhead", l.GetOverhead(), host)
+	over, err := CRIResources("linux.overhead", l.GetOverhead(), host)
 	if err != nil {
 		return nil, err
 	}

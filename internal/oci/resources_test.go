@@ -7,7 +7,9 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/containerd/nri/pkg/api"
+	"github.com/google/go-cmp/cmp"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"google.golang.org/protobuf/testing/protocmp"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -105,5 +107,39 @@ func TestResourceVerdicts(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+func TestNRIResourcesFromCRI(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		in   *runtimeapi.LinuxContainerResources
+		want *api.LinuxResources
+	}{
+		{name: "nil", in: nil, want: nil},
+		{name: "empty", in: &runtimeapi.LinuxContainerResources{},
+			want: &api.LinuxResources{Memory: &api.LinuxMemory{}, Cpu: &api.LinuxCPU{}}},
+		{
+			name: "all",
+			in: &runtimeapi.LinuxContainerResources{
+				CpuPeriod: 100000, CpuQuota: 50000, CpuShares: 512, CpusetCpus: "0-1", CpusetMems: "0",
+				MemoryLimitInBytes: 64 << 20, MemorySwapLimitInBytes: 128 << 20,
+				HugepageLimits: []*runtimeapi.HugepageLimit{{PageSize: "2MB", Limit: 0}},
+				Unified:        map[string]string{"memory.high": "max"},
+			},
+			want: &api.LinuxResources{
+				Memory:         &api.LinuxMemory{Limit: api.Int64(64 << 20), Swap: api.Int64(128 << 20)},
+				Cpu:            &api.LinuxCPU{Shares: api.UInt64(512), Quota: api.Int64(50000), Period: api.UInt64(100000), Cpus: "0-1", Mems: "0"},
+				HugepageLimits: []*api.HugepageLimit{{PageSize: "2MB"}},
+				Unified:        map[string]string{"memory.high": "max"},
+			},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := NRIResourcesFromCRI(tc.in)
+			if diff := cmp.Diff(tc.want, got, protocmp.Transform()); diff != "" {
+				t.Errorf("NRIResourcesFromCRI (-want +got):\n%s", diff)
+			}
+		})
 	}
 }
