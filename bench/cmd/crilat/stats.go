@@ -139,6 +139,13 @@ func statsCmd(args []string) error {
 	}()
 	measureStats(ctx, targets, so)
 
+	return reportStats(targets, *outDir)
+}
+
+// reportStats prints the measured targets side by side (and writes each
+// one's stats-NAME.json into outDir when set); it returns the first
+// target's error, the one the others are compared with.
+func reportStats(targets []*statsTarget, outDir string) error {
 	var done []*StatsResult
 	for _, t := range targets {
 		if t.err != nil {
@@ -146,14 +153,14 @@ func statsCmd(args []string) error {
 			continue
 		}
 		done = append(done, t.res)
-		if *outDir == "" {
+		if outDir == "" {
 			continue
 		}
 		b, err := json.MarshalIndent(t.res, "", "  ")
 		if err != nil {
 			return fmt.Errorf("encode result: %w", err)
 		}
-		p := filepath.Join(*outDir, "stats-"+t.o.name+".json")
+		p := filepath.Join(outDir, "stats-"+t.o.name+".json")
 		if err := os.WriteFile(p, append(b, '\n'), 0o644); err != nil {
 			return fmt.Errorf("write %s: %w", p, err)
 		}
