@@ -25,13 +25,19 @@ const attachPoll = 50 * time.Millisecond
 // Attach follows the container's CRI log from its current end and writes
 // the content of each record to req's writers, by stream, until the
 // container's exit is recorded (its output is then all in the log), its
-// logger is gone, or ctx ends. It follows a log rotated by renaming to the new file. A
-// container that has exited, or has no log, is
-// errdefs.ErrFailedPrecondition.
+// logger is gone, or ctx ends. It follows a log rotated by renaming to
+// the new file. A container that has exited, or has no log, is
+// errdefs.ErrFailedPrecondition; asking for stdin is
+// errdefs.ErrNotImplemented (the backend keeps no stdin).
 func (r *Runtime) Attach(ctx context.Context, id string, req runtime.AttachRequest) error {
 	dir, m, err := r.known(id)
 	if err != nil {
 		return err
+	}
+	// The container's output reaches crind only through its log here, and
+	// its stdin is not kept: saying so beats dropping what the client types.
+	if req.Stdin != nil {
+		return fmt.Errorf("attach to container %s: stdin: the shimv2 backend attaches to output only: %w", id, errdefs.ErrNotImplemented)
 	}
 	if _, err := shim.ReadExit(dir); err == nil || loggerPid(dir) == 0 {
 		return fmt.Errorf("attach to container %s: its output has ended: %w", id, errdefs.ErrFailedPrecondition)
