@@ -189,7 +189,7 @@ wait_file() { # path seconds what [pid that must stay alive]
 # --- build, registry, network -------------------------------------------------
 
 bench_build() {
-	[ -x bin/crind ] && [ -x bin/crin-shim ] && [ -x bin/crin-pause ] || make build
+	[ -x bin/crind ] && [ -x bin/crin-shim ] && [ -x bin/crin-pause ] && [ -x bin/crin-logger ] || make build
 	go build -o "$BASE/crilat" ./bench/cmd/crilat
 }
 
@@ -222,8 +222,9 @@ targets=()
 # is crind's default (NRI on, no plugin) with private NRI paths. CRIND_CRI_EXTRA, if set,
 # is appended to the [cri] section (e.g. 'stats_period = "2s"').
 start_crind() {
-	local name=$1 nri=${2:-} dir=$BASE/$1 i n flags=""
+	local name=$1 nri=${2:-} dir=$BASE/$1 i n flags="" h runc_v2=""
 	local sock=$dir/s/crin.sock
+	[[ " ${CRIND_HANDLERS:-runc} " == *" runc-v2 "* ]] && runc_v2=1
 	mkdir -p "$dir"
 	cat >"$dir/crin.toml" <<EOF
 root = "$dir/root"
@@ -240,6 +241,17 @@ ${CRIND_CRI_EXTRA:-}
 conf_dir = "$BASE/net.d"
 bin_dirs = ["/usr/lib/cni"]
 EOF
+	if [ -n "$runc_v2" ]; then
+		# The shim v2 backend with Debian's containerd-shim-runc-v2,
+		# for CRIND_HANDLERS (docs/runtimes.md).
+		cat >>"$dir/crin.toml" <<EOF
+[runtimes.runc-v2]
+type = "shimv2"
+runtime_type = "io.containerd.runc.v2"
+[runtimes.runc-v2.options]
+binary_name = "$(command -v runc)"
+EOF
+	fi
 	if [ "$nri" = off ]; then
 		printf '[nri]\nenable = false\n' >>"$dir/crin.toml"
 	elif [ -z "$nri" ]; then
@@ -281,7 +293,17 @@ EOF
 	CRIND_PIDS+=("$pid")
 	CRIND_SOCKS+=("$sock")
 	wait_file "$sock" 30 "crind $name" "$pid"
-	targets+=(-target "name=$name,socket=$sock,pid=$pid,shim=crin-shim")
+	# One target per handler in CRIND_HANDLERS (default: runc), on the
+	# same daemon: runc is the oci backend (crin-shim), runc-v2 the shim v2
+	# backend (containerd-shim-runc-v2, whose comm is cut to 15 bytes, and a
+	# crin-logger per container).
+	for h in ${CRIND_HANDLERS:-runc}; do
+		case $h in
+		runc) targets+=(-target "name=$name,socket=$sock,pid=$pid,shim=crin-shim") ;;
+		runc-v2) targets+=(-target "name=$name-runc-v2,socket=$sock,pid=$pid,shim=containerd-shim|crin-logger,handler=runc-v2") ;;
+		*) echo "$ME: CRIND_HANDLERS: unknown handler $h (runc, runc-v2)" >&2; return 1 ;;
+		esac
+	done
 }
 
 # --- containerd -----------------------------------------------------------------

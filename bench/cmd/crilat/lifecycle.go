@@ -54,7 +54,8 @@ type runOptions struct {
 	name         string // label in the report
 	socket       string
 	pid          int    // the daemon, for its memory; 0 skips memory
-	shimComm     string // comm of its shims (/proc/PID/comm, 15 bytes at most)
+	shimComm     string // comm of its shims (/proc/PID/comm, 15 bytes at most); several joined by "|"
+	handler      string // the CRI runtime handler its pods name ("" for the default)
 	pauseImage   string // sandbox image pulled before timing, if it uses one
 	image        string
 	n, k, warmup int
@@ -78,7 +79,7 @@ func runCmd(args []string) error {
 	var o runOptions
 	var specs []string
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
-	fs.Func("target", "runtime to measure, repeatable: name=NAME,socket=SOCK[,pid=PID][,shim=COMM][,pause=REF]",
+	fs.Func("target", "runtime to measure, repeatable: name=NAME,socket=SOCK[,pid=PID][,shim=COMM[|COMM...]][,pause=REF][,handler=NAME]",
 		func(v string) error { specs = append(specs, v); return nil })
 	fs.StringVar(&o.image, "image", "", "image of the container (busybox)")
 	fs.IntVar(&o.n, "n", 50, "timed lifecycles per target, one after another")
@@ -170,6 +171,8 @@ func parseTarget(common runOptions, spec string) (runOptions, error) {
 			o.shimComm = v
 		case "pause":
 			o.pauseImage = v
+		case "handler":
+			o.handler = v
 		case "pid":
 			pid, err := strconv.Atoi(v)
 			if err != nil || pid < 1 {
@@ -333,7 +336,7 @@ func lifecycle(ctx context.Context, c *client, o runOptions, name string) ([]tim
 		return nil, err
 	}
 	if err := call(func(ctx context.Context) error {
-		r, err := c.rs.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: podCfg})
+		r, err := c.rs.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: podCfg, RuntimeHandler: o.handler})
 		podID = r.GetPodSandboxId()
 		return err
 	}); err != nil {

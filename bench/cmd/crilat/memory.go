@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -111,7 +112,7 @@ func startPod(ctx context.Context, c *client, o runOptions, name string) (string
 	}
 	cctx, cancel := context.WithTimeout(ctx, o.callTimeout)
 	defer cancel()
-	r, err := c.rs.RunPodSandbox(cctx, &runtimeapi.RunPodSandboxRequest{Config: cfg})
+	r, err := c.rs.RunPodSandbox(cctx, &runtimeapi.RunPodSandboxRequest{Config: cfg, RuntimeHandler: o.handler})
 	if err != nil {
 		return "", fmt.Errorf("run pod sandbox: %w", err)
 	}
@@ -169,8 +170,8 @@ func parseRollup(b []byte) (Mem, error) {
 	return m, nil
 }
 
-// findProcs lists the pids whose comm is comm and whose command line
-// contains match.
+// findProcs lists the pids whose comm is comm (or one of several joined by
+// "|") and whose command line contains match.
 func findProcs(comm, match string) ([]int, error) {
 	if comm == "" {
 		return nil, nil
@@ -186,7 +187,7 @@ func findProcs(comm, match string) ([]int, error) {
 			continue
 		}
 		c, err := os.ReadFile(filepath.Join(d, "comm"))
-		if err != nil || strings.TrimSpace(string(c)) != comm {
+		if err != nil || !slices.Contains(strings.Split(comm, "|"), strings.TrimSpace(string(c))) {
 			continue
 		}
 		cmdline, err := os.ReadFile(filepath.Join(d, "cmdline"))

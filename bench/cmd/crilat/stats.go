@@ -89,7 +89,7 @@ func statsCmd(args []string) error {
 	var so statsOptions
 	var specs []string
 	fs := flag.NewFlagSet("stats", flag.ContinueOnError)
-	fs.Func("target", "runtime to measure, repeatable: name=NAME,socket=SOCK[,pid=PID][,shim=COMM][,pause=REF]",
+	fs.Func("target", "runtime to measure, repeatable: name=NAME,socket=SOCK[,pid=PID][,shim=COMM[|COMM...]][,pause=REF][,handler=NAME]",
 		func(v string) error { specs = append(specs, v); return nil })
 	fs.StringVar(&o.image, "image", "", "image of the containers (busybox)")
 	fs.StringVar(&o.cgroupParent, "cgroup-parent", "", "cgroup under which each pod gets pod<uid> (cgroupfs); empty leaves it to the runtime")
@@ -340,7 +340,7 @@ func fillStats(ctx context.Context, t *statsTarget, so statsOptions) error {
 			return err
 		}
 		cctx, cancel := context.WithTimeout(ctx, t.o.callTimeout)
-		r, err := t.c.rs.RunPodSandbox(cctx, &runtimeapi.RunPodSandboxRequest{Config: cfg})
+		r, err := t.c.rs.RunPodSandbox(cctx, &runtimeapi.RunPodSandboxRequest{Config: cfg, RuntimeHandler: t.o.handler})
 		cancel()
 		if err != nil {
 			return fmt.Errorf("run pod sandbox %d: %w", p, err)
