@@ -109,22 +109,6 @@ func NewOCI(ctx context.Context, cfg OCIConfig) (*OCI, error) {
 	return o, nil
 }
 
-// validID accepts the ids CRI hands out and rejects anything that could
-// escape StateDir.
-func validID(id string) error {
-	if id == "" || len(id) > 128 || id[0] == '.' || id[0] == '-' {
-		return fmt.Errorf("container id %q: %w", id, errdefs.ErrInvalidArgument)
-	}
-	for _, r := range id {
-		switch {
-		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '_', r == '-', r == '.':
-		default:
-			return fmt.Errorf("container id %q: %w", id, errdefs.ErrInvalidArgument)
-		}
-	}
-	return nil
-}
-
 func (o *OCI) dir(id string) string { return filepath.Join(o.cfg.StateDir, id) }
 
 // StateDir is the directory holding one state dir per container (crind's
@@ -133,7 +117,7 @@ func (o *OCI) StateDir() string { return o.cfg.StateDir }
 
 // known validates id and checks that the container's state dir exists.
 func (o *OCI) known(id string) (string, error) {
-	if err := validID(id); err != nil {
+	if err := CheckID(id); err != nil {
 		return "", err
 	}
 	dir := o.dir(id)
@@ -151,7 +135,7 @@ func (o *OCI) known(id string) (string, error) {
 // bundle, the runtime's state and the shim are gone. An id in use is
 // errdefs.ErrAlreadyExists; a bad id or spec is errdefs.ErrInvalidArgument.
 func (o *OCI) Create(ctx context.Context, req CreateRequest) (retErr error) {
-	if err := validID(req.ID); err != nil {
+	if err := CheckID(req.ID); err != nil {
 		return err
 	}
 	if req.Spec == nil || req.Spec.Root == nil || !filepath.IsAbs(req.Spec.Root.Path) {
@@ -547,7 +531,7 @@ func watchShim(dir string) *pidWatch {
 // (CRI RemoveContainer: "If the container has already been removed, it must
 // not return an error").
 func (o *OCI) Delete(ctx context.Context, id string) error {
-	if err := validID(id); err != nil {
+	if err := CheckID(id); err != nil {
 		return err
 	}
 	dir := o.dir(id)
@@ -599,22 +583,7 @@ func (o *OCI) ReopenLog(ctx context.Context, id string) error {
 }
 
 // List returns the ids that have a bundle in StateDir.
-func (o *OCI) List(ctx context.Context) ([]string, error) {
-	ents, err := os.ReadDir(o.cfg.StateDir)
-	if err != nil {
-		return nil, fmt.Errorf("list containers: %w", err)
-	}
-	var ids []string
-	for _, e := range ents {
-		if !e.IsDir() || validID(e.Name()) != nil {
-			continue
-		}
-		if _, err := os.Stat(filepath.Join(o.cfg.StateDir, e.Name(), shim.ConfigFile)); err == nil {
-			ids = append(ids, e.Name())
-		}
-	}
-	return ids, nil
-}
+func (o *OCI) List(ctx context.Context) ([]string, error) { return ListBundles(o.cfg.StateDir) }
 
 // stopShim waits for the shim at pid to exit and kills it if it does not.
 // The pid is checked to still be a crin-shim before it is signalled.

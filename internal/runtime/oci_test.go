@@ -58,9 +58,9 @@ func TestValidID(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.id, func(t *testing.T) {
-			err := validID(tc.id)
+			err := CheckID(tc.id)
 			if (err == nil) != tc.ok {
-				t.Fatalf("validID(%q) = %v, want ok=%v", tc.id, err, tc.ok)
+				t.Fatalf("CheckID(%q) = %v, want ok=%v", tc.id, err, tc.ok)
 			}
 			if err != nil && !errdefs.IsInvalidArgument(err) {
 				t.Errorf("error %v is not InvalidArgument", err)

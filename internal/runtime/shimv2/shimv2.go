@@ -249,27 +249,11 @@ func (r *Runtime) Close() error {
 	return nil
 }
 
-// validID accepts the ids CRI hands out and rejects anything that could
-// escape StateDir.
-func validID(id string) error {
-	if id == "" || len(id) > 128 || id[0] == '.' || id[0] == '-' {
-		return fmt.Errorf("container id %q: %w", id, errdefs.ErrInvalidArgument)
-	}
-	for _, c := range id {
-		switch {
-		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '_', c == '-', c == '.':
-		default:
-			return fmt.Errorf("container id %q: %w", id, errdefs.ErrInvalidArgument)
-		}
-	}
-	return nil
-}
-
 func (r *Runtime) dir(id string) string { return filepath.Join(r.cfg.StateDir, id) }
 
 // known validates id and reads the container's meta.
 func (r *Runtime) known(id string) (string, meta, error) {
-	if err := validID(id); err != nil {
+	if err := runtime.CheckID(id); err != nil {
 		return "", meta{}, err
 	}
 	dir := r.dir(id)
@@ -330,7 +314,7 @@ func (r *Runtime) callCtx(ctx context.Context) (context.Context, context.CancelF
 // Create writes the bundle, starts (or joins) a shim and creates the task.
 // On error the task, a shim started for it alone and the bundle are gone.
 func (r *Runtime) Create(ctx context.Context, req runtime.CreateRequest) (retErr error) {
-	if err := validID(req.ID); err != nil {
+	if err := runtime.CheckID(req.ID); err != nil {
 		return err
 	}
 	if req.Spec == nil || req.Spec.Root == nil || !filepath.IsAbs(req.Spec.Root.Path) {
@@ -612,7 +596,7 @@ func (r *Runtime) shimDied(ctx context.Context, id, dir string, m meta) (runtime
 // is not an error (CRI RemoveContainer: "If the container has already been
 // removed, it must not return an error").
 func (r *Runtime) Delete(ctx context.Context, id string) error {
-	if err := validID(id); err != nil {
+	if err := runtime.CheckID(id); err != nil {
 		return err
 	}
 	dir := r.dir(id)
@@ -743,20 +727,7 @@ func (r *Runtime) ReopenLog(ctx context.Context, id string) error {
 
 // List returns the ids that have a bundle in StateDir.
 func (r *Runtime) List(ctx context.Context) ([]string, error) {
-	ents, err := os.ReadDir(r.cfg.StateDir)
-	if err != nil {
-		return nil, fmt.Errorf("list containers: %w", err)
-	}
-	var ids []string
-	for _, e := range ents {
-		if !e.IsDir() || validID(e.Name()) != nil {
-			continue
-		}
-		if _, err := os.Stat(filepath.Join(r.cfg.StateDir, e.Name(), shim.ConfigFile)); err == nil {
-			ids = append(ids, e.Name())
-		}
-	}
-	return ids, nil
+	return runtime.ListBundles(r.cfg.StateDir)
 }
 
 // Features are those of the OCI runtime a runc shim drives ("<runc>

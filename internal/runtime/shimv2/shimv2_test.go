@@ -87,13 +87,3 @@ func TestMetaRoundTripAndBundleFallback(t *testing.T) {
 		t.Errorf("bundleMeta = %+v", b)
 	}
 }
-
-func TestValidID(t *testing.T) {
-	for id, ok := range map[string]bool{
-		"abc123": true, "a.b-c_d": true, "": false, ".hidden": false, "-x": false, "a/b": false, "../x": false,
-	} {
-		if err := validID(id); (err == nil) != ok {
-			t.Errorf("validID(%q) = %v, want ok %v", id, err, ok)
-		}
-	}
-}
