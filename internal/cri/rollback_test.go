@@ -269,6 +269,10 @@ func TestHalfMadeRecordsAreUndone(t *testing.T) {
 // FailedPrecondition.
 func TestRPCCodes(t *testing.T) {
 	h := newHub(t)
+	// With a streaming server, so Exec, Attach and PortForward look at
+	// their ids (without one they are Unimplemented).
+	h.opts.StreamAddress = "127.0.0.1:0"
+	h.start(t, true)
 	ctx := t.Context()
 	pod := h.runPod(t, "web")
 	created := h.create(t, pod, "created")
@@ -299,6 +303,24 @@ func TestRPCCodes(t *testing.T) {
 		{"RunPodSandbox unknown handler", code(h.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: podConfig("other"), RuntimeHandler: "nope"})), codes.InvalidArgument},
 		{"ReopenContainerLog not running", code(h.ReopenContainerLog(ctx, &runtimeapi.ReopenContainerLogRequest{ContainerId: created})), codes.FailedPrecondition},
 		{"ExecSync not running", code(h.ExecSync(ctx, &runtimeapi.ExecSyncRequest{ContainerId: created, Cmd: []string{"true"}})), codes.FailedPrecondition},
+		{"ContainerStats empty", code(h.ContainerStats(ctx, &runtimeapi.ContainerStatsRequest{})), codes.InvalidArgument},
+		{"ContainerStats unknown", code(h.ContainerStats(ctx, &runtimeapi.ContainerStatsRequest{ContainerId: "nope"})), codes.NotFound},
+		{"PodSandboxStats empty", code(h.PodSandboxStats(ctx, &runtimeapi.PodSandboxStatsRequest{})), codes.InvalidArgument},
+		{"PodSandboxStats unknown", code(h.PodSandboxStats(ctx, &runtimeapi.PodSandboxStatsRequest{PodSandboxId: "nope"})), codes.NotFound},
+		{"UpdateContainerResources empty", code(h.UpdateContainerResources(ctx, &runtimeapi.UpdateContainerResourcesRequest{})), codes.InvalidArgument},
+		{"UpdateContainerResources unknown", code(h.UpdateContainerResources(ctx, &runtimeapi.UpdateContainerResourcesRequest{ContainerId: "nope", Linux: &runtimeapi.LinuxContainerResources{}})), codes.NotFound},
+		{"UpdatePodSandboxResources unknown", code(h.UpdatePodSandboxResources(ctx, &runtimeapi.UpdatePodSandboxResourcesRequest{PodSandboxId: "nope"})), codes.NotFound},
+		{"ReopenContainerLog unknown", code(h.ReopenContainerLog(ctx, &runtimeapi.ReopenContainerLogRequest{ContainerId: "nope"})), codes.NotFound},
+		{"ExecSync empty", code(h.ExecSync(ctx, &runtimeapi.ExecSyncRequest{Cmd: []string{"true"}})), codes.InvalidArgument},
+		{"ExecSync unknown", code(h.ExecSync(ctx, &runtimeapi.ExecSyncRequest{ContainerId: "nope", Cmd: []string{"true"}})), codes.NotFound},
+		{"ExecSync no command", code(h.ExecSync(ctx, &runtimeapi.ExecSyncRequest{ContainerId: created})), codes.InvalidArgument},
+		{"Exec unknown", code(h.Exec(ctx, &runtimeapi.ExecRequest{ContainerId: "nope", Cmd: []string{"sh"}, Stdout: true})), codes.NotFound},
+		{"Attach unknown", code(h.Attach(ctx, &runtimeapi.AttachRequest{ContainerId: "nope", Stdout: true})), codes.NotFound},
+		{"PortForward unknown", code(h.PortForward(ctx, &runtimeapi.PortForwardRequest{PodSandboxId: "nope", Port: []int32{80}})), codes.NotFound},
+		{"CheckpointContainer unknown", code(h.CheckpointContainer(ctx, &runtimeapi.CheckpointContainerRequest{ContainerId: "nope", Location: "/tmp/x.tar"})), codes.NotFound},
+		{"ImageStatus empty", code(h.ImageStatus(ctx, &runtimeapi.ImageStatusRequest{})), codes.InvalidArgument},
+		{"PullImage empty", code(h.PullImage(ctx, &runtimeapi.PullImageRequest{})), codes.InvalidArgument},
+		{"RemoveImage empty", code(h.RemoveImage(ctx, &runtimeapi.RemoveImageRequest{})), codes.InvalidArgument},
 		{"StartContainer twice", func() codes.Code {
 			h.startCtr(t, created)
 			return code(h.StartContainer(ctx, &runtimeapi.StartContainerRequest{ContainerId: created}))
