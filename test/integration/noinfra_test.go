@@ -143,6 +143,15 @@ func TestNoInfraPod(t *testing.T) {
 	if procs := d.podProcesses(t, pod); len(procs) != 2 {
 		t.Errorf("processes in the pod's cgroup: %q, want the two containers' only", procs)
 	}
+	// Pod stats read the pod cgroup, which exists with its containers.
+	st, err := d.rs.PodSandboxStats(ctxT(t), &runtimeapi.PodSandboxStatsRequest{PodSandboxId: pod})
+	if err != nil {
+		t.Fatalf("PodSandboxStats: %v", err)
+	}
+	if l := st.GetStats().GetLinux(); l.GetMemory() == nil || l.GetProcess().GetProcessCount().GetValue() != 2 {
+		t.Errorf("pod stats: memory %v, process count %v; want memory figures and the 2 containers' processes",
+			l.GetMemory(), l.GetProcess().GetProcessCount())
+	}
 	pins := filepath.Join(d.state, "ns", pod)
 	for _, id := range []string{web, side} {
 		for _, kind := range []string{"ipc", "uts"} {
