@@ -67,7 +67,7 @@ func (s *Service) RunPodSandbox(ctx context.Context, r *runtimeapi.RunPodSandbox
 	if err != nil {
 		return nil, err
 	}
-	rec.NoInfra = !podNeedsInfra(rt, cfg, userns)
+	rec.NoInfra = !podNeedsInfra(rt, cfg)
 	// The record goes in first, in state creating: a crind killed at any
 	// later point finds it on restart and undoes the rest.
 	if err := s.opts.Store.PutSandbox(rec); err != nil {
@@ -113,22 +113,30 @@ func (s *Service) RunPodSandbox(ctx context.Context, r *runtimeapi.RunPodSandbox
 // Every step registers its undo.
 func (s *Service) setUpPodNamespaces(ctx context.Context, rt runtime.Runtime, rec *store.Sandbox, cfg *runtimeapi.PodSandboxConfig, userns *oci.UserNS, undo *rollback) (*specs.Spec, error) {
 	if rec.NoInfra {
-		spec, err := s.sandboxSpec(rec, cfg, nil, undo)
+		spec, err := s.sandboxSpec(rec, cfg, userns)
 		if err != nil {
 			return nil, err
 		}
-		// Unpinned by the pod dir's undo.
-		if err := s.newPodNamespaces(rec, cfg); err != nil {
-			return nil, err
+		// With a user namespace, setUpPodNetwork makes them, owned by
+		// it. Unpinned by the pod dir's undo.
+		if userns == nil {
+			if err := s.newPodNamespaces(rec, cfg); err != nil {
+				return nil, err
+			}
 		}
-		return spec, s.setUpPodNetwork(ctx, rec, cfg, nil, undo)
+		return spec, s.setUpPodNetwork(ctx, rec, cfg, userns, undo)
 	}
 	if err := s.setUpPodNetwork(ctx, rec, cfg, userns, undo); err != nil {
 		return nil, err
 	}
-	spec, err := s.sandboxSpec(rec, cfg, userns, undo)
+	spec, err := s.sandboxSpec(rec, cfg, userns)
 	if err != nil {
 		return nil, err
+	}
+	if userns != nil {
+		if err := s.idmapSandboxSpec(rec.ID, spec, userns, undo); err != nil {
+			return nil, err
+		}
 	}
 	if err := s.startInfra(ctx, rt, rec, spec, undo); err != nil {
 		return nil, err
@@ -170,12 +178,10 @@ type podsWithoutInfra interface {
 
 // podNeedsInfra reports whether a pod of cfg on rt runs an infra process
 // (docs/state-machines.md): when it shares one PID namespace, whose PID 1
-// must be there to reap; when it has a user namespace, whose IPC and UTS
-// namespaces only a process inside can make owned by it; and when rt's
-// backend wants a sandbox container. Other pods' namespaces are files
-// crind makes itself.
-func podNeedsInfra(rt runtime.Runtime, cfg *runtimeapi.PodSandboxConfig, userns *oci.UserNS) bool {
-	if cfg.GetLinux().GetSecurityContext().GetNamespaceOptions().GetPid() == runtimeapi.NamespaceMode_POD || userns != nil {
+// must be there to reap, and when rt's backend wants a sandbox container.
+// Other pods' namespaces are files crind makes itself.
+func podNeedsInfra(rt runtime.Runtime, cfg *runtimeapi.PodSandboxConfig) bool {
+	if cfg.GetLinux().GetSecurityContext().GetNamespaceOptions().GetPid() == runtimeapi.NamespaceMode_POD {
 		return true
 	}
 	c, ok := rt.(podsWithoutInfra)
@@ -217,7 +223,7 @@ func (s *Service) setUpPodNetwork(ctx context.Context, rec *store.Sandbox, cfg *
 	if userns != nil {
 		// The pod's network namespace is owned by its user
 		// namespace, so its sysctls and sysfs work inside.
-		if err := s.newPodUserNS(id, rec.NetNS, userns); err != nil {
+		if err := s.newPodUserNS(rec, userns, cfg.GetHostname()); err != nil {
 			return err
 		}
 		undo.add("remove user namespace", func(context.Context) error { return idmap.Unpin(s.usernsPin(id)) })
@@ -236,8 +242,8 @@ func (s *Service) setUpPodNetwork(ctx context.Context, rec *store.Sandbox, cfg *
 }
 
 // sandboxSpec builds the infra container's spec for the pod's runtime,
-// its mounts id-mapped when the pod has a user namespace.
-func (s *Service) sandboxSpec(rec *store.Sandbox, cfg *runtimeapi.PodSandboxConfig, userns *oci.UserNS, undo *rollback) (*specs.Spec, error) {
+// joining the pod's user namespace if it has one.
+func (s *Service) sandboxSpec(rec *store.Sandbox, cfg *runtimeapi.PodSandboxConfig, userns *oci.UserNS) (*specs.Spec, error) {
 	id, handler := rec.ID, rec.RuntimeHandler
 	usernsPin := ""
 	if userns != nil {
@@ -260,14 +266,15 @@ func (s *Service) sandboxSpec(rec *store.Sandbox, cfg *runtimeapi.PodSandboxConf
 	if err := oci.Fit(spec, s.features[handler]); err != nil {
 		return nil, fmt.Errorf("runtime %s: %w", handler, err)
 	}
-	if userns != nil {
-		dir := s.usernsPodDir(id)
-		undo.add("remove id-mapped mounts", func(ctx context.Context) error { return s.releaseUserNSDir(ctx, id, dir) })
-		if err := s.idmapSpec(spec, userns, id, dir, idmapOptions{}); err != nil {
-			return nil, err
-		}
-	}
 	return spec, nil
+}
+
+// idmapSandboxSpec id-maps the infra spec's rootfs and mounts for pod id's
+// user namespace (only a spec that is run needs it).
+func (s *Service) idmapSandboxSpec(id string, spec *specs.Spec, userns *oci.UserNS, undo *rollback) error {
+	dir := s.usernsPodDir(id)
+	undo.add("remove id-mapped mounts", func(ctx context.Context) error { return s.releaseUserNSDir(ctx, id, dir) })
+	return s.idmapSpec(spec, userns, id, dir, idmapOptions{})
 }
 
 // startInfra creates and starts the pod's infra container in rt and

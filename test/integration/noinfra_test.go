@@ -240,3 +240,56 @@ func TestSharedPIDPodHasInfra(t *testing.T) {
 		t.Errorf("PID 1 of the shared PID namespace: %q, want pause", got)
 	}
 }
+
+// TestNoInfraUserNamespacePod runs a pod with hostUsers: false the way
+// kubelet asks for it (pid CONTAINER): no infra process, its IPC and UTS
+// namespaces are pinned and owned by its user namespace (an IPC sysctl
+// is set inside and the container may change its hostname), and removal
+// leaves no pins.
+func TestNoInfraUserNamespacePod(t *testing.T) {
+	d := usernsDaemon(t)
+	ref, _ := busybox(t)
+	d.pull(t, ref)
+	ns := kubeletNamespaces()
+	ns.UsernsOptions = usernsOptions(usernsHostID)
+	podCfg := podConfig("nsuser")
+	podCfg.Linux.SecurityContext = &runtimeapi.LinuxSandboxSecurityContext{NamespaceOptions: ns}
+	// An IPC sysctl: only writable in an IPC namespace the pod's user
+	// namespace owns.
+	podCfg.Linux.Sysctls = map[string]string{"kernel.shm_rmid_forced": "1"}
+	pod := d.runPod(t, podCfg)
+	d.checkNoInfra(t, pod)
+
+	cfg := containerConfig("app", ref, "sleep", "600")
+	cfg.Linux.SecurityContext = &runtimeapi.LinuxContainerSecurityContext{NamespaceOptions: ns,
+		Capabilities: &runtimeapi.Capability{AddCapabilities: []string{"CAP_SYS_ADMIN"}}}
+	id := d.runContainer(t, pod, podCfg, cfg)
+	d.checkNoInfra(t, pod)
+	pins := filepath.Join(d.state, "ns", pod)
+	for _, kind := range []string{"ipc", "uts", "user"} {
+		if got, want := d.execOut(t, id, "readlink", "/proc/self/ns/"+kind), nsLink(t, kind, filepath.Join(pins, kind)); got != want {
+			t.Errorf("container's %s namespace %s, pinned %s", kind, got, want)
+		}
+	}
+	if got := d.execOut(t, id, "cat", "/proc/sys/kernel/shm_rmid_forced"); got != "1" {
+		t.Errorf("kernel.shm_rmid_forced inside = %q, want 1", got)
+	}
+	if got := d.execOut(t, id, "hostname"); got != "nsuser" {
+		t.Errorf("hostname inside = %q, want nsuser", got)
+	}
+	// Root of the pod's user namespace with CAP_SYS_ADMIN may rename its
+	// own UTS namespace only if that namespace belongs to it.
+	d.execOut(t, id, "hostname", "renamed")
+	if got := d.execOut(t, id, "hostname"); got != "renamed" {
+		t.Errorf("hostname after renaming inside = %q, want renamed", got)
+	}
+	if _, err := d.rs.StopPodSandbox(ctxT(t), &runtimeapi.StopPodSandboxRequest{PodSandboxId: pod}); err != nil {
+		t.Fatalf("StopPodSandbox: %v", err)
+	}
+	if _, err := d.rs.RemovePodSandbox(ctxT(t), &runtimeapi.RemovePodSandboxRequest{PodSandboxId: pod}); err != nil {
+		t.Fatalf("RemovePodSandbox: %v", err)
+	}
+	if _, err := os.Stat(pins); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("%s is left after RemovePodSandbox: %v", pins, err)
+	}
+}
