@@ -153,7 +153,9 @@ func (s *Service) newPodUserNS(rec *store.Sandbox, u *oci.UserNS, hostname strin
 			return fmt.Errorf("create user namespace: %w", err)
 		}
 	}
-	rec.IPCNS, rec.UTSNS = pins.IPC, pins.UTS
+	if rec.NoInfra {
+		rec.IPCNS, rec.UTSNS = pins.IPC, pins.UTS
+	}
 	return nil
 }
 
