@@ -112,6 +112,9 @@ func (s *Service) containerRuntime(rec *store.Container) (runtime.Runtime, error
 // runtime (the shim reaps the infra process, and the runtime holds a pidfd
 // on the shim), belongs to the Service and ends on Close.
 func (s *Service) watchSandbox(sb *sandbox) {
+	if sb.rec.NoInfra {
+		return // nothing can die: the pod is ready until stopped
+	}
 	id, handler := sb.rec.ID, sb.rec.RuntimeHandler
 	rt, ok := s.opts.Runtimes[handler]
 	if !ok {

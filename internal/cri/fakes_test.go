@@ -48,6 +48,15 @@ type fakeRuntime struct {
 	deleteFails int
 	// createErr makes Create fail.
 	createErr error
+	// withoutInfra offers the podsWithoutInfra capability, as the oci
+	// backend does; unset, every pod gets an infra container.
+	withoutInfra bool
+}
+
+func (f *fakeRuntime) PodsWithoutInfra() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.withoutInfra
 }
 
 // wait blocks while the test holds the runtime's calls (see block).
@@ -550,6 +559,15 @@ func (fakePinner) Pin(dir string, pid int, kinds []string) (map[string]string, e
 		}
 	}
 	return paths, nil
+}
+
+func (f fakePinner) New(dir string, kinds []string, _ string) (map[string]string, error) {
+	return f.Pin(dir, 0, kinds)
+}
+
+func (fakePinner) Pinned(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }
 
 func (fakePinner) Unpin(dir string) error { return os.RemoveAll(dir) }

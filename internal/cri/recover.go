@@ -75,7 +75,17 @@ func (s *Service) recoverSandbox(ctx context.Context, rec *store.Sandbox) error 
 		}
 		return s.destroySandbox(ctx, rec)
 	}
-	if rec.State == store.SandboxReady {
+	if rec.State == store.SandboxReady && rec.NoInfra {
+		// Nothing of it can have died; its namespaces are gone only with
+		// their pins (the node rebooted, the state dir was a tmpfs).
+		if lost := s.lostPin(rec); lost != "" {
+			s.log.WarnContext(ctx, "pod namespace pin is gone, pod is not ready", "pod_id", rec.ID, "path", lost)
+			rec.State = store.SandboxNotReady
+			if err := s.opts.Store.PutSandbox(rec); err != nil {
+				return err
+			}
+		}
+	} else if rec.State == store.SandboxReady {
 		alive := false
 		if rt, ok := s.opts.Runtimes[rec.RuntimeHandler]; ok {
 			st, err := rt.Status(ctx, rec.ID)
@@ -104,6 +114,17 @@ func (s *Service) recoverSandbox(ctx context.Context, rec *store.Sandbox) error 
 		s.watchSandbox(sb)
 	}
 	return nil
+}
+
+// lostPin is the first of pod rec's namespace pins that is no longer a
+// namespace, or "".
+func (s *Service) lostPin(rec *store.Sandbox) string {
+	for _, p := range []string{rec.NetNS, rec.IPCNS, rec.UTSNS} {
+		if p != "" && !s.opts.Pinner.Pinned(p) {
+			return p
+		}
+	}
+	return ""
 }
 
 func (s *Service) recoverContainer(ctx context.Context, rec *store.Container) error {

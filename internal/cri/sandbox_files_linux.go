@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 
 	"github.com/containerd/errdefs"
@@ -135,6 +136,14 @@ type NSPinner interface {
 	// "pid") of the process pid, and returns kind -> path. On error
 	// nothing is left.
 	Pin(dir string, pid int, kinds []string) (map[string]string, error)
+	// New creates a namespace of each listed kind ("ipc", "uts") without
+	// any process in it, pins it at dir/<kind> and returns kind -> path;
+	// a new UTS namespace gets hostname ("": the node's is kept). On
+	// error nothing is left.
+	New(dir string, kinds []string, hostname string) (map[string]string, error)
+	// Pinned reports whether path is a pinned namespace (it is gone after
+	// a reboot, say, while the pod's record is not).
+	Pinned(path string) bool
 	// Unpin removes every pin in dir and dir itself; a missing dir is fine.
 	Unpin(dir string) error
 }
@@ -180,6 +189,90 @@ func (bindPinner) Pin(dir string, pid int, kinds []string) (_ map[string]string,
 		return nil, fmt.Errorf("pin namespaces of pid %d: the process exited meanwhile: %w", pid, errdefs.ErrUnavailable)
 	}
 	return paths, nil
+}
+
+func (bindPinner) New(dir string, kinds []string, hostname string) (_ map[string]string, retErr error) {
+	var flags int
+	for _, kind := range kinds {
+		switch kind {
+		case "ipc":
+			flags |= unix.CLONE_NEWIPC
+		case "uts":
+			flags |= unix.CLONE_NEWUTS
+		default:
+			return nil, fmt.Errorf("new %s namespace: crind cannot make one without a process: %w", kind, errdefs.ErrInvalidArgument)
+		}
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("new namespaces: %w", err)
+	}
+	defer func() {
+		if retErr != nil {
+			_ = bindPinner{}.Unpin(dir)
+		}
+	}()
+	paths := make(map[string]string, len(kinds))
+	for _, kind := range kinds {
+		p := filepath.Join(dir, kind)
+		f, err := os.OpenFile(p, os.O_RDONLY|os.O_CREATE|os.O_EXCL, 0o444)
+		if err != nil {
+			return nil, fmt.Errorf("pin new %s namespace: %w", kind, err)
+		}
+		_ = f.Close()
+		paths[kind] = p
+	}
+	err := onDisposableThread(func() error {
+		if err := unix.Unshare(flags); err != nil {
+			return fmt.Errorf("new namespaces: unshare: %w", err)
+		}
+		if flags&unix.CLONE_NEWUTS != 0 && hostname != "" {
+			if err := unix.Sethostname([]byte(hostname)); err != nil {
+				return fmt.Errorf("new uts namespace: set hostname %q: %w", hostname, err)
+			}
+		}
+		tid := unix.Gettid()
+		for _, kind := range kinds {
+			src := fmt.Sprintf("/proc/self/task/%d/ns/%s", tid, kind)
+			if err := unix.Mount(src, paths[kind], "", unix.MS_BIND, ""); err != nil {
+				return fmt.Errorf("pin new %s namespace: bind mount %s: %w", kind, src, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return paths, nil
+}
+
+// onDisposableThread runs fn on a locked OS thread that the Go runtime
+// terminates when fn is done, so the namespaces fn unshares never reach
+// another goroutine. The main thread, which cannot be terminated, is
+// never used for fn.
+func onDisposableThread(fn func() error) error {
+	errc := make(chan error, 1)
+	go func() {
+		// Never unlocked: the goroutine ends locked, which ends its thread.
+		runtime.LockOSThread()
+		if unix.Gettid() != unix.Getpid() {
+			errc <- fn()
+			return
+		}
+		// On the main thread: keep it, run fn on another, give it back.
+		inner := make(chan error, 1)
+		go func() {
+			runtime.LockOSThread()
+			inner <- fn()
+		}()
+		errc <- <-inner
+		runtime.UnlockOSThread()
+	}()
+	return <-errc
+}
+
+func (bindPinner) Pinned(path string) bool {
+	var st unix.Statfs_t
+	return unix.Statfs(path, &st) == nil && st.Type == unix.NSFS_MAGIC
 }
 
 func (bindPinner) Unpin(dir string) error {

@@ -59,10 +59,11 @@ func (s *Service) RemovePodSandbox(ctx context.Context, r *runtimeapi.RemovePodS
 	return &runtimeapi.RemovePodSandboxResponse{}, nil
 }
 
-// destroySandbox deletes the infra container and the pod's files, record
-// and name. It is also how recovery disposes of half-made pods.
+// destroySandbox deletes the infra container (if the pod has one) and the
+// pod's files, record and name. It is also how recovery disposes of
+// half-made pods.
 func (s *Service) destroySandbox(ctx context.Context, rec *store.Sandbox) error {
-	if rt, ok := s.opts.Runtimes[rec.RuntimeHandler]; ok {
+	if rt, ok := s.opts.Runtimes[rec.RuntimeHandler]; ok && !rec.NoInfra {
 		if err := rt.Delete(ctx, rec.ID); err != nil {
 			return fmt.Errorf("delete infra container: %w", err)
 		}

@@ -21,9 +21,9 @@ import (
 )
 
 // RunPodSandbox creates and starts a pod: reserve its name, write its files,
-// pin its network namespace, run CNI ADD, start its infra process, relay
-// NRI RunPodSandbox, and only then make it visible. Any failure (a plugin's
-// included) undoes every step.
+// make and pin its namespaces, run CNI ADD, start its infra process if it
+// needs one (podNeedsInfra), relay NRI RunPodSandbox, and only then make
+// it visible. Any failure (a plugin's included) undoes every step.
 func (s *Service) RunPodSandbox(ctx context.Context, r *runtimeapi.RunPodSandboxRequest) (_ *runtimeapi.RunPodSandboxResponse, retErr error) {
 	cfg := r.GetConfig()
 	if err := validatePodConfig(cfg); err != nil {
@@ -67,6 +67,7 @@ func (s *Service) RunPodSandbox(ctx context.Context, r *runtimeapi.RunPodSandbox
 	if err != nil {
 		return nil, err
 	}
+	rec.NoInfra = !podNeedsInfra(rt, cfg)
 	// The record goes in first, in state creating: a crind killed at any
 	// later point finds it on restart and undoes the rest.
 	if err := s.opts.Store.PutSandbox(rec); err != nil {
@@ -76,17 +77,8 @@ func (s *Service) RunPodSandbox(ctx context.Context, r *runtimeapi.RunPodSandbox
 	if err := s.preparePodDir(rec, cfg, &undo); err != nil {
 		return nil, err
 	}
-	if err := s.setUpPodNetwork(ctx, rec, cfg, userns, &undo); err != nil {
-		return nil, err
-	}
-	spec, err := s.sandboxSpec(rec, cfg, userns, &undo)
+	spec, err := s.setUpPodNamespaces(ctx, rt, rec, cfg, userns, &undo)
 	if err != nil {
-		return nil, err
-	}
-	if err := s.startInfra(ctx, rt, rec, spec, &undo); err != nil {
-		return nil, err
-	}
-	if err := s.pinPodNamespaces(rec, cfg); err != nil {
 		return nil, err
 	}
 	showPins(spec, rec)
@@ -109,8 +101,47 @@ func (s *Service) RunPodSandbox(ctx context.Context, r *runtimeapi.RunPodSandbox
 		return nil, fmt.Errorf("run pod sandbox: %w", err)
 	}
 	s.publishSandbox(rec, cfg, view)
-	log.InfoContext(ctx, "pod sandbox ready", "runtime", handler, "ips", rec.IPs, "pid", rec.Pid)
+	log.InfoContext(ctx, "pod sandbox ready", "runtime", handler, "ips", rec.IPs, "pid", rec.Pid, "infra", !rec.NoInfra)
 	return &runtimeapi.RunPodSandboxResponse{PodSandboxId: id}, nil
+}
+
+// setUpPodNamespaces makes the pod's namespaces and network and returns
+// the infra spec. A pod without an infra process (rec.NoInfra) gets its
+// namespaces from crind: pinned, then CNI ADD; the spec is built first
+// (it validates the pod's hostname and sysctls) and only run by a pod
+// with an infra process, whose namespaces are pinned once it started.
+// Every step registers its undo.
+func (s *Service) setUpPodNamespaces(ctx context.Context, rt runtime.Runtime, rec *store.Sandbox, cfg *runtimeapi.PodSandboxConfig, userns *oci.UserNS, undo *rollback) (*specs.Spec, error) {
+	if rec.NoInfra {
+		spec, err := s.sandboxSpec(rec, cfg, userns)
+		if err != nil {
+			return nil, err
+		}
+		// With a user namespace, setUpPodNetwork makes them, owned by
+		// it. Unpinned by the pod dir's undo.
+		if userns == nil {
+			if err := s.newPodNamespaces(rec, cfg); err != nil {
+				return nil, err
+			}
+		}
+		return spec, s.setUpPodNetwork(ctx, rec, cfg, userns, undo)
+	}
+	if err := s.setUpPodNetwork(ctx, rec, cfg, userns, undo); err != nil {
+		return nil, err
+	}
+	spec, err := s.sandboxSpec(rec, cfg, userns)
+	if err != nil {
+		return nil, err
+	}
+	if userns != nil {
+		if err := s.idmapSandboxSpec(rec.ID, spec, userns, undo); err != nil {
+			return nil, err
+		}
+	}
+	if err := s.startInfra(ctx, rt, rec, spec, undo); err != nil {
+		return nil, err
+	}
+	return spec, s.pinPodNamespaces(rec, cfg)
 }
 
 // newSandboxRecord is the record of a new pod id, in state creating.
@@ -136,6 +167,25 @@ func (s *Service) newSandboxRecord(id, name, handler string, cfg *runtimeapi.Pod
 		rec.NetNS = filepath.Join(s.opts.NetNSDir, id)
 	}
 	return rec, nil
+}
+
+// podsWithoutInfra is the optional capability of a runtime backend whose
+// containers join a pod's namespaces by path, so that a pod need not have
+// an infra container there (the oci backend; containerd shims expect one).
+type podsWithoutInfra interface {
+	PodsWithoutInfra() bool
+}
+
+// podNeedsInfra reports whether a pod of cfg on rt runs an infra process
+// (docs/state-machines.md): when it shares one PID namespace, whose PID 1
+// must be there to reap, and when rt's backend wants a sandbox container.
+// Other pods' namespaces are files crind makes itself.
+func podNeedsInfra(rt runtime.Runtime, cfg *runtimeapi.PodSandboxConfig) bool {
+	if cfg.GetLinux().GetSecurityContext().GetNamespaceOptions().GetPid() == runtimeapi.NamespaceMode_POD {
+		return true
+	}
+	c, ok := rt.(podsWithoutInfra)
+	return !ok || !c.PodsWithoutInfra()
 }
 
 // podHostNetwork reports whether pod cfg uses the node's network.
@@ -173,7 +223,7 @@ func (s *Service) setUpPodNetwork(ctx context.Context, rec *store.Sandbox, cfg *
 	if userns != nil {
 		// The pod's network namespace is owned by its user
 		// namespace, so its sysctls and sysfs work inside.
-		if err := s.newPodUserNS(id, rec.NetNS, userns); err != nil {
+		if err := s.newPodUserNS(rec, userns, cfg.GetHostname()); err != nil {
 			return err
 		}
 		undo.add("remove user namespace", func(context.Context) error { return idmap.Unpin(s.usernsPin(id)) })
@@ -192,8 +242,8 @@ func (s *Service) setUpPodNetwork(ctx context.Context, rec *store.Sandbox, cfg *
 }
 
 // sandboxSpec builds the infra container's spec for the pod's runtime,
-// its mounts id-mapped when the pod has a user namespace.
-func (s *Service) sandboxSpec(rec *store.Sandbox, cfg *runtimeapi.PodSandboxConfig, userns *oci.UserNS, undo *rollback) (*specs.Spec, error) {
+// joining the pod's user namespace if it has one.
+func (s *Service) sandboxSpec(rec *store.Sandbox, cfg *runtimeapi.PodSandboxConfig, userns *oci.UserNS) (*specs.Spec, error) {
 	id, handler := rec.ID, rec.RuntimeHandler
 	usernsPin := ""
 	if userns != nil {
@@ -216,14 +266,15 @@ func (s *Service) sandboxSpec(rec *store.Sandbox, cfg *runtimeapi.PodSandboxConf
 	if err := oci.Fit(spec, s.features[handler]); err != nil {
 		return nil, fmt.Errorf("runtime %s: %w", handler, err)
 	}
-	if userns != nil {
-		dir := s.usernsPodDir(id)
-		undo.add("remove id-mapped mounts", func(ctx context.Context) error { return s.releaseUserNSDir(ctx, id, dir) })
-		if err := s.idmapSpec(spec, userns, id, dir, idmapOptions{}); err != nil {
-			return nil, err
-		}
-	}
 	return spec, nil
+}
+
+// idmapSandboxSpec id-maps the infra spec's rootfs and mounts for pod id's
+// user namespace (only a spec that is run needs it).
+func (s *Service) idmapSandboxSpec(id string, spec *specs.Spec, userns *oci.UserNS, undo *rollback) error {
+	dir := s.usernsPodDir(id)
+	undo.add("remove id-mapped mounts", func(ctx context.Context) error { return s.releaseUserNSDir(ctx, id, dir) })
+	return s.idmapSpec(spec, userns, id, dir, idmapOptions{})
 }
 
 // startInfra creates and starts the pod's infra container in rt and
@@ -381,17 +432,7 @@ func (s *Service) nsDir(id string) string { return filepath.Join(s.opts.NSDir, i
 // host's, and records their paths: containers join by those paths only.
 // The network namespace is pinned before the infra starts (NetNS).
 func (s *Service) pinPodNamespaces(rec *store.Sandbox, cfg *runtimeapi.PodSandboxConfig) error {
-	ns := cfg.GetLinux().GetSecurityContext().GetNamespaceOptions()
-	var kinds []string
-	if ns.GetNetwork() != runtimeapi.NamespaceMode_NODE {
-		kinds = append(kinds, "uts") // Kubernetes ties UTS to the network
-	}
-	if ns.GetIpc() != runtimeapi.NamespaceMode_NODE {
-		kinds = append(kinds, "ipc")
-	}
-	if ns.GetPid() == runtimeapi.NamespaceMode_POD {
-		kinds = append(kinds, "pid")
-	}
+	kinds := podNamespaceKinds(cfg)
 	if len(kinds) == 0 {
 		return nil
 	}
@@ -400,6 +441,41 @@ func (s *Service) pinPodNamespaces(rec *store.Sandbox, cfg *runtimeapi.PodSandbo
 		return fmt.Errorf("pin pod namespaces: %w", err)
 	}
 	rec.IPCNS, rec.UTSNS, rec.PIDNS = paths["ipc"], paths["uts"], paths["pid"]
+	return nil
+}
+
+// podNamespaceKinds are the namespaces of pod cfg that crind pins besides
+// the network one: UTS with a pod network (Kubernetes ties the two), IPC
+// unless the pod uses the node's, PID when the pod shares one.
+func podNamespaceKinds(cfg *runtimeapi.PodSandboxConfig) []string {
+	ns := cfg.GetLinux().GetSecurityContext().GetNamespaceOptions()
+	var kinds []string
+	if ns.GetNetwork() != runtimeapi.NamespaceMode_NODE {
+		kinds = append(kinds, "uts")
+	}
+	if ns.GetIpc() != runtimeapi.NamespaceMode_NODE {
+		kinds = append(kinds, "ipc")
+	}
+	if ns.GetPid() == runtimeapi.NamespaceMode_POD {
+		kinds = append(kinds, "pid")
+	}
+	return kinds
+}
+
+// newPodNamespaces makes the IPC and UTS namespaces of a pod without an
+// infra process (the UTS one with the pod's hostname) and pins them, and
+// records their paths. The pins keep them alive: no process need be in
+// them until the first container joins.
+func (s *Service) newPodNamespaces(rec *store.Sandbox, cfg *runtimeapi.PodSandboxConfig) error {
+	kinds := podNamespaceKinds(cfg)
+	if len(kinds) == 0 {
+		return nil
+	}
+	paths, err := s.opts.Pinner.New(s.nsDir(rec.ID), kinds, cfg.GetHostname())
+	if err != nil {
+		return fmt.Errorf("make pod namespaces: %w", err)
+	}
+	rec.IPCNS, rec.UTSNS = paths["ipc"], paths["uts"]
 	return nil
 }
 

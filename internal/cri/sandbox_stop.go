@@ -50,7 +50,8 @@ func (s *Service) StopPodSandbox(ctx context.Context, r *runtimeapi.StopPodSandb
 //  2. NRI StopPodSandbox, to every plugin even when one fails, while the
 //     pod's network namespace and network are still there: a plugin that
 //     moved a host device into the pod moves it back now;
-//  3. the infra process, CNI DEL, the network namespace.
+//  3. the infra process (if the pod has one), the IPC/UTS/PID pins, CNI
+//     DEL, the network namespace.
 func (s *Service) stopSandboxLocked(ctx context.Context, sb *sandbox) error {
 	for _, c := range s.podContainers(sb.rec.ID) {
 		if err := s.stopContainer(ctx, c, 0); err != nil {
@@ -62,7 +63,7 @@ func (s *Service) stopSandboxLocked(ctx context.Context, sb *sandbox) error {
 	if err := s.deliverPodStop(ctx, sb); err != nil {
 		return err
 	}
-	if rec.State == store.SandboxReady {
+	if rec.State == store.SandboxReady && !rec.NoInfra {
 		rt, ok := s.opts.Runtimes[rec.RuntimeHandler]
 		if !ok {
 			return fmt.Errorf("pod %s: runtime handler %q is no longer configured: %w", rec.ID, rec.RuntimeHandler, errdefs.ErrFailedPrecondition)

@@ -118,24 +118,65 @@ func (s *Service) usernsCtrDir(podID, id string) string {
 // usernsPin is where pod id's user namespace is pinned.
 func (s *Service) usernsPin(id string) string { return filepath.Join(s.nsDir(id), "user") }
 
-// newPodUserNS creates pod id's user namespace and the network namespace
-// it owns, pinned at the user pin and netns, with loopback up.
-func (s *Service) newPodUserNS(id, netns string, u *oci.UserNS) error {
+// newPodUserNS creates the user namespace of pod rec and the network
+// namespace it owns, pinned at the user pin and rec.NetNS, with loopback
+// up; for a pod without an infra process also the IPC and UTS namespaces
+// it owns (the UTS one with hostname), pinned and recorded as for any pod.
+func (s *Service) newPodUserNS(rec *store.Sandbox, u *oci.UserNS, hostname string) (retErr error) {
+	id, netns := rec.ID, rec.NetNS
 	if err := os.MkdirAll(s.nsDir(id), 0o700); err != nil {
 		return fmt.Errorf("create user namespace: %w", err)
 	}
 	if err := os.MkdirAll(filepath.Dir(netns), 0o711); err != nil {
 		return fmt.Errorf("create user namespace: %w", err)
 	}
-	if err := idmap.NewUserNS([]string{s.opts.PauseBinary}, s.usernsPin(id), netns, u.UIDs, u.GIDs); err != nil {
+	pins := idmap.Pins{User: s.usernsPin(id), Net: netns}
+	if rec.NoInfra {
+		pins.IPC, pins.UTS = filepath.Join(s.nsDir(id), "ipc"), filepath.Join(s.nsDir(id), "uts")
+	}
+	if err := idmap.NewUserNS([]string{s.opts.PauseBinary}, pins, u.UIDs, u.GIDs); err != nil {
 		return fmt.Errorf("create user namespace: %w", err)
 	}
+	defer func() {
+		if retErr != nil {
+			_ = cni.RemoveNetNS(netns)
+			for _, p := range []string{pins.User, pins.IPC, pins.UTS} {
+				_ = idmap.Unpin(p)
+			}
+		}
+	}()
 	if err := cni.InNetNS(netns, loopbackUp); err != nil {
-		_ = cni.RemoveNetNS(netns)
-		_ = idmap.Unpin(s.usernsPin(id))
 		return fmt.Errorf("create user namespace: %w", err)
+	}
+	if pins.UTS != "" && hostname != "" {
+		if err := setHostname(pins.UTS, hostname); err != nil {
+			return fmt.Errorf("create user namespace: %w", err)
+		}
+	}
+	if rec.NoInfra {
+		rec.IPCNS, rec.UTSNS = pins.IPC, pins.UTS
 	}
 	return nil
+}
+
+// setHostname sets hostname in the UTS namespace pinned at pin, from a
+// thread that is thrown away afterwards. crind, root in the namespace's
+// ancestor user namespace, may enter it and set its name.
+func setHostname(pin, hostname string) error {
+	return onDisposableThread(func() error {
+		f, err := os.Open(pin)
+		if err != nil {
+			return fmt.Errorf("set hostname: %w", err)
+		}
+		defer f.Close()
+		if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWUTS); err != nil {
+			return fmt.Errorf("set hostname: enter %s: %w", pin, err)
+		}
+		if err := unix.Sethostname([]byte(hostname)); err != nil {
+			return fmt.Errorf("set hostname %q: %w", hostname, err)
+		}
+		return nil
+	})
 }
 
 // loopbackUp sets IFF_UP on "lo" in the calling thread's network namespace.

@@ -6,8 +6,8 @@
 //
 // A user namespace is made by a short-lived helper process (a binary that
 // blocks until killed: crin-pause in crind) cloned into a new user
-// namespace, and a new network namespace owned by it when asked; both are
-// pinned as files (bind mounts of /proc/<pid>/ns/*) and the helper is
+// namespace, and new network, IPC and UTS namespaces owned by it when
+// asked; all are pinned as files (bind mounts of /proc/<pid>/ns/*) and the helper is
 // killed. The pinned user namespace is what MOUNT_ATTR_IDMAP takes.
 package idmap
 
@@ -27,20 +27,32 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// NewUserNS creates a user namespace with the given mappings, pinned at
-// userPath, and, when netPath is not empty, a network namespace owned by
-// it pinned at netPath. helper is the argv of a program that runs until
-// killed; it runs only while the namespaces are pinned. Both paths must
-// not exist; their directories must. On error nothing is left.
-func NewUserNS(helper []string, userPath, netPath string, uids, gids []specs.LinuxIDMapping) (retErr error) {
+// Pins says where NewUserNS pins the namespaces it makes: the user
+// namespace always, and a network, IPC or UTS namespace owned by it for
+// each of those paths that is not empty.
+type Pins struct {
+	User, Net, IPC, UTS string
+}
+
+// NewUserNS creates a user namespace with the given mappings and the
+// namespaces it owns that p asks for, each pinned at its path. helper is
+// the argv of a program that runs until killed; it runs only while the
+// namespaces are pinned. The paths must not exist; their directories
+// must. On error nothing is left.
+func NewUserNS(helper []string, p Pins, uids, gids []specs.LinuxIDMapping) (retErr error) {
 	if len(helper) == 0 {
 		return fmt.Errorf("new user namespace: no helper program: %w", errdefs.ErrFailedPrecondition)
 	}
 	flags := uintptr(unix.CLONE_NEWUSER)
-	pins := []struct{ kind, path string }{{"user", userPath}}
-	if netPath != "" {
-		flags |= unix.CLONE_NEWNET
-		pins = append(pins, struct{ kind, path string }{"net", netPath})
+	pins := []struct{ kind, path string }{{"user", p.User}}
+	for _, o := range []struct {
+		kind, path string
+		flag       uintptr
+	}{{"net", p.Net, unix.CLONE_NEWNET}, {"ipc", p.IPC, unix.CLONE_NEWIPC}, {"uts", p.UTS, unix.CLONE_NEWUTS}} {
+		if o.path != "" {
+			flags |= o.flag
+			pins = append(pins, struct{ kind, path string }{o.kind, o.path})
+		}
 	}
 	cmd := exec.Command(helper[0], helper[1:]...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{

@@ -43,7 +43,7 @@ func TestNewUserNSAndClone(t *testing.T) {
 	dir := t.TempDir()
 	m := []specs.LinuxIDMapping{{ContainerID: 0, HostID: 200000, Size: 65536}}
 	user, net := filepath.Join(dir, "user"), filepath.Join(dir, "net")
-	if err := NewUserNS(sleeper(t), user, net, m, m); err != nil {
+	if err := NewUserNS(sleeper(t), Pins{User: user, Net: net}, m, m); err != nil {
 		t.Fatalf("NewUserNS: %v", err)
 	}
 	t.Cleanup(func() {

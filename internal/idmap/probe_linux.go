@@ -30,7 +30,7 @@ func Probe(helper []string, dir string) (retErr error) {
 	}()
 	userPath := filepath.Join(scratch, "user")
 	m := []specs.LinuxIDMapping{{ContainerID: 0, HostID: probeHostID, Size: 65536}}
-	if err := NewUserNS(helper, userPath, "", m, m); err != nil {
+	if err := NewUserNS(helper, Pins{User: userPath}, m, m); err != nil {
 		return fmt.Errorf("idmap probe: %w: %w", err, errdefs.ErrFailedPrecondition)
 	}
 	defer func() {

@@ -115,6 +115,11 @@ func (o *OCI) dir(id string) string { return filepath.Join(o.cfg.StateDir, id) }
 // start-up sweep finds orphaned shims by it).
 func (o *OCI) StateDir() string { return o.cfg.StateDir }
 
+// PodsWithoutInfra reports true: containers of this backend join a pod's
+// namespaces by their pinned paths, so a pod that does not share its PID
+// namespace needs no infra container here (docs/state-machines.md).
+func (o *OCI) PodsWithoutInfra() bool { return true }
+
 // known validates id and checks that the container's state dir exists.
 func (o *OCI) known(id string) (string, error) {
 	if err := CheckID(id); err != nil {

@@ -25,15 +25,20 @@ type Sandbox struct {
 	// files under the state dir (empty when the pod uses the host's, and
 	// PIDNS when the pod does not share one PID namespace). Containers
 	// join the pod by these paths, never by /proc/<infra pid>.
-	IPCNS           string   `json:"ipcns,omitempty"`
-	UTSNS           string   `json:"utsns,omitempty"`
-	PIDNS           string   `json:"pidns,omitempty"`
-	IPs             []string `json:"ips,omitempty"`
-	CgroupParent    string   `json:"cgroup_parent"`
-	Pid             int      `json:"pid,omitempty"` // infra process
-	PodDir          string   `json:"pod_dir"`       // hostname, hosts, resolv.conf, shm
-	NetworkTornDown bool     `json:"network_torn_down,omitempty"`
-	CreatedAt       int64    `json:"created_at"` // unix nanos
+	IPCNS        string   `json:"ipcns,omitempty"`
+	UTSNS        string   `json:"utsns,omitempty"`
+	PIDNS        string   `json:"pidns,omitempty"`
+	IPs          []string `json:"ips,omitempty"`
+	CgroupParent string   `json:"cgroup_parent"`
+	Pid          int      `json:"pid,omitempty"` // infra process; 0 without one
+	// NoInfra is set for a pod without an infra process: crind made and
+	// pinned its namespaces itself (docs/state-machines.md says which
+	// pods). Records written before the field existed have an infra
+	// process, and read as such.
+	NoInfra         bool   `json:"no_infra,omitempty"`
+	PodDir          string `json:"pod_dir"` // hostname, hosts, resolv.conf, shm
+	NetworkTornDown bool   `json:"network_torn_down,omitempty"`
+	CreatedAt       int64  `json:"created_at"` // unix nanos
 	// NRILinux is the proto-encoded NRI LinuxPodSandbox derived from the
 	// infra spec (namespaces, cgroups path, resources), so plugins see the
 	// same pod after a restart.

@@ -400,12 +400,26 @@ func podConfig(o runOptions, name string) (*runtimeapi.PodSandboxConfig, error) 
 		Hostname:     name,
 		LogDirectory: logDir,
 		Labels:       map[string]string{"bench": "crilat"},
-		Linux:        &runtimeapi.LinuxPodSandboxConfig{},
+		// What kubelet sends for a pod that does not share its process
+		// namespace (the zero value, POD, would share it).
+		Linux: &runtimeapi.LinuxPodSandboxConfig{SecurityContext: &runtimeapi.LinuxSandboxSecurityContext{
+			NamespaceOptions: kubeletNamespaces(),
+		}},
 	}
 	if o.cgroupParent != "" {
 		cfg.Linux.CgroupParent = filepath.Join(o.cgroupParent, "pod"+uid)
 	}
 	return cfg, nil
+}
+
+// kubeletNamespaces are the namespace options kubelet gives a pod without
+// hostNetwork, hostIPC, hostPID or shareProcessNamespace, and its containers.
+func kubeletNamespaces() *runtimeapi.NamespaceOption {
+	return &runtimeapi.NamespaceOption{
+		Network: runtimeapi.NamespaceMode_POD,
+		Pid:     runtimeapi.NamespaceMode_CONTAINER,
+		Ipc:     runtimeapi.NamespaceMode_POD,
+	}
 }
 
 func containerConfig(o runOptions, name string) *runtimeapi.ContainerConfig {
@@ -415,6 +429,9 @@ func containerConfig(o runOptions, name string) *runtimeapi.ContainerConfig {
 		Command:  []string{"sleep", "3600"},
 		LogPath:  "sleep/0.log",
 		Labels:   map[string]string{"bench": "crilat", "pod": name},
+		Linux: &runtimeapi.LinuxContainerConfig{SecurityContext: &runtimeapi.LinuxContainerSecurityContext{
+			NamespaceOptions: kubeletNamespaces(),
+		}},
 	}
 }
 

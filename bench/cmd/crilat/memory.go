@@ -38,6 +38,10 @@ type Memory struct {
 	ShimAvg Mem `json:"shim_avg"`
 	// ShimPerPod is the sum over all shims divided by K.
 	ShimPerPod Mem `json:"shim_per_pod"`
+	// Infra is how many infra processes (comm "pause", in the bench's
+	// cgroup) the K pods have; InfraPerPod their sum divided by K.
+	Infra       int `json:"infra"`
+	InfraPerPod Mem `json:"infra_per_pod"`
 	// PerPod is (daemon loaded - daemon idle + all shims) / K: what each
 	// pod costs the runtime, its own processes (pause, sleep) left out.
 	PerPod Mem `json:"per_pod"`
@@ -96,6 +100,23 @@ func measureMemory(ctx context.Context, c *client, o runOptions) (Memory, error)
 	}
 	k := int64(o.k)
 	m.ShimPerPod = Mem{sum.RSS / k, sum.PSS / k}
+	if o.cgroupParent != "" {
+		infra, err := findInCgroup("pause", o.cgroupParent)
+		if err != nil {
+			return m, err
+		}
+		var isum Mem
+		for _, pid := range infra {
+			im, err := readMem(pid)
+			if err != nil {
+				continue // exited between the scan and the read
+			}
+			isum.RSS += im.RSS
+			isum.PSS += im.PSS
+			m.Infra++
+		}
+		m.InfraPerPod = Mem{isum.RSS / k, isum.PSS / k}
+	}
 	m.PerPod = Mem{
 		(m.DaemonLoaded.RSS - m.DaemonIdle.RSS + sum.RSS) / k,
 		(m.DaemonLoaded.PSS - m.DaemonIdle.PSS + sum.PSS) / k,
@@ -168,6 +189,32 @@ func parseRollup(b []byte) (Mem, error) {
 		return Mem{}, errors.New("parse smaps_rollup: no Rss and Pss lines")
 	}
 	return m, nil
+}
+
+// findInCgroup lists the pids whose comm is comm and whose cgroup path
+// (any hierarchy) is below parent.
+func findInCgroup(comm, parent string) ([]int, error) {
+	dirs, err := filepath.Glob("/proc/[0-9]*")
+	if err != nil {
+		return nil, fmt.Errorf("list /proc: %w", err)
+	}
+	var pids []int
+	for _, d := range dirs {
+		pid, err := strconv.Atoi(filepath.Base(d))
+		if err != nil {
+			continue
+		}
+		c, err := os.ReadFile(filepath.Join(d, "comm"))
+		if err != nil || strings.TrimSpace(string(c)) != comm {
+			continue
+		}
+		cg, err := os.ReadFile(filepath.Join(d, "cgroup"))
+		if err != nil || !bytes.Contains(cg, []byte(":"+parent+"/")) {
+			continue
+		}
+		pids = append(pids, pid)
+	}
+	return pids, nil
 }
 
 // findProcs lists the pids whose comm is comm (or one of several joined by

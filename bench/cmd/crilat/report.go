@@ -87,6 +87,7 @@ func printResult(w io.Writer, r *Result) {
 		m.DaemonIdle.RSS, m.DaemonIdle.PSS, r.K, m.DaemonLoaded.RSS, m.DaemonLoaded.PSS)
 	fmt.Fprintf(w, "              %d shims, each RSS %d PSS %d; shims per pod RSS %d PSS %d; runtime cost per pod RSS %d PSS %d\n",
 		m.Shims, m.ShimAvg.RSS, m.ShimAvg.PSS, m.ShimPerPod.RSS, m.ShimPerPod.PSS, m.PerPod.RSS, m.PerPod.PSS)
+	fmt.Fprintf(w, "              %d infra processes; infra per pod RSS %d PSS %d\n", m.Infra, m.InfraPerPod.RSS, m.InfraPerPod.PSS)
 }
 
 // compareCmd prints the results in the files given, side by side, as a
@@ -179,11 +180,17 @@ func compare(w io.Writer, rs []*Result) {
 	memRow("one shim (average)", func(m Memory) Mem { return m.ShimAvg })
 	memRow("shims per pod", func(m Memory) Mem { return m.ShimPerPod })
 	memRow("runtime per pod (daemon growth + shims) / K", func(m Memory) Mem { return m.PerPod })
-	row := []string{"shim processes for K pods"}
-	for _, r := range rs {
-		row = append(row, fmt.Sprint(r.Memory.Shims), "")
+	memRow("infra processes per pod", func(m Memory) Mem { return m.InfraPerPod })
+	for _, c := range []struct {
+		label string
+		n     func(Memory) int
+	}{{"shim processes for K pods", func(m Memory) int { return m.Shims }}, {"infra processes for K pods", func(m Memory) int { return m.Infra }}} {
+		row := []string{c.label}
+		for _, r := range rs {
+			row = append(row, fmt.Sprint(c.n(r.Memory)), "")
+		}
+		fmt.Fprintf(w, "| %s |\n", strings.Join(row, " | "))
 	}
-	fmt.Fprintf(w, "| %s |\n", strings.Join(row, " | "))
 }
 
 func f2(v float64) string { return fmt.Sprintf("%.1f", v) }
