@@ -14,6 +14,8 @@ import (
 	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/crin-dev/crin/test/poll"
 )
 
 // TestNRIContractSyncUnderLoad connects external plugins while events are
@@ -91,15 +93,17 @@ func TestNRIContractSyncUnderLoad(t *testing.T) {
 	}
 	allDone := make(chan struct{})
 	go func() { wg.Wait(); close(allDone) }()
+	// waitCreated waits (at most 3 minutes: the load is judged later)
+	// until atLeast containers were made or the load generators ended.
 	waitCreated := func(atLeast int32) {
-		deadline := time.Now().Add(3 * time.Minute)
-		for created.Load() < atLeast && time.Now().Before(deadline) {
+		poll.Within(3*time.Minute, func() (bool, string) {
 			select {
 			case <-allDone:
-				return
-			case <-time.After(20 * time.Millisecond):
+				return true, ""
+			default:
+				return created.Load() >= atLeast, ""
 			}
-		}
+		})
 	}
 
 	waitCreated(4)
@@ -146,14 +150,10 @@ func TestNRIContractSyncUnderLoad(t *testing.T) {
 		return out
 	}
 	var evs []pluginEvent
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	poll.Within(time.Minute, func() (bool, string) {
 		evs = readEvents(t, log)
-		if len(unseen(evs)) == 0 || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return len(unseen(evs)) == 0, ""
+	})
 	if missing := unseen(evs); len(missing) > 0 {
 		t.Errorf("the late plugin never heard of %d of %d containers+pods: %v", len(missing), len(ctrs.Containers)+len(pods.Items), missing)
 	}
