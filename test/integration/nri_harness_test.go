@@ -130,6 +130,7 @@ type pluginRule struct {
 	Container        string          `json:"container,omitempty"`
 	Once             bool            `json:"once,omitempty"`
 	Sleep            string          `json:"sleep,omitempty"`
+	WaitFor          string          `json:"wait_for,omitempty"`
 	Fail             string          `json:"fail,omitempty"`
 	Reject           string          `json:"reject,omitempty"`
 	Adjust           json.RawMessage `json:"adjust,omitempty"`
