@@ -106,7 +106,7 @@ func TestKubeletStats(t *testing.T) {
 
 	t.Run("writable layer", func(t *testing.T) {
 		ctx := ctxT(t)
-		poll.Until(t, 30*time.Second, "writable layer of a container that wrote 5 MiB", func() (bool, string) {
+		poll.Until(t, time.Minute, "writable layer of a container that wrote 5 MiB", func() (bool, string) {
 			wl := stats(t, writer).WritableLayer
 			return wl.GetUsedBytes().GetValue() >= 5<<20 && wl.GetInodesUsed().GetValue() > 0 && wl.GetFsId().GetMountpoint() != "",
 				fmt.Sprintf("%v", wl)
@@ -114,7 +114,7 @@ func TestKubeletStats(t *testing.T) {
 		// More written later shows without a call walking the layer: the
 		// sampler measures it again.
 		d.execOut(t, writer, "dd", "if=/dev/zero", "of=/more", "bs=1M", "count=3")
-		poll.Until(t, 30*time.Second, "writable layer after 3 MiB more", func() (bool, string) {
+		poll.Until(t, time.Minute, "writable layer after 3 MiB more", func() (bool, string) {
 			wl := stats(t, writer).WritableLayer
 			return wl.GetUsedBytes().GetValue() >= 8<<20, fmt.Sprintf("%v", wl)
 		})
@@ -139,11 +139,11 @@ func TestKubeletStats(t *testing.T) {
 
 	t.Run("cpu", func(t *testing.T) {
 		ctx := ctxT(t)
-		poll.Until(t, 30*time.Second, "usage_nano_cores of a busy loop", func() (bool, string) {
+		poll.Until(t, time.Minute, "usage_nano_cores of a busy loop", func() (bool, string) {
 			c := stats(t, spin).Cpu
 			return c.GetUsageNanoCores().GetValue() > 1e8, fmt.Sprintf("%v", c)
 		})
-		poll.Until(t, 30*time.Second, "pod usage_nano_cores", func() (bool, string) {
+		poll.Until(t, time.Minute, "pod usage_nano_cores", func() (bool, string) {
 			r, err := d.rs.PodSandboxStats(ctx, &runtimeapi.PodSandboxStatsRequest{PodSandboxId: pod})
 			if err != nil {
 				return false, err.Error()
@@ -183,7 +183,7 @@ func TestKubeletStats(t *testing.T) {
 		for range 2048 {
 			_, _ = c.Write(buf)
 		}
-		poll.Until(t, 30*time.Second, "pod rx bytes after 2 MiB sent to it", func() (bool, string) {
+		poll.Until(t, time.Minute, "pod rx bytes after 2 MiB sent to it", func() (bool, string) {
 			now, _ := rx()
 			return now >= before+1<<20, fmt.Sprintf("%d bytes (%d before)", now, before)
 		})
@@ -264,7 +264,7 @@ func TestKubeletStats(t *testing.T) {
 			t.Fatal(err)
 		}
 		want := []string{"CREATED", "STARTED", "STOPPED", "DELETED"}
-		poll.Until(t, 30*time.Second, "container events", func() (bool, string) {
+		poll.Until(t, time.Minute, "container events", func() (bool, string) {
 			got := events.of(id)
 			return slices.Equal(got, want), fmt.Sprintf("%q", got)
 		})
@@ -274,7 +274,7 @@ func TestKubeletStats(t *testing.T) {
 		if _, err := d.rs.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: pod}); err != nil {
 			t.Fatal(err)
 		}
-		poll.Until(t, 30*time.Second, "pod events", func() (bool, string) {
+		poll.Until(t, time.Minute, "pod events", func() (bool, string) {
 			got := events.of(pod)
 			return slices.Equal(got, want), fmt.Sprintf("%q", got)
 		})
