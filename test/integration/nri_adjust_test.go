@@ -125,7 +125,7 @@ func TestNRIAdjustInContainer(t *testing.T) {
 	pod := d.runPod(t, podCfg)
 	id := d.runContainer(t, pod, podCfg, containerConfig("adj", ref, "sleep", "1000"))
 	for _, log := range []string{n.eventLog("10", "adjust"), n.eventLog("20", "resources")} {
-		evs := waitEvents(t, log, 10*time.Second, hasEvent("CreateContainer", "adj"))
+		evs := waitEvents(t, log, time.Minute, hasEvent("CreateContainer", "adj"))
 		if e := findEvent(evs, "CreateContainer", "adj"); e.ContainerID != id || e.container(t).GetPodSandboxId() != pod {
 			t.Errorf("%s: CreateContainer for %s/%s, want %s/%s", log, e.ContainerID, e.container(t).GetPodSandboxId(), id, pod)
 		}

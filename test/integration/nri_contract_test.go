@@ -416,7 +416,7 @@ func TestNRIContractFailingHooks(t *testing.T) {
 		for plugin, names := range want {
 			path := n.eventLog(plugin[:2], plugin[3:])
 			last := names[len(names)-1]
-			evs := waitEvents(t, path, 10*time.Second, func(evs []pluginEvent) bool {
+			evs := waitEvents(t, path, time.Minute, func(evs []pluginEvent) bool {
 				return slices.ContainsFunc(evs, func(e pluginEvent) bool {
 					return e.Event == last && (e.ContainerID == id || (e.ContainerID == "" && e.PodID == id))
 				})
