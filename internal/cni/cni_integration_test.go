@@ -21,6 +21,8 @@ import (
 
 	"github.com/containerd/errdefs"
 	"golang.org/x/sys/unix"
+
+	"github.com/crin-dev/crin/test/poll"
 )
 
 const pluginDir = "/usr/lib/cni"
@@ -329,12 +331,8 @@ func (e *bridgeEnv) assertClean(t *testing.T) {
 	}
 	// A namespace dies asynchronously once its last user is gone, and its
 	// veth end with it.
-	deadline := time.Now().Add(5 * time.Second)
-	for len(e.ports(t)) != 0 && time.Now().Before(deadline) {
-		time.Sleep(50 * time.Millisecond)
-	}
-	if p := e.ports(t); len(p) != 0 {
-		t.Errorf("veths still on bridge %s: %v", e.bridge, p)
+	if ok, _ := poll.Within(time.Minute, func() (bool, string) { return len(e.ports(t)) == 0, "" }); !ok {
+		t.Errorf("veths still on bridge %s: %v", e.bridge, e.ports(t))
 	}
 	if c := e.cached(t); len(c) != 0 {
 		t.Errorf("results still cached: %v", c)

@@ -23,6 +23,7 @@ import (
 	"github.com/crin-dev/crin/internal/nri"
 	"github.com/crin-dev/crin/internal/runtime"
 	"github.com/crin-dev/crin/internal/store"
+	"github.com/crin-dev/crin/test/poll"
 )
 
 // fakeRuntime keeps containers in memory; a signal ends the process.
@@ -531,16 +532,11 @@ func (h *hub) startCtr(t *testing.T, id string) {
 	}
 }
 
-// waitFor polls cond for up to 5 seconds.
+// waitFor waits until cond holds (poll.Until, with a deadline a loaded
+// machine meets).
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	poll.Until(t, 30*time.Second, what, func() (bool, string) { return cond(), "" })
 }
 
 // fakePinner "pins" a namespace as an empty file (unit tests run without

@@ -3,10 +3,13 @@ package image
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/crin-dev/crin/test/poll"
 )
 
 func TestFlightGroupRunsOnce(t *testing.T) {
@@ -34,19 +37,15 @@ func TestFlightGroupRunsOnce(t *testing.T) {
 		}()
 	}
 	// Let every caller join before the call ends.
-	for deadline := time.Now().Add(5 * time.Second); ; {
+	poll.Until(t, 30*time.Second, "every caller joined one flight", func() (bool, string) {
 		g.mu.Lock()
+		defer g.mu.Unlock()
 		f := g.m["k"]
-		joined := f != nil && f.waiters == n
-		g.mu.Unlock()
-		if joined {
-			break
+		if f == nil {
+			return false, "no flight"
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("callers did not join one flight")
-		}
-		time.Sleep(time.Millisecond)
-	}
+		return f.waiters == n, fmt.Sprintf("%d of %d joined", f.waiters, n)
+	})
 	close(release)
 	callers.Wait()
 	wg.Wait()
@@ -68,7 +67,6 @@ func TestFlightGroupCancelsWhenAllLeave(t *testing.T) {
 	started := make(chan struct{})
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() {
-		time.Sleep(10 * time.Millisecond)
 		<-started
 		cancel()
 	}()

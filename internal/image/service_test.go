@@ -3,6 +3,7 @@ package image
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/crin-dev/crin/internal/image/imagetest"
+	"github.com/crin-dev/crin/test/poll"
 	"github.com/google/go-cmp/cmp"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 )
@@ -486,25 +488,17 @@ func TestPullRefusesEscapingLayer(t *testing.T) {
 				t.Errorf("image recorded after a refused pull: %v", err)
 			}
 			// The other layer's unpack may still be winding down.
-			for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			poll.Until(t, 30*time.Second, "no temporary layer dir left", func() (bool, string) {
 				dirs := layerDirs(t, s.root)
-				if !slices.ContainsFunc(dirs, func(d string) bool { return strings.HasPrefix(d, ".") }) {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Errorf("temporary layer dirs left behind: %v", dirs)
-					break
-				}
-			}
+				return !slices.ContainsFunc(dirs, func(d string) bool { return strings.HasPrefix(d, ".") }), fmt.Sprint(dirs)
+			})
 		})
 	}
 	// The good layer of the refused image is dropped.
-	for deadline := time.Now().Add(5 * time.Second); len(layerDirs(t, s.root)) != 0; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Errorf("layer dirs %v left after refused pulls", layerDirs(t, s.root))
-			break
-		}
-	}
+	poll.Until(t, 30*time.Second, "no layer dir left after refused pulls", func() (bool, string) {
+		dirs := layerDirs(t, s.root)
+		return len(dirs) == 0, fmt.Sprint(dirs)
+	})
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}

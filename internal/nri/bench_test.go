@@ -21,6 +21,8 @@ import (
 	"github.com/containerd/nri/pkg/api"
 	"github.com/containerd/nri/pkg/stub"
 	"github.com/sirupsen/logrus"
+
+	"github.com/crin-dev/crin/test/poll"
 )
 
 // benchPlugin adds one env var per created container after an optional
@@ -221,22 +223,15 @@ func processCPU(b *testing.B) time.Duration {
 // waitPlugins waits until n plugins are connected (crin only; the baseline
 // registers plugins before stub.Start returns).
 func waitPlugins(b *testing.B, a *Adaptation, n int) {
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	poll.Until(b, time.Minute, fmt.Sprintf("%d plugins ready", n), func() (bool, string) {
 		ready := 0
 		for _, pi := range a.Plugins() {
 			if pi.State == StateReady {
 				ready++
 			}
 		}
-		if ready == n {
-			return
-		}
-		if time.Now().After(deadline) {
-			b.Fatalf("%d of %d plugins ready", ready, n)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return ready == n, fmt.Sprintf("%d ready", ready)
+	})
 }
 
 func BenchmarkCreateContainer(b *testing.B) {

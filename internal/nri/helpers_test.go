@@ -20,6 +20,8 @@ import (
 	"github.com/containerd/nri/pkg/stub"
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"github.com/crin-dev/crin/test/poll"
 )
 
 // Binaries built once by TestMain.
@@ -110,19 +112,12 @@ func (e *fakeEngine) EvictContainer(_ context.Context, id, reason string) error 
 // waitEvicted waits until the engine evicted exactly want ("id: reason").
 func (e *fakeEngine) waitEvicted(t *testing.T, want ...string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	poll.Until(t, 30*time.Second, "engine evictions", func() (bool, string) {
 		e.mu.Lock()
 		got := slices.Clone(e.evicted)
 		e.mu.Unlock()
-		if cmp.Equal(want, got, cmpopts.EquateEmpty()) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("engine evictions (-want +got):\n%s", cmp.Diff(want, got, cmpopts.EquateEmpty()))
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return cmp.Equal(want, got, cmpopts.EquateEmpty()), "(-want +got):\n" + cmp.Diff(want, got, cmpopts.EquateEmpty())
+	})
 }
 
 func (e *fakeEngine) updated() []string {
@@ -185,8 +180,8 @@ func newEnv(t *testing.T, mutate func(*Config)) *env {
 // parts and returns it.
 func (e *env) waitLog(parts ...string) string {
 	e.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	var line string
+	poll.Until(e.t, 30*time.Second, fmt.Sprintf("a log line with %q", parts), func() (bool, string) {
 		e.logsMu.Lock()
 		text := e.logs.String()
 		e.logsMu.Unlock()
@@ -197,13 +192,34 @@ func (e *env) waitLog(parts ...string) string {
 					continue lines
 				}
 			}
-			return l
+			line = l
+			return true, ""
 		}
-		if time.Now().After(deadline) {
-			e.t.Fatalf("no log line with %q in:\n%s", parts, text)
+		return false, "the log:\n" + text
+	})
+	return line
+}
+
+// loggedBackoffs returns the backoffs the adaptation logged for plugin id
+// ("nri plugin restarting after backoff"), in order.
+func (e *env) loggedBackoffs(id string) []time.Duration {
+	e.logsMu.Lock()
+	text := e.logs.String()
+	e.logsMu.Unlock()
+	var out []time.Duration
+	for _, l := range strings.Split(text, "\n") {
+		if !strings.Contains(l, `msg="nri plugin restarting after backoff"`) || !strings.Contains(l, " plugin="+id+" ") {
+			continue
 		}
-		time.Sleep(10 * time.Millisecond)
+		for _, f := range strings.Fields(l) {
+			if v, ok := strings.CutPrefix(f, "backoff="); ok {
+				if d, err := time.ParseDuration(v); err == nil {
+					out = append(out, d)
+				}
+			}
+		}
 	}
+	return out
 }
 
 // start creates and starts the adaptation and registers a leak check.
@@ -253,19 +269,10 @@ func (l lockedWriter) Write(b []byte) (int, error) {
 // period for exiting ones.
 func checkGoroutines(t *testing.T, before int) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		n := runtime.NumGoroutine()
-		if n <= before {
-			return
-		}
-		if time.Now().After(deadline) {
-			buf := make([]byte, 1<<20)
-			buf = buf[:runtime.Stack(buf, true)]
-			t.Errorf("goroutine leak: %d before, %d after Stop\n%s", before, n, buf)
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
+	if ok, _ := poll.Within(30*time.Second, func() (bool, string) { return runtime.NumGoroutine() <= before, "" }); !ok {
+		buf := make([]byte, 1<<20)
+		buf = buf[:runtime.Stack(buf, true)]
+		t.Errorf("goroutine leak: %d before, %d after Stop\n%s", before, runtime.NumGoroutine(), buf)
 	}
 }
 
@@ -300,17 +307,12 @@ func readLines(path string) []string {
 // waitLines waits until the record at path holds want as a subsequence.
 func waitLines(t *testing.T, path string, want ...string) []string {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		got := readLines(path)
-		if isSubsequence(got, want) {
-			return got
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("record %s:\n%s\nwant subsequence:\n%s", filepath.Base(path), strings.Join(got, "\n"), strings.Join(want, "\n"))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	var got []string
+	poll.Until(t, 30*time.Second, "record "+filepath.Base(path)+" holds:\n"+strings.Join(want, "\n")+"\n", func() (bool, string) {
+		got = readLines(path)
+		return isSubsequence(got, want), "it has:\n" + strings.Join(got, "\n")
+	})
+	return got
 }
 
 func isSubsequence(got, want []string) bool {
@@ -336,38 +338,33 @@ func count(lines []string, s string) int {
 // waitPlugin waits until the plugin id is in state.
 func waitPlugin(t *testing.T, a *Adaptation, id string, state PluginState) PluginInfo {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		for _, pi := range a.Plugins() {
+	var found PluginInfo
+	poll.Until(t, 30*time.Second, fmt.Sprintf("plugin %s %s", id, state), func() (bool, string) {
+		ps := a.Plugins()
+		for _, pi := range ps {
 			if pi.Index+"-"+pi.Name == id && pi.State == state {
-				return pi
+				found = pi
+				return true, ""
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("plugin %s not %s: %+v", id, state, a.Plugins())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return false, fmt.Sprintf("%+v", ps)
+	})
+	return found
 }
 
 // waitGone waits until plugin id is not connected: not listed, or a
 // pre-installed one waiting to be launched again.
 func waitGone(t *testing.T, a *Adaptation, id string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		found := false
-		for _, pi := range a.Plugins() {
-			found = found || (pi.Index+"-"+pi.Name == id && pi.State != StateBackoff)
+	poll.Until(t, 30*time.Second, "plugin "+id+" not connected", func() (bool, string) {
+		ps := a.Plugins()
+		for _, pi := range ps {
+			if pi.Index+"-"+pi.Name == id && pi.State != StateBackoff {
+				return false, fmt.Sprintf("still listed: %+v", ps)
+			}
 		}
-		if !found {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("plugin %s still listed: %+v", id, a.Plugins())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return true, ""
+	})
 }
 
 // recorder is an in-process plugin for the pkg/stub v0.12.5 stub that
@@ -398,13 +395,10 @@ func (r *recorder) seen() []string {
 
 func (r *recorder) waitSeen(t *testing.T, want ...string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !isSubsequence(r.seen(), want) {
-		if time.Now().After(deadline) {
-			t.Fatalf("plugin saw:\n%s\nwant subsequence:\n%s", strings.Join(r.seen(), "\n"), strings.Join(want, "\n"))
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	poll.Until(t, 30*time.Second, "the plugin saw:\n"+strings.Join(want, "\n")+"\n", func() (bool, string) {
+		seen := r.seen()
+		return isSubsequence(seen, want), "it saw:\n" + strings.Join(seen, "\n")
+	})
 }
 
 func (r *recorder) Configure(_ context.Context, _, runtime, _ string) (api.EventMask, error) {

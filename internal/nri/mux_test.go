@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/crin-dev/crin/test/poll"
 )
 
 // socketPair returns both ends of a unix stream socketpair.
@@ -180,7 +182,14 @@ func TestMuxDriverClose(t *testing.T) {
 		_, err := c1.Read(buf)
 		readErr <- err
 	}()
-	time.Sleep(20 * time.Millisecond) // let the Read block on the trunk
+	// The Read is in the trunk once it holds the trunk's read lock.
+	poll.Until(t, 30*time.Second, "the driver's Read in the trunk", func() (bool, string) {
+		if m.rmu.TryLock() {
+			m.rmu.Unlock()
+			return false, ""
+		}
+		return true, ""
+	})
 	_ = c1.Close()
 	select {
 	case err := <-readErr:

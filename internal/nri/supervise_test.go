@@ -3,6 +3,7 @@ package nri
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"slices"
@@ -13,6 +14,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/crin-dev/crin/test/poll"
 )
 
 // TestSynchronizeHangDelaysNothing: a pre-installed plugin that never
@@ -87,25 +90,19 @@ func TestSynchronizeFailureBacksOff(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.start(WithMetrics(m), WithRestartBackoff(50*time.Millisecond, 400*time.Millisecond))
+	// Every backoff is logged; sampling Plugins() could miss a short one.
 	var seen []time.Duration
-	deadline := time.Now().Add(30 * time.Second)
-	for len(seen) < 4 && time.Now().Before(deadline) {
-		for _, pi := range e.a.Plugins() {
-			if pi.Name != "stuck" || pi.State != StateBackoff {
-				continue
-			}
-			if len(seen) == 0 || seen[len(seen)-1] != pi.Backoff {
-				seen = append(seen, pi.Backoff)
-			}
-			if pi.LastError == "" || pi.NextAttempt.IsZero() {
-				t.Errorf("backing off without last error or next attempt: %+v", pi)
-			}
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	poll.Until(t, time.Minute, "four backoffs of 10-stuck logged", func() (bool, string) {
+		seen = e.loggedBackoffs("10-stuck")
+		return len(seen) >= 4, fmt.Sprint(seen)
+	})
 	want := []time.Duration{50 * time.Millisecond, 100 * time.Millisecond, 200 * time.Millisecond, 400 * time.Millisecond}
-	if !slices.Equal(seen, want) {
-		t.Fatalf("backoffs seen %v, want %v", seen, want)
+	if !slices.Equal(seen[:4], want) {
+		t.Fatalf("backoffs logged %v, want %v first", seen, want)
+	}
+	// From now on every backoff is the cap's.
+	if pi := waitPlugin(t, e.a, "10-stuck", StateBackoff); pi.Backoff != 400*time.Millisecond || pi.LastError == "" || pi.NextAttempt.IsZero() {
+		t.Errorf("backing off: %+v, want backoff 400ms, a last error and a next attempt", pi)
 	}
 	got := gather(t, reg)
 	if n := got["crin_nri_plugin_restarts_total{plugin=10-stuck}"]; n < 3 {

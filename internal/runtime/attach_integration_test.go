@@ -4,6 +4,7 @@ package runtime
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/crin-dev/crin/internal/runtime/shim"
+	"github.com/crin-dev/crin/test/poll"
 )
 
 // lockedWriter is a buffer safe for a writer and a reader.
@@ -91,14 +93,13 @@ func TestAttachTerminal(t *testing.T) {
 			go func() { done <- o.Attach(ctx, id, AttachRequest{Stdin: inr, Stdout: &out, Resize: sizes}) }()
 			// Type until the shell answers: the attach may not be set
 			// up when the first line is written.
-			deadline := time.Now().Add(30 * time.Second)
-			for !strings.Contains(out.String(), "size-21x77") {
-				if time.Now().After(deadline) {
-					t.Fatalf("no answer from the shell; output %q", out.String())
+			poll.Until(t, time.Minute, "the shell answers", func() (bool, string) {
+				if strings.Contains(out.String(), "size-21x77") {
+					return true, ""
 				}
 				_, _ = io.WriteString(inw, "echo size-$(stty size | tr ' ' x)\n")
-				time.Sleep(300 * time.Millisecond)
-			}
+				return false, fmt.Sprintf("output %q", out.String())
+			})
 			_, _ = io.WriteString(inw, "exit 7\n")
 			st, err := o.Wait(ctx, id)
 			if err != nil || st.ExitCode != 7 {

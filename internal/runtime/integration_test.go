@@ -20,6 +20,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/crin-dev/crin/internal/runtime/shim"
+	"github.com/crin-dev/crin/test/poll"
 )
 
 // binDir holds the crin-shim and crin-pause built for this test run.
@@ -344,21 +345,27 @@ func TestSignal(t *testing.T) {
 	tests := []struct {
 		name string
 		args []string
-		sig  syscall.Signal
-		want int32
+		// ready is a file (in the rootfs) the container creates once it
+		// is ready for the signal; "" when it is ready at once.
+		ready string
+		sig   syscall.Signal
+		want  int32
 	}{
-		{"term with handler", []string{"sh", "-c", `trap "exit 7" TERM; while true; do sleep 0.1; done`}, syscall.SIGTERM, 7},
-		{"kill", []string{"sleep", "1000"}, syscall.SIGKILL, 137},
+		{"term with handler", []string{"sh", "-c", `trap "exit 7" TERM; : >/tmp/trap-set; while true; do sleep 0.1; done`}, "tmp/trap-set", syscall.SIGTERM, 7},
+		{"kill", []string{"sleep", "1000"}, "", syscall.SIGKILL, 137},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			id := testID(t)
-			create(t, o, id, testSpec(rootfs(t), id, tc.args...), "")
+			rfs := rootfs(t)
+			create(t, o, id, testSpec(rfs, id, tc.args...), "")
 			ctx := ctxT(t, time.Minute)
 			if _, err := o.Start(ctx, id); err != nil {
 				t.Fatal(err)
 			}
-			time.Sleep(300 * time.Millisecond) // let the trap be set
+			if tc.ready != "" {
+				waitFile(t, filepath.Join(rfs, tc.ready), time.Minute)
+			}
 			if err := o.Signal(ctx, id, tc.sig, SignalOptions{}); err != nil {
 				t.Fatal(err)
 			}
@@ -523,7 +530,7 @@ func TestShimOutlivesCrind(t *testing.T) {
 		t.Fatalf("Status from new backend = %+v, %v; want running", st, err)
 	}
 	// The container exits while nobody is asking.
-	waitFile(t, filepath.Join(o2.dir(id), shim.ExitFile), 10*time.Second)
+	waitFile(t, filepath.Join(o2.dir(id), shim.ExitFile), time.Minute)
 	o3 := e.open(t)
 	st, err = o3.Wait(ctx, id)
 	if err != nil || st.State != StateStopped || st.ExitCode != 9 {
@@ -534,9 +541,9 @@ func TestShimOutlivesCrind(t *testing.T) {
 	if err := syscall.Kill(shimPid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	for i := 0; alive(shimPid) && i < 100; i++ {
-		time.Sleep(20 * time.Millisecond)
-	}
+	poll.Until(t, time.Minute, fmt.Sprintf("shim %d gone", shimPid), func() (bool, string) {
+		return !alive(shimPid), "it still runs"
+	})
 	st, err = o3.Status(ctx, id)
 	if err != nil || st.State != StateStopped || st.ExitCode != 9 {
 		t.Fatalf("Status without shim = %+v, %v; want exit 9", st, err)
@@ -560,16 +567,10 @@ func parentOf(t *testing.T, pid int) int {
 
 func waitFile(t *testing.T, path string, d time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		if _, err := os.Stat(path); err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s did not appear in %s", path, d)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	poll.Until(t, d, path+" exists", func() (bool, string) {
+		_, err := os.Stat(path)
+		return err == nil, fmt.Sprint(err)
+	})
 }
 
 func TestReopenLog(t *testing.T) {
@@ -581,7 +582,13 @@ func TestReopenLog(t *testing.T) {
 	if _, err := o.Start(ctx, id); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(300 * time.Millisecond)
+	hasRecords := func(path string) func() (bool, string) {
+		return func() (bool, string) {
+			fi, err := os.Stat(path)
+			return err == nil && fi.Size() > 0, fmt.Sprint(err)
+		}
+	}
+	poll.Until(t, time.Minute, "records in the log", hasRecords(logPath))
 	rotated := logPath + ".1"
 	if err := os.Rename(logPath, rotated); err != nil {
 		t.Fatal(err)
@@ -589,7 +596,7 @@ func TestReopenLog(t *testing.T) {
 	if err := o.ReopenLog(ctx, id); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(300 * time.Millisecond)
+	poll.Until(t, time.Minute, "records in the reopened log", hasRecords(logPath))
 	old, fresh := readLog(t, rotated), readLog(t, logPath)
 	if len(old) == 0 || len(fresh) == 0 {
 		t.Fatalf("old log %d records, new log %d; want both non-empty", len(old), len(fresh))
@@ -620,14 +627,16 @@ func TestPauseAsInit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Orphans in the pod's PID namespace become pause's children.
+	// Orphans in the pod's PID namespace become pause's children (when
+	// Exec returns, their parent sh has exited); pause reaps them once
+	// they exit, so none is left as a zombie.
 	if _, err := o.Exec(ctx, id, ExecRequest{Args: []string{"sh", "-c", "sleep 0.2 & sleep 0.2 & exit 0"}}); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(time.Second)
-	if z := zombieChildren(t, pid); len(z) > 0 {
-		t.Errorf("pause left zombies: %v", z)
-	}
+	poll.Until(t, time.Minute, "pause's orphaned children reaped", func() (bool, string) {
+		c := children(pid)
+		return len(c) == 0, fmt.Sprintf("pid:state %v", c)
+	})
 	if err := o.Signal(ctx, id, syscall.SIGTERM, SignalOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -637,8 +646,10 @@ func TestPauseAsInit(t *testing.T) {
 	}
 }
 
-func zombieChildren(t *testing.T, parent int) []int {
-	var out []int
+// children returns the state ("S", "Z", ...) of each child of parent, by
+// pid.
+func children(parent int) map[int]string {
+	out := map[int]string{}
 	ents, _ := os.ReadDir("/proc")
 	for _, e := range ents {
 		pid, err := strconv.Atoi(e.Name())
@@ -650,8 +661,8 @@ func zombieChildren(t *testing.T, parent int) []int {
 			continue
 		}
 		f := strings.Fields(string(data[bytes.LastIndexByte(data, ')')+2:]))
-		if ppid, _ := strconv.Atoi(f[1]); ppid == parent && f[0] == "Z" {
-			out = append(out, pid)
+		if ppid, _ := strconv.Atoi(f[1]); ppid == parent {
+			out[pid] = f[0]
 		}
 	}
 	return out

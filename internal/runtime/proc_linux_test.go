@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/crin-dev/crin/test/poll"
 )
 
 // orphan starts a sleep of secs seconds that is not the test's child (its
@@ -134,15 +136,10 @@ func TestIsShimOf(t *testing.T) {
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	pid := cmd.Process.Pid
 	// Until the child has exec'd, its cmdline is the test binary's.
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+	poll.Until(t, time.Minute, fmt.Sprintf("child %d exec'd sh", pid), func() (bool, string) {
 		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-		if bytes.Contains(b, []byte("-dir\x00")) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("child %d never exec'd sh: cmdline %q", pid, b)
-		}
-	}
+		return bytes.Contains(b, []byte("-dir\x00")), fmt.Sprintf("cmdline %q", b)
+	})
 	tests := []struct {
 		dir  string
 		want bool

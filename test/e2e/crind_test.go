@@ -27,6 +27,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/crin-dev/crin/test/poll"
 	"github.com/crin-dev/crin/test/testnet"
 )
 
@@ -183,17 +184,14 @@ func (d *crind) start(t *testing.T) {
 		t.Fatal(err)
 	}
 	d.cmd = cmd
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		if c, err := net.Dial("unix", d.socket); err == nil {
-			c.Close()
-			break
+	poll.Until(t, time.Minute, "crind listens on "+d.socket, func() (bool, string) {
+		c, err := net.Dial("unix", d.socket)
+		if err != nil {
+			return false, fmt.Sprintf("%v; crind log:\n%s", err, d.logBuf.String())
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("crind did not listen on %s:\n%s", d.socket, d.logBuf.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		c.Close()
+		return true, ""
+	})
 	conn, err := grpc.NewClient("unix://"+d.socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)

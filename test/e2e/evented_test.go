@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/crin-dev/crin/test/poll"
 )
 
 // TestKubeletEventedPLEG runs kubelet with the EventedPLEG feature gate:
@@ -30,7 +32,7 @@ func TestKubeletEventedPLEG(t *testing.T) {
 	n.waitRunning(t, "once")
 	// Starting the pod made events; kubelet counted them, or gave up on
 	// the stream.
-	n.waitUntil(t, time.Minute, "kubelet receives crind's events, or gives up", func() (bool, string) {
+	poll.Until(t, time.Minute, "kubelet receives crind's events, or gives up", func() (bool, string) {
 		if strings.Contains(n.kubeletLog(1<<20), gaveUp) {
 			return true, ""
 		}
@@ -46,7 +48,7 @@ func TestKubeletEventedPLEG(t *testing.T) {
 		t.Fatal(err)
 	}
 	n.waitPod(t, "once", time.Minute, "Succeeded", func(p *pod) bool { return p.Status.Phase == "Succeeded" })
-	n.waitUntil(t, 30*time.Second, "container events counted by kubelet", func() (bool, string) {
+	poll.Until(t, 30*time.Second, "container events counted by kubelet", func() (bool, string) {
 		got := n.metric(t, events)
 		return got > before, fmt.Sprintf("events %v, %v before the exit", got, before)
 	})

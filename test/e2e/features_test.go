@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/crin-dev/crin/internal/image/imagetest"
+	"github.com/crin-dev/crin/test/poll"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 )
 
@@ -68,8 +69,7 @@ func testStatsRootfs(t *testing.T, n *node) {
 		ps   *podStats
 		last string
 	)
-	deadline := time.Now().Add(90 * time.Second)
-	for time.Now().Before(deadline) {
+	if ok, _ := poll.Within(2*time.Minute, func() (bool, string) {
 		b, err := n.get("/stats/summary")
 		if err != nil {
 			t.Fatal(err)
@@ -82,11 +82,11 @@ func testStatsRootfs(t *testing.T, n *node) {
 			b, _ := json.Marshal(ps)
 			last = string(b)
 			r, e := ps.Containers[0].Rootfs, ps.EphemeralStorage
-			if r != nil && r.UsedBytes != nil && *r.UsedBytes >= wrote && e != nil && e.UsedBytes != nil && *e.UsedBytes >= wrote {
-				return
-			}
+			return r != nil && r.UsedBytes != nil && *r.UsedBytes >= wrote && e != nil && e.UsedBytes != nil && *e.UsedBytes >= wrote, ""
 		}
-		time.Sleep(time.Second)
+		return false, ""
+	}); ok {
+		return
 	}
 	if ps == nil || len(ps.Containers) != 1 {
 		t.Fatalf("/stats/summary never listed the pod")
@@ -109,12 +109,12 @@ func testStatsFields(t *testing.T, n *node) {
 		c.Close()
 	}
 	// Kubelet computes rates from two samples and refreshes cAdvisor's
-	// every 10s or so: give it 30s to fill everything.
+	// every 10s or so: give it a minute to fill everything.
 	var (
 		missing = []string{"the pod"}
 		last    string
 	)
-	for deadline := time.Now().Add(30 * time.Second); len(missing) > 0 && time.Now().Before(deadline); time.Sleep(time.Second) {
+	poll.Within(time.Minute, func() (bool, string) {
 		b, err := n.get("/stats/summary")
 		if err != nil {
 			t.Fatal(err)
@@ -128,7 +128,8 @@ func testStatsFields(t *testing.T, n *node) {
 			b, _ := json.Marshal(ps)
 			last = string(b)
 		}
-	}
+		return len(missing) == 0, ""
+	})
 	if len(missing) == 1 && missing[0] == "the pod" {
 		t.Fatalf("/stats/summary never listed the pod")
 	}

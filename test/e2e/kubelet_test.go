@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/crin-dev/crin/internal/image/imagetest"
+	"github.com/crin-dev/crin/test/poll"
 )
 
 // kubeletVersion is the kubelet test/e2e/kubelet/tools pins.
@@ -356,7 +357,7 @@ func (n *node) startKubelet(t *testing.T) {
 	exited := make(chan struct{})
 	n.exited = exited
 	go func() { _ = cmd.Wait(); close(exited) }()
-	n.waitUntil(t, 2*time.Minute, "kubelet healthz and /pods", func() (bool, string) {
+	poll.Until(t, 2*time.Minute, "kubelet healthz and /pods", func() (bool, string) {
 		select {
 		case <-exited:
 			t.Fatalf("kubelet exited: %v\n%s", cmd.ProcessState, n.kubeletLog(6000))
@@ -472,23 +473,6 @@ func (n *node) checkHostTunables() {
 		if string(host) != string(orig) {
 			t.Errorf("kubelet changed the host's %s: %q, was %q", f, host, orig)
 		}
-	}
-}
-
-// waitUntil polls cond until it holds, failing the test after d with the
-// last reason cond gave.
-func (n *node) waitUntil(t *testing.T, d time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		ok, why := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not reached within %v: %s", what, d, why)
-		}
-		time.Sleep(250 * time.Millisecond)
 	}
 }
 

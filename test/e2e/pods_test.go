@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"testing"
+
+	"github.com/crin-dev/crin/test/poll"
 )
 
 // The parts of a v1.Pod (as kubelet's /pods and /runningpods serve it) the
@@ -178,7 +180,7 @@ func (n *node) pod(name string) (*pod, error) {
 func (n *node) waitPod(t *testing.T, name string, d time.Duration, what string, cond func(*pod) bool) *pod {
 	t.Helper()
 	var got *pod
-	n.waitUntil(t, d, name+": "+what, func() (bool, string) {
+	poll.Until(t, d, name+": "+what, func() (bool, string) {
 		p, err := n.pod(name)
 		if err != nil {
 			return false, err.Error()

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/crin-dev/crin/test/poll"
 )
 
 // TestKubeletRestarts restarts crind (SIGTERM, then SIGKILL) and kubelet
@@ -30,7 +32,7 @@ func TestKubeletRestarts(t *testing.T) {
 		t.Helper()
 		// Kubelet's PLEG relists every second: three relists after the
 		// restart, and it would have seen a container die or vanish.
-		n.waitUntil(t, time.Minute, "kubelet relists crind three times", func() (bool, string) {
+		poll.Until(t, time.Minute, "kubelet relists crind three times", func() (bool, string) {
 			got := n.crind.requestsSince(since, "ListPodSandbox")
 			return got >= 3, fmt.Sprintf("%d relists", got)
 		})
@@ -113,19 +115,12 @@ func testPauseKilled(t *testing.T, n *node) {
 		t.Fatalf("kill pause %d: %v", info.Pid, err)
 	}
 	// Kubelet learns of the death only from the sandbox's state.
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	poll.Until(t, 2*time.Minute, fmt.Sprintf("sandbox %s not READY once its infra process (pid %d) was killed (else kubelet never recreates the pod)", old, info.Pid), func() (bool, string) {
 		st, err := n.crind.rs.PodSandboxStatus(ctxT(t), &runtimeapi.PodSandboxStatusRequest{PodSandboxId: old})
-		if err != nil || st.Status.State != runtimeapi.PodSandboxState_SANDBOX_READY {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("crind still reports sandbox %s READY 60s after its infra process (pid %d) was killed, so kubelet never recreates the pod", old, info.Pid)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return err != nil || st.Status.State != runtimeapi.PodSandboxState_SANDBOX_READY, "crind still reports it READY"
+	})
 	var now []string
-	n.waitUntil(t, 2*time.Minute, "a new ready sandbox", func() (bool, string) {
+	poll.Until(t, 2*time.Minute, "a new ready sandbox", func() (bool, string) {
 		now = n.readySandboxes(t, "paused")
 		return len(now) == 1 && now[0] != old, fmt.Sprintf("ready sandboxes %v (old %s)", now, old)
 	})

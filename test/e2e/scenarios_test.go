@@ -17,6 +17,7 @@ import (
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/crin-dev/crin/test/poll"
 	"github.com/crin-dev/crin/test/testnet"
 )
 
@@ -35,7 +36,7 @@ func kubeletScenarios(t *testing.T, n *node) {
 		// Kubelet tunes them when its container manager starts, which
 		// on a loaded machine may come after the node answers.
 		for f, want := range map[string]string{"vm/overcommit_memory": "1", "kernel/panic": "10", "kernel/panic_on_oops": "1"} {
-			n.waitUntil(t, 2*time.Minute, "kubelet sets stand-in "+f+" to "+want, func() (bool, string) {
+			poll.Until(t, 2*time.Minute, "kubelet sets stand-in "+f+" to "+want, func() (bool, string) {
 				b, err := os.ReadFile(filepath.Join(n.standins, f))
 				if err != nil {
 					return false, err.Error()
@@ -58,7 +59,7 @@ func kubeletScenarios(t *testing.T, n *node) {
 		if p.Status.PodIP == "" || !n.crind.net.Subnet.Contains(parseIP(p.Status.PodIP)) {
 			t.Errorf("pod IP %q not in the node's pod network %v", p.Status.PodIP, n.crind.net.Subnet)
 		}
-		n.waitUntil(t, 30*time.Second, "/runningpods lists hello", func() (bool, string) {
+		poll.Until(t, 30*time.Second, "/runningpods lists hello", func() (bool, string) {
 			rp, err := n.runningPods()
 			if err != nil {
 				return false, err.Error()
@@ -72,7 +73,7 @@ func kubeletScenarios(t *testing.T, n *node) {
 			}
 			return false, fmt.Sprintf("runningpods: %v", names)
 		})
-		n.waitUntil(t, 30*time.Second, "/containerLogs has both streams", func() (bool, string) {
+		poll.Until(t, 30*time.Second, "/containerLogs has both streams", func() (bool, string) {
 			b, err := n.get("/containerLogs/default/" + n.podName("hello") + "/main")
 			if err != nil {
 				return false, err.Error()
@@ -95,7 +96,7 @@ func kubeletScenarios(t *testing.T, n *node) {
 			n.ctr("httpd", "mkdir -p /tmp/www && echo forwarded-page > /tmp/www/index.html && exec httpd -f -p 127.0.0.1:8080 -h /tmp/www"),
 		}})
 		n.waitRunning(t, "web")
-		n.waitUntil(t, 30*time.Second, "httpd listens in the pod", func() (bool, string) {
+		poll.Until(t, 30*time.Second, "httpd listens in the pod", func() (bool, string) {
 			out, err := n.runIn(n.podName("web"), "httpd", "netstat -ltn")
 			return err == nil && strings.Contains(out, "127.0.0.1:8080"), out
 		})
@@ -114,7 +115,7 @@ func kubeletScenarios(t *testing.T, n *node) {
 		// The host's own address on the pod network, at the host port.
 		addr := net.JoinHostPort(n.crind.net.Gateway().String(), fmt.Sprint(hostPort))
 		var body string
-		n.waitUntil(t, 30*time.Second, "GET through the host port", func() (bool, string) {
+		poll.Until(t, 30*time.Second, "GET through the host port", func() (bool, string) {
 			resp, err := (&http.Client{Timeout: 5 * time.Second}).Get("http://" + addr + "/index.html")
 			if err != nil {
 				return false, err.Error()
@@ -296,7 +297,7 @@ func kubeletScenarios(t *testing.T, n *node) {
 		}})
 		n.waitRunning(t, "stats")
 		var s statsSummary
-		n.waitUntil(t, 90*time.Second, "/stats/summary lists the pod with CPU and memory", func() (bool, string) {
+		poll.Until(t, 90*time.Second, "/stats/summary lists the pod with CPU and memory", func() (bool, string) {
 			b, err := n.get("/stats/summary")
 			if err != nil {
 				return false, err.Error()
@@ -332,7 +333,7 @@ func kubeletScenarios(t *testing.T, n *node) {
 		n.removePod("gone")
 		// Kubelet stops the pod at once and removes its sandbox in its next
 		// container GC (once a minute).
-		n.waitUntil(t, 3*time.Minute, "pod gone from kubelet and crind", func() (bool, string) {
+		poll.Until(t, 3*time.Minute, "pod gone from kubelet and crind", func() (bool, string) {
 			if p, err := n.pod("gone"); err != nil || p != nil {
 				return false, "still in /pods"
 			}
@@ -376,7 +377,7 @@ func kubeletScenarios(t *testing.T, n *node) {
 		if _, err := os.Stat(filepath.Join(n.crind.net.IPAMDir, testnet.Name, ip)); err == nil {
 			t.Errorf("leaked IPAM reservation %s", ip)
 		}
-		n.waitUntil(t, 2*time.Minute, "no veth of the pod and no pod cgroup", func() (bool, string) {
+		poll.Until(t, 2*time.Minute, "no veth of the pod and no pod cgroup", func() (bool, string) {
 			if left := n.vethsLeft(); left > n.runningNetPods(ctx) {
 				return false, fmt.Sprintf("%d veths on %s for %d running pods", left, n.crind.net.Bridge, n.runningNetPods(ctx))
 			}

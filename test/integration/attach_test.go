@@ -4,6 +4,7 @@ package integration
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -12,6 +13,8 @@ import (
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/streaming/pkg/httpstream"
+
+	"github.com/crin-dev/crin/test/poll"
 )
 
 // attachSession is an interactive attach, held open the way kubectl attach
@@ -89,13 +92,10 @@ func (a *attachSession) setSize(width, height uint16) {
 // waitOutput waits until the session's stdout holds want.
 func (a *attachSession) waitOutput(want string) {
 	a.t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !strings.Contains(a.stdout.String(), want) {
-		if time.Now().After(deadline) {
-			a.t.Fatalf("attached output never contained %q; has %q", want, a.stdout.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	poll.Until(a.t, time.Minute, fmt.Sprintf("attached output holds %q", want), func() (bool, string) {
+		out := a.stdout.String()
+		return strings.Contains(out, want), fmt.Sprintf("it has %q", out)
+	})
 }
 
 // waitStatus waits for the server to end the session and returns the
@@ -135,15 +135,14 @@ func TestAttachStdin(t *testing.T) {
 
 	typist := d.attach(t, ctr, attachStreams{stdin: true, stdout: true})
 	watcher := d.attach(t, ctr, attachStreams{stdout: true})
-	// The watcher joined once it sees the first line.
-	deadline := time.Now().Add(30 * time.Second)
-	for i := 0; !strings.Contains(watcher.stdout.String(), "ping"); i++ {
-		if time.Now().After(deadline) {
-			t.Fatalf("watcher never saw the typed input; typist has %q", typist.stdout.String())
+	// The watcher joined once it sees a line typed after it.
+	poll.Until(t, time.Minute, "the watcher sees the typed input", func() (bool, string) {
+		if strings.Contains(watcher.stdout.String(), "ping") {
+			return true, ""
 		}
 		typist.send("ping\n")
-		time.Sleep(200 * time.Millisecond)
-	}
+		return false, fmt.Sprintf("the typist has %q", typist.stdout.String())
+	})
 	typist.send("hello from stdin\n")
 	typist.waitOutput("hello from stdin\n")
 	watcher.waitOutput("hello from stdin\n")

@@ -16,6 +16,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/crin-dev/crin/test/poll"
 )
 
 // The fault tests of docs/recovery.md: a shim or an infra process killed
@@ -75,13 +77,18 @@ func startTime(pid int) string {
 // is gone.
 func waitProcessGone(t *testing.T, what string, pid int, st string) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for startTime(pid) == st {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s (pid %d) still runs", what, pid)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	poll.Until(t, time.Minute, fmt.Sprintf("%s (pid %d) gone", what, pid), func() (bool, string) {
+		return startTime(pid) != st, "it still runs"
+	})
+}
+
+// waitPodNotReady waits until pod is NOTREADY, after what happened to it.
+func (d *daemon) waitPodNotReady(t *testing.T, pod, after string) {
+	t.Helper()
+	poll.Until(t, time.Minute, "pod "+pod+" NOTREADY after "+after, func() (bool, string) {
+		st := d.podStatus(t, pod).Status.State
+		return st == runtimeapi.PodSandboxState_SANDBOX_NOTREADY, "it is " + st.String()
+	})
 }
 
 func killPid(t *testing.T, pid int) {
@@ -175,13 +182,7 @@ func TestInfraKilled(t *testing.T) {
 	killPid(t, verbosePid(t, d.podStatus(t, pod).Info))
 	killed := time.Now()
 
-	deadline := time.Now().Add(30 * time.Second)
-	for d.podStatus(t, pod).Status.State != runtimeapi.PodSandboxState_SANDBOX_NOTREADY {
-		if time.Now().After(deadline) {
-			t.Fatalf("pod still READY 30s after its infra process was killed")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	d.waitPodNotReady(t, pod, "its infra process was killed")
 	t.Logf("pod NOTREADY %v after its infra process was killed", time.Since(killed).Round(time.Millisecond))
 	_, err := d.rs.CreateContainer(ctxT(t), &runtimeapi.CreateContainerRequest{
 		PodSandboxId: pod, Config: containerConfig("late", ref, "sleep", "1"), SandboxConfig: podCfg})
@@ -258,13 +259,7 @@ func TestInfraShimKilled(t *testing.T) {
 	infra := verbosePid(t, d.podStatus(t, pod).Info)
 	st := startTime(infra)
 	killPid(t, d.shimPid(t, pod))
-	deadline := time.Now().Add(30 * time.Second)
-	for d.podStatus(t, pod).Status.State != runtimeapi.PodSandboxState_SANDBOX_NOTREADY {
-		if time.Now().After(deadline) {
-			t.Fatalf("pod still READY 30s after its infra's shim was killed")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	d.waitPodNotReady(t, pod, "its infra's shim was killed")
 	waitProcessGone(t, "infra process", infra, st)
 	// cleanupAll stops and removes the pod and checks for leaks.
 }

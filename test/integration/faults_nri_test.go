@@ -17,6 +17,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/crin-dev/crin/test/poll"
 )
 
 // TestNRIFaultSyncHang: a pre-installed plugin that never answers
@@ -69,8 +71,7 @@ plugin_startup_wait = "1s"
 	// The plugin backs off, longer after every failed Synchronize.
 	var seen []time.Duration
 	var last wirePlugin
-	deadline := time.Now().Add(3*syncTimeout + 30*time.Second)
-	for len(seen) < 2 && time.Now().Before(deadline) {
+	poll.Until(t, 3*syncTimeout+time.Minute, "10-stuck backs off twice", func() (bool, string) {
 		if p, ok := pluginByID(t, d, "10-stuck"); ok && p.State == "backoff" {
 			b, err := time.ParseDuration(p.Backoff)
 			if err != nil {
@@ -81,9 +82,9 @@ plugin_startup_wait = "1s"
 				last = p
 			}
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	if len(seen) < 2 || seen[1] <= seen[0] {
+		return len(seen) >= 2, fmt.Sprintf("backoffs seen: %v", seen)
+	})
+	if seen[1] <= seen[0] {
 		t.Fatalf("10-stuck backoffs seen: %v, want two, growing", seen)
 	}
 	if last.Restarts == 0 || last.NextAttempt == "" || !strings.Contains(last.LastError, "ynchronize") {
@@ -181,17 +182,10 @@ func pluginByID(t *testing.T, d *daemon, id string) (wirePlugin, bool) {
 // waitPluginState polls the admin API until plugin id is in state.
 func waitPluginState(t *testing.T, d *daemon, id, state string, timeout time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
+	poll.Until(t, timeout, "plugin "+id+" "+state, func() (bool, string) {
 		p, ok := pluginByID(t, d, id)
-		if ok && p.State == state {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("plugin %s not %s within %v: %+v", id, state, timeout, p)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return ok && p.State == state, fmt.Sprintf("%+v", p)
+	})
 }
 
 var (
@@ -215,21 +209,20 @@ func netdevPluginBinary(t *testing.T) string {
 // returns it.
 func waitFileLine(t *testing.T, path string, prefixes ...string) string {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	var line string
+	poll.Until(t, time.Minute, fmt.Sprintf("a line starting with %q in %s", prefixes, path), func() (bool, string) {
 		b, _ := os.ReadFile(path)
 		for _, l := range strings.Split(string(b), "\n") {
 			for _, p := range prefixes {
 				if strings.HasPrefix(l, p) {
-					return l
+					line = l
+					return true, ""
 				}
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no line starting with %q in %s:\n%s", prefixes, path, b)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return false, "it has:\n" + string(b)
+	})
+	return line
 }
 
 // TestNRIFaultEvictionBatch: a plugin's UpdateContainers that evicts an

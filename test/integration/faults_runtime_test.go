@@ -17,6 +17,7 @@ import (
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/crin-dev/crin/test/poll"
 	"github.com/crin-dev/crin/test/testnet"
 )
 
@@ -172,13 +173,10 @@ path = %q
 		}()
 	}
 	// Kill crind once a create is under way (its shim state dir exists).
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if ents, _ := os.ReadDir(filepath.Join(d.state, "c")); len(ents) > 0 || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	poll.Until(t, time.Minute, "a create under way (a shim state dir)", func() (bool, string) {
+		ents, _ := os.ReadDir(filepath.Join(d.state, "c"))
+		return len(ents) > 0, "none yet"
+	})
 	d.kill()
 	wg.Wait()
 	off()
@@ -275,8 +273,7 @@ func (d *daemon) plantOrphans(t *testing.T) {
 // kubelet does.
 func (d *daemon) removeAllPods(t *testing.T) {
 	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for {
+	poll.Until(t, 2*time.Minute, "every pod removed", func() (bool, string) {
 		pods, err := d.rs.ListPodSandbox(ctxT(t), &runtimeapi.ListPodSandboxRequest{})
 		if err != nil {
 			t.Fatalf("ListPodSandbox: %v", err)
@@ -290,14 +287,8 @@ func (d *daemon) removeAllPods(t *testing.T) {
 				errs = append(errs, err)
 			}
 		}
-		if len(pods.Items) == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("pods cannot be removed: %v", errs)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return len(pods.Items) == 0, fmt.Sprintf("they cannot be removed: %v", errs)
+	})
 }
 
 // runtimeLeaks lists what the daemon's pods left behind: cgroups under its
@@ -351,17 +342,10 @@ func (d *daemon) runtimeLeaks() []string {
 
 func (d *daemon) waitNoRuntimeLeaks(t *testing.T, when string) {
 	t.Helper()
-	deadline := time.Now().Add(90 * time.Second)
-	for {
+	poll.Until(t, 2*time.Minute, "nothing left behind "+when, func() (bool, string) {
 		leaks := d.runtimeLeaks()
-		if len(leaks) == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("left behind %s:\n%s", when, strings.Join(leaks, "\n"))
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
+		return len(leaks) == 0, "left:\n" + strings.Join(leaks, "\n")
+	})
 }
 
 // TestRequestsAnswerTruthfully: resource updates crind would refuse at

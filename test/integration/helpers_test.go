@@ -4,6 +4,7 @@ package integration
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/crin-dev/crin/internal/image/imagetest"
+	"github.com/crin-dev/crin/test/poll"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -103,17 +105,12 @@ func (d *daemon) status(t *testing.T, id string) *runtimeapi.ContainerStatus {
 // waitExited waits for a container to exit and returns its status.
 func (d *daemon) waitExited(t *testing.T, id string) *runtimeapi.ContainerStatus {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		st := d.status(t, id)
-		if st.State == runtimeapi.ContainerState_CONTAINER_EXITED {
-			return st
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("container %s did not exit; state %v", id, st.State)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	var st *runtimeapi.ContainerStatus
+	poll.Until(t, 2*time.Minute, "container "+id+" exited", func() (bool, string) {
+		st = d.status(t, id)
+		return st.State == runtimeapi.ContainerState_CONTAINER_EXITED, "state " + st.State.String()
+	})
+	return st
 }
 
 func (d *daemon) exec(t *testing.T, id string, cmd ...string) *runtimeapi.ExecSyncResponse {
@@ -139,17 +136,12 @@ func (d *daemon) execOut(t *testing.T, id string, cmd ...string) string {
 // waitLog waits until the container's CRI log holds want and returns it.
 func waitLog(t *testing.T, path, want string) string {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		b, _ := os.ReadFile(path)
-		if strings.Contains(string(b), want) {
-			return string(b)
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("log %s never contained %q; has:\n%s", path, want, b)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	var b []byte
+	poll.Until(t, time.Minute, fmt.Sprintf("log %s holds %q", path, want), func() (bool, string) {
+		b, _ = os.ReadFile(path)
+		return strings.Contains(string(b), want), "it has:\n" + string(b)
+	})
+	return string(b)
 }
 
 func logPath(podCfg *runtimeapi.PodSandboxConfig, cfg *runtimeapi.ContainerConfig) string {

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/crin-dev/crin/test/poll"
 )
 
 // withStatsPeriod restarts d with [cri] stats_period set, so the stats
@@ -79,24 +81,6 @@ func (l *eventLog) of(id string) []string {
 	return out
 }
 
-// poll calls cond every 200ms until it holds or 30s passed; it returns
-// cond's last description of what it saw.
-func poll(t *testing.T, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		ok, saw := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Errorf("%s: still %s after 30s", what, saw)
-			return
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-}
-
 // TestKubeletStats checks the figures kubelet's CRI stats provider and
 // metrics collector read, and the events its evented PLEG reads.
 func TestKubeletStats(t *testing.T) {
@@ -122,7 +106,7 @@ func TestKubeletStats(t *testing.T) {
 
 	t.Run("writable layer", func(t *testing.T) {
 		ctx := ctxT(t)
-		poll(t, "writable layer of a container that wrote 5 MiB", func() (bool, string) {
+		poll.Until(t, time.Minute, "writable layer of a container that wrote 5 MiB", func() (bool, string) {
 			wl := stats(t, writer).WritableLayer
 			return wl.GetUsedBytes().GetValue() >= 5<<20 && wl.GetInodesUsed().GetValue() > 0 && wl.GetFsId().GetMountpoint() != "",
 				fmt.Sprintf("%v", wl)
@@ -130,7 +114,7 @@ func TestKubeletStats(t *testing.T) {
 		// More written later shows without a call walking the layer: the
 		// sampler measures it again.
 		d.execOut(t, writer, "dd", "if=/dev/zero", "of=/more", "bs=1M", "count=3")
-		poll(t, "writable layer after 3 MiB more", func() (bool, string) {
+		poll.Until(t, time.Minute, "writable layer after 3 MiB more", func() (bool, string) {
 			wl := stats(t, writer).WritableLayer
 			return wl.GetUsedBytes().GetValue() >= 8<<20, fmt.Sprintf("%v", wl)
 		})
@@ -155,11 +139,11 @@ func TestKubeletStats(t *testing.T) {
 
 	t.Run("cpu", func(t *testing.T) {
 		ctx := ctxT(t)
-		poll(t, "usage_nano_cores of a busy loop", func() (bool, string) {
+		poll.Until(t, time.Minute, "usage_nano_cores of a busy loop", func() (bool, string) {
 			c := stats(t, spin).Cpu
 			return c.GetUsageNanoCores().GetValue() > 1e8, fmt.Sprintf("%v", c)
 		})
-		poll(t, "pod usage_nano_cores", func() (bool, string) {
+		poll.Until(t, time.Minute, "pod usage_nano_cores", func() (bool, string) {
 			r, err := d.rs.PodSandboxStats(ctx, &runtimeapi.PodSandboxStatsRequest{PodSandboxId: pod})
 			if err != nil {
 				return false, err.Error()
@@ -199,7 +183,7 @@ func TestKubeletStats(t *testing.T) {
 		for range 2048 {
 			_, _ = c.Write(buf)
 		}
-		poll(t, "pod rx bytes after 2 MiB sent to it", func() (bool, string) {
+		poll.Until(t, time.Minute, "pod rx bytes after 2 MiB sent to it", func() (bool, string) {
 			now, _ := rx()
 			return now >= before+1<<20, fmt.Sprintf("%d bytes (%d before)", now, before)
 		})
@@ -280,7 +264,7 @@ func TestKubeletStats(t *testing.T) {
 			t.Fatal(err)
 		}
 		want := []string{"CREATED", "STARTED", "STOPPED", "DELETED"}
-		poll(t, "container events", func() (bool, string) {
+		poll.Until(t, time.Minute, "container events", func() (bool, string) {
 			got := events.of(id)
 			return slices.Equal(got, want), fmt.Sprintf("%q", got)
 		})
@@ -290,7 +274,7 @@ func TestKubeletStats(t *testing.T) {
 		if _, err := d.rs.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: pod}); err != nil {
 			t.Fatal(err)
 		}
-		poll(t, "pod events", func() (bool, string) {
+		poll.Until(t, time.Minute, "pod events", func() (bool, string) {
 			got := events.of(pod)
 			return slices.Equal(got, want), fmt.Sprintf("%q", got)
 		})

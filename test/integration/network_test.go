@@ -3,6 +3,7 @@
 package integration
 
 import (
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -12,6 +13,8 @@ import (
 	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/crin-dev/crin/test/poll"
 )
 
 // TestPodNetwork checks that a pod gets an IP from CNI, shown by
@@ -52,20 +55,16 @@ func TestPodNetwork(t *testing.T) {
 	}
 	client := &http.Client{Timeout: 2 * time.Second}
 	var body string
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	poll.Until(t, time.Minute, fmt.Sprintf("pod at %s reachable from the host", ip), func() (bool, string) {
 		resp, err := client.Get("http://" + net.JoinHostPort(ip.String(), "8080") + "/index.html")
-		if err == nil {
-			b, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			body = string(b)
-			break
+		if err != nil {
+			return false, err.Error()
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("pod at %s unreachable from the host: %v", ip, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		body = string(b)
+		return true, ""
+	})
 	if strings.TrimSpace(body) != "hello-from-pod" {
 		t.Errorf("GET from pod = %q", body)
 	}

@@ -17,6 +17,8 @@ import (
 
 	"github.com/containerd/nri/pkg/api"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/crin-dev/crin/test/poll"
 )
 
 // lineWith returns the first line of out holding every word, or "".
@@ -70,22 +72,15 @@ func (d *daemon) checkFiles(t *testing.T, id string, want map[string]string) {
 // waitFiles polls files inside container id until they hold want.
 func (d *daemon) waitFiles(t *testing.T, id string, want map[string]string) {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
+	poll.Until(t, time.Minute, "files of container "+id, func() (bool, string) {
 		bad := ""
 		for file, v := range want {
 			if got := d.execOut(t, id, "cat", file); got != v {
 				bad += file + "=" + got + " (want " + v + ") "
 			}
 		}
-		if bad == "" {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("container %s: %s", id, bad)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return bad == "", bad
+	})
 }
 
 // TestNRIAdjustInContainer checks that what a pre-installed and an external
@@ -130,7 +125,7 @@ func TestNRIAdjustInContainer(t *testing.T) {
 	pod := d.runPod(t, podCfg)
 	id := d.runContainer(t, pod, podCfg, containerConfig("adj", ref, "sleep", "1000"))
 	for _, log := range []string{n.eventLog("10", "adjust"), n.eventLog("20", "resources")} {
-		evs := waitEvents(t, log, 10*time.Second, hasEvent("CreateContainer", "adj"))
+		evs := waitEvents(t, log, time.Minute, hasEvent("CreateContainer", "adj"))
 		if e := findEvent(evs, "CreateContainer", "adj"); e.ContainerID != id || e.container(t).GetPodSandboxId() != pod {
 			t.Errorf("%s: CreateContainer for %s/%s, want %s/%s", log, e.ContainerID, e.container(t).GetPodSandboxId(), id, pod)
 		}

@@ -11,6 +11,8 @@ import (
 
 	"github.com/containerd/nri/pkg/api"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/crin-dev/crin/test/poll"
 )
 
 // contractSessions splits a plugin's log at its Configure lines: one slice
@@ -129,24 +131,16 @@ func TestNRIContractRestart(t *testing.T) {
 		t.Fatalf("PostStartContainer pid %d, runtime pid %d", pid, got)
 	}
 	diesPid := d.containerPid(t, dies)
+	diesStart := startTime(diesPid)
 
 	d.kill()
 	// dies exits with 5 while crind is down; its shim records the exit.
 	if err := syscall.Kill(diesPid, syscall.SIGTERM); err != nil {
 		t.Fatalf("SIGTERM container dies (pid %d): %v", diesPid, err)
 	}
-	deadline := time.Now().Add(15 * time.Second)
-	for syscall.Kill(diesPid, 0) == nil && time.Now().Before(deadline) {
-		time.Sleep(50 * time.Millisecond)
-	}
-	if syscall.Kill(diesPid, 0) == nil {
-		t.Fatalf("container dies (pid %d) still there 15s after SIGTERM", diesPid)
-	}
-	for !ext.Exited() && time.Now().Before(deadline) {
-		time.Sleep(50 * time.Millisecond)
-	}
-	if !ext.Exited() {
-		t.Logf("external plugin still running 15s after crind was killed; stopping it")
+	d.waitExitSeenByShim(t, dies, diesPid, diesStart)
+	if ok, _ := poll.Within(30*time.Second, func() (bool, string) { return ext.Exited(), "" }); !ok {
+		t.Logf("external plugin still running 30s after crind was killed; stopping it")
 		ext.Stop()
 	}
 	d.start()

@@ -148,6 +148,24 @@ func contractSlowPlugin(plugin string) string {
 	return fmt.Sprintf("[nri.plugins.%q]\nrequest_timeout = \"30s\"\n", plugin)
 }
 
+// hookGate is a file a test plugin's hook waits for (pluginRule.WaitFor):
+// the hook is in progress until the test opens the gate. A test defers
+// open too, so that a failed test does not leave crind waiting for the
+// hook while the daemon is cleaned up.
+type hookGate struct{ path string }
+
+func newHookGate(t *testing.T) hookGate {
+	return hookGate{path: filepath.Join(t.TempDir(), "open")}
+}
+
+// open ends the hooks waiting for g; opening it again does nothing.
+func (g hookGate) open(t *testing.T) {
+	t.Helper()
+	if err := os.WriteFile(g.path, nil, 0o644); err != nil {
+		t.Errorf("open hook gate: %v", err)
+	}
+}
+
 // contractHasKV tells whether m holds every key of want with its value.
 func contractHasKV(m, want map[string]string) bool {
 	for k, v := range want {
@@ -398,7 +416,7 @@ func TestNRIContractFailingHooks(t *testing.T) {
 		for plugin, names := range want {
 			path := n.eventLog(plugin[:2], plugin[3:])
 			last := names[len(names)-1]
-			evs := waitEvents(t, path, 10*time.Second, func(evs []pluginEvent) bool {
+			evs := waitEvents(t, path, time.Minute, func(evs []pluginEvent) bool {
 				return slices.ContainsFunc(evs, func(e pluginEvent) bool {
 					return e.Event == last && (e.ContainerID == id || (e.ContainerID == "" && e.PodID == id))
 				})
@@ -486,9 +504,10 @@ func TestNRIContractFailingHooks(t *testing.T) {
 // container can be created in it: workloads cannot start before the hook
 // ends.
 func TestNRIContractPodHiddenDuringRunHook(t *testing.T) {
-	const hookSleep = 6 * time.Second
 	n := newNRISetup(t)
-	n.install(t, "10", "slow", pluginConfig{Rules: []pluginRule{{Event: "RunPodSandbox", Pod: "hidden", Sleep: hookSleep.String()}}})
+	gate := newHookGate(t)
+	defer gate.open(t)
+	n.install(t, "10", "slow", pluginConfig{Rules: []pluginRule{{Event: "RunPodSandbox", Pod: "hidden", WaitFor: gate.path}}})
 	d := nriDaemon(t, n, contractSlowPlugin("10-slow"))
 	waitConfigured(t, d, n, "10-slow")
 	log := n.eventLog("10", "slow")
@@ -512,10 +531,8 @@ func TestNRIContractPodHiddenDuringRunHook(t *testing.T) {
 		return contractFindPod(evs, "RunPodSandbox", "hidden") != nil
 	})
 	hook := contractFindPod(evs, "RunPodSandbox", "hidden")
-	// The hook runs at least until hookStart+hookSleep; an answer received
-	// before hookEnd describes crind while the hook ran.
-	hookEnd := hook.Time.Add(hookSleep - 500*time.Millisecond)
 
+	// The hook runs until the gate opens.
 	created := make(chan error, 1)
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -526,33 +543,33 @@ func TestNRIContractPodHiddenDuringRunHook(t *testing.T) {
 		created <- err
 	}()
 
-	polls := 0
-	for time.Now().Before(hook.Time.Add(hookSleep / 2)) {
-		list, lerr := d.rs.ListPodSandbox(ctxT(t), &runtimeapi.ListPodSandboxRequest{})
-		_, serr := d.rs.PodSandboxStatus(ctxT(t), &runtimeapi.PodSandboxStatusRequest{PodSandboxId: hook.PodID})
-		if time.Now().After(hookEnd) {
-			break
-		}
-		polls++
-		if lerr != nil {
-			t.Fatalf("ListPodSandbox during the hook: %v", lerr)
-		}
-		for _, p := range list.Items {
-			if p.Id == hook.PodID || p.GetMetadata().GetName() == "hidden" {
-				t.Fatalf("pod %s listed (%v) while its RunPodSandbox hook runs", p.Id, p.State)
-			}
-		}
-		if code(serr) != "NotFound" {
-			t.Fatalf("PodSandboxStatus of %s while its RunPodSandbox hook runs: %v, want NotFound", hook.PodID, serr)
-		}
-		time.Sleep(100 * time.Millisecond)
+	list, err := d.rs.ListPodSandbox(ctxT(t), &runtimeapi.ListPodSandboxRequest{})
+	if err != nil {
+		t.Fatalf("ListPodSandbox during the hook: %v", err)
 	}
-	if polls == 0 {
-		t.Fatalf("no List/Status answer came back while the %v hook ran; the machine is too slow for this test", hookSleep)
+	for _, p := range list.Items {
+		if p.Id == hook.PodID || p.GetMetadata().GetName() == "hidden" {
+			t.Fatalf("pod %s listed (%v) while its RunPodSandbox hook runs", p.Id, p.State)
+		}
 	}
-	if err := <-created; code(err) != "NotFound" {
-		t.Errorf("CreateContainer in pod %s while its RunPodSandbox hook runs: %v (%s), want NotFound", hook.PodID, err, code(err))
+	if _, err := d.rs.PodSandboxStatus(ctxT(t), &runtimeapi.PodSandboxStatusRequest{PodSandboxId: hook.PodID}); code(err) != "NotFound" {
+		t.Fatalf("PodSandboxStatus of %s while its RunPodSandbox hook runs: %v, want NotFound", hook.PodID, err)
 	}
+	// CreateContainer answers at once, while the hook still runs.
+	select {
+	case err := <-created:
+		if code(err) != "NotFound" {
+			t.Errorf("CreateContainer in pod %s while its RunPodSandbox hook runs: %v (%s), want NotFound", hook.PodID, err, code(err))
+		}
+	case <-time.After(time.Minute):
+		t.Fatalf("CreateContainer in pod %s waited for its RunPodSandbox hook", hook.PodID)
+	}
+	select {
+	case r := <-done:
+		t.Fatalf("RunPodSandbox returned while its hook runs: %q, %v", r.id, r.err)
+	default:
+	}
+	gate.open(t)
 
 	r := <-done
 	if r.err != nil || r.id != hook.PodID {

@@ -21,6 +21,8 @@ import (
 	"github.com/containerd/nri/pkg/api"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/crin-dev/crin/test/poll"
 )
 
 // The NRI test plugin (testdata/nriplugin, specified in its doc comment)
@@ -128,6 +130,7 @@ type pluginRule struct {
 	Container        string          `json:"container,omitempty"`
 	Once             bool            `json:"once,omitempty"`
 	Sleep            string          `json:"sleep,omitempty"`
+	WaitFor          string          `json:"wait_for,omitempty"`
 	Fail             string          `json:"fail,omitempty"`
 	Reject           string          `json:"reject,omitempty"`
 	Adjust           json.RawMessage `json:"adjust,omitempty"`
@@ -223,26 +226,21 @@ func (n *nriSetup) startExternal(t *testing.T, idx, name string, cfg pluginConfi
 			t.Logf("external plugin %s output:\n%s", full, tail(p.out.String(), 4000))
 		}
 	})
-	deadline := time.Now().Add(15 * time.Second)
-	for {
+	poll.Until(t, time.Minute, "external plugin "+full+" configured", func() (bool, string) {
 		evs := readEvents(t, logPath)
-		configured := false
 		for _, e := range evs[min(before, len(evs)):] {
-			configured = configured || e.Event == "Configure"
-		}
-		if configured {
-			return p
+			if e.Event == "Configure" {
+				return true, ""
+			}
 		}
 		select {
 		case <-p.done:
 			t.Fatalf("external plugin %s exited before being configured:\n%s", full, p.out.String())
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("external plugin %s not configured within 15s:\n%s", full, p.out.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return false, "its output:\n" + p.out.String()
+	})
+	return p
 }
 
 // Stop terminates the plugin (SIGTERM, then SIGKILL after 5s) and waits
@@ -349,21 +347,19 @@ func readEvents(t *testing.T, path string) []pluginEvent {
 // events; it fails the test with the events seen after timeout.
 func waitEvents(t *testing.T, path string, timeout time.Duration, pred func([]pluginEvent) bool) []pluginEvent {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		evs := readEvents(t, path)
+	var evs []pluginEvent
+	poll.Until(t, timeout, "event log "+path+": condition met", func() (bool, string) {
+		evs = readEvents(t, path)
 		if pred(evs) {
-			return evs
+			return true, ""
 		}
-		if time.Now().After(deadline) {
-			var sb strings.Builder
-			for _, e := range evs {
-				sb.WriteString(e.String() + "\n")
-			}
-			t.Fatalf("event log %s: condition not met within %v; events:\n%s", path, timeout, sb.String())
+		var sb strings.Builder
+		for _, e := range evs {
+			sb.WriteString(e.String() + "\n")
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return false, "events:\n" + sb.String()
+	})
+	return evs
 }
 
 // hasEvent is a waitEvents predicate: some event named event about the
@@ -434,8 +430,7 @@ func waitConfigured(t *testing.T, d *daemon, n *nriSetup, plugins ...string) {
 // plugin ("NN-name") is ready.
 func waitPluginsReady(t *testing.T, d *daemon, plugins ...string) {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
+	poll.Until(t, time.Minute, fmt.Sprintf("plugins %v ready", plugins), func() (bool, string) {
 		out, err := crinctlRun(t, d, "--json", "plugins")
 		var ps []struct{ Index, Name, State string }
 		if err == nil {
@@ -449,14 +444,8 @@ func waitPluginsReady(t *testing.T, d *daemon, plugins ...string) {
 				}
 			}
 		}
-		if err == nil && ready == len(plugins) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("plugins %v not ready within 15s: crinctl --json plugins: %v\n%s", plugins, err, out)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return err == nil && ready == len(plugins), fmt.Sprintf("crinctl --json plugins: %v\n%s", err, out)
+	})
 }
 
 // cellSep separates the cells of crinctl's tables.

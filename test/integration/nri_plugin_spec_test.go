@@ -64,7 +64,7 @@ func TestNRIPluginSpec(t *testing.T) {
 	if _, err := create("unsol"); err != nil {
 		t.Fatal(err)
 	}
-	evs := waitEvents(t, obs, 10*time.Second, hasEvent("UpdateContainersResult", ""))
+	evs := waitEvents(t, obs, time.Minute, hasEvent("UpdateContainersResult", ""))
 	if r := findEvent(evs, "UpdateContainersResult", ""); !strings.Contains(r.Error, "unknown container nosuch") || len(r.Failed) != 0 {
 		t.Errorf("unsolicited update of an unknown name: %s, want an unknown container error", r)
 	}
@@ -105,12 +105,12 @@ func TestNRIPluginSpec(t *testing.T) {
 	if _, err := d.rs.StopContainer(ctxT(t), &runtimeapi.StopContainerRequest{ContainerId: slow, Timeout: 5}); err != nil {
 		t.Fatal(err)
 	}
-	waitEvents(t, obs, 10*time.Second, hasEvent("StopContainer", "slow"))
+	waitEvents(t, obs, time.Minute, hasEvent("StopContainer", "slow"))
 
 	// A plugin that connects late is told about the pod and its containers.
 	late := n.eventLog("30", "late")
 	ext := n.startExternal(t, "30", "late", pluginConfig{})
-	evs = waitEvents(t, late, 10*time.Second, hasEvent("Synchronize", "slow"))
+	evs = waitEvents(t, late, time.Minute, hasEvent("Synchronize", "slow"))
 	if e := findEvent(evs, "Synchronize", "slow"); e.Pod != "spec" || e.ContainerID != slow || e.State != "CONTAINER_STOPPED" {
 		t.Errorf("Synchronize line of slow: %s", e)
 	}
@@ -125,6 +125,6 @@ func TestNRIPluginSpec(t *testing.T) {
 	// When crind stops, the external plugin gets Shutdown and exits: its
 	// connection is closed. (Cleanup starts crind again to remove the pod.)
 	d.stop()
-	waitEvents(t, late, 10*time.Second, hasEvent("Shutdown", ""))
-	waitEvents(t, late, 10*time.Second, func([]pluginEvent) bool { return ext.Exited() })
+	waitEvents(t, late, time.Minute, hasEvent("Shutdown", ""))
+	waitEvents(t, late, time.Minute, func([]pluginEvent) bool { return ext.Exited() })
 }

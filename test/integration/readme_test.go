@@ -16,6 +16,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/crin-dev/crin/test/poll"
 )
 
 // TestReadmeRunCommand starts crind the way the README says (`make run`:
@@ -62,17 +64,14 @@ func TestReadmeRunCommand(t *testing.T) {
 			t.Logf("make run output:\n%s", tail(out.String(), 6000))
 		}
 	}()
-	deadline := time.Now().Add(5 * time.Minute)
-	for {
-		if c, err := net.Dial("unix", socket); err == nil {
-			c.Close()
-			break
+	poll.Until(t, 5*time.Minute, "crind listens on "+socket, func() (bool, string) {
+		c, err := net.Dial("unix", socket)
+		if err != nil {
+			return false, err.Error()
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("crind did not listen on %s", socket)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		c.Close()
+		return true, ""
+	})
 	if fi, err := os.Stat(socket); err != nil || fi.Mode().Perm() != 0o660 {
 		t.Errorf("CRI socket mode: %v %v, want 0660", fi.Mode().Perm(), err)
 	}

@@ -4,10 +4,16 @@ package integration
 
 import (
 	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/crin-dev/crin/test/poll"
 )
 
 // TestCrashRecovery SIGKILLs crind with containers running and one about to
@@ -21,12 +27,28 @@ func TestCrashRecovery(t *testing.T) {
 	podCfg := podConfig("survivor")
 	pod := d.runPod(t, podCfg)
 	long := d.runContainer(t, pod, podCfg, containerConfig("long", ref, "sh", "-c", "echo started; exec sleep 1000"))
-	short := d.runContainer(t, pod, podCfg, containerConfig("short", ref, "sh", "-c", "sleep 2; echo bye; exit 5"))
+	// short exits once the test creates gate/go, after crind is killed.
+	gate, err := os.MkdirTemp("", "cringate")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(gate)
+	shortCfg := containerConfig("short", ref, "sh", "-c", "while [ ! -e /gate/go ]; do sleep 0.1; done; echo bye; exit 5")
+	shortCfg.Mounts = []*runtimeapi.Mount{{ContainerPath: "/gate", HostPath: gate}}
+	short := d.runContainer(t, pod, podCfg, shortCfg)
+	shortPid := d.containerPid(t, short)
+	shortStart := startTime(shortPid)
 	created := d.createContainer(t, pod, podCfg, containerConfig("created", ref, "sh", "-c", "echo late; sleep 1000"))
 	pidBefore := d.execOut(t, long, "cat", "/proc/1/stat")
+	if st := d.status(t, short); st.State != runtimeapi.ContainerState_CONTAINER_RUNNING {
+		t.Fatalf("short container before crind is killed: %v, want it running", st.State)
+	}
 
 	d.kill()
-	time.Sleep(3 * time.Second) // short exits while crind is down
+	if err := os.WriteFile(filepath.Join(gate, "go"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d.waitExitSeenByShim(t, short, shortPid, shortStart)
 	d.start()
 
 	if st := d.status(t, long); st.State != runtimeapi.ContainerState_CONTAINER_RUNNING {
@@ -64,52 +86,215 @@ func TestCrashRecovery(t *testing.T) {
 	// cleanupAll (on test end) removes the pod and checks for leaks.
 }
 
-// TestKillMidLifecycle SIGKILLs crind at different points of RunPodSandbox
-// and CreateContainer; after a restart either the object exists whole or
-// not at all, and removing everything leaks nothing.
+// waitExitSeenByShim waits, while crind is down, until the container id
+// whose init had pid and start time st has exited and its shim has seen
+// it: the process is gone and, on the default handler, crin-shim has
+// written the exit file. (A shim v2 keeps the exit in memory.)
+func (d *daemon) waitExitSeenByShim(t *testing.T, id string, pid int, st string) {
+	t.Helper()
+	exitFile := filepath.Join(d.state, "c", id, "exit")
+	poll.Until(t, time.Minute, "container "+id+" exited while crind was down", func() (bool, string) {
+		if startTime(pid) == st {
+			return false, fmt.Sprintf("its process %d still runs", pid)
+		}
+		if os.Getenv(handlerEnv) != "" {
+			return true, ""
+		}
+		if _, err := os.Stat(exitFile); err != nil {
+			return false, fmt.Sprintf("its process is gone, but crin-shim wrote no exit file: %v", err)
+		}
+		return true, ""
+	})
+}
+
+// pausedRuntime wraps runc: the first create or start while the file
+// %[1]q/pause names that operation takes the switch (renames it), writes
+// "<operation> <container id>" to %[1]q/at, and waits until %[1]q/go
+// exists; then it runs runc and writes its exit status to %[1]q/done.
+// Everything else goes straight to runc. The wrapper never writes to its
+// stdout or stderr: during create they are the container's.
+const pausedRuntime = `#!/bin/sh
+dir=%[1]q
+op=""
+for a in "$@"; do
+	case "$a" in create|start) op="$a"; break;; esac
+done
+for id in "$@"; do :; done
+if [ -n "$op" ] && grep -qx "$op" "$dir/pause" 2>/dev/null && mv "$dir/pause" "$dir/taken" 2>/dev/null; then
+	echo "$op $id" >"$dir/at.tmp" && mv "$dir/at.tmp" "$dir/at"
+	while [ ! -e "$dir/go" ]; do sleep 0.05; done
+	runc "$@"
+	rc=$?
+	echo $rc >"$dir/done"
+	exit $rc
+fi
+exec runc "$@"
+`
+
+// TestKillMidLifecycle SIGKILLs crind while the runtime is at a given step
+// of RunPodSandbox, CreateContainer or StartContainer (the runtime pauses
+// there until the test has killed crind, then finishes), restarts crind
+// and checks what recovery made of the step: a pod or container whose
+// record was still being made is gone with everything it had (its runtime
+// state, shim, netns, IP), and its name is free again; a container the
+// runtime started after its record said created is recorded running.
+// Removing everything then leaks nothing.
 func TestKillMidLifecycle(t *testing.T) {
-	d := startDaemon(t, daemonOptions{})
+	dir, err := os.MkdirTemp("", "crinpause")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	wrapper := filepath.Join(dir, "paused-runc")
+	if err := os.WriteFile(wrapper, []byte(fmt.Sprintf(pausedRuntime, dir)), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	d := startDaemon(t, daemonOptions{extraConfig: fmt.Sprintf("\n[runtimes.paused]\ntype = \"oci\"\npath = %q\n", wrapper)})
 	ref, _ := busybox(t)
 	d.pull(t, ref)
-	for _, delay := range []time.Duration{5 * time.Millisecond, 30 * time.Millisecond, 80 * time.Millisecond, 150 * time.Millisecond} {
-		podCfg := podConfig("mid")
-		podCfg.Metadata.Attempt = uint32(delay / time.Millisecond)
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			resp, err := d.rs.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: podCfg})
-			if err == nil {
-				cfg := containerConfig("c", ref, "sleep", "1000")
-				_, _ = d.rs.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{PodSandboxId: resp.PodSandboxId, Config: cfg, SandboxConfig: podCfg})
+
+	for _, tc := range []struct {
+		name string
+		op   string // the runtime operation crind is killed in
+		// container: the step is in the pod's container (CreateContainer
+		// or StartContainer), not in RunPodSandbox's infra container.
+		container bool
+		// started: StartContainer instead of CreateContainer.
+		started bool
+	}{
+		{name: "infra create", op: "create"},
+		{name: "infra start", op: "start"},
+		{name: "container create", op: "create", container: true},
+		{name: "container start", op: "start", container: true, started: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			outer := d.t
+			d.t = t // d.start reports to the subtest
+			defer func() { d.t = outer }()
+			podCfg := podConfig("mid")
+			t.Cleanup(func() { _ = os.RemoveAll(podCfg.LogDirectory) })
+			ctrCfg := containerConfig("c", ref, "sleep", "1000")
+			var pod, ctr string
+			if tc.container {
+				pod = d.runPodOn(t, podCfg, "paused")
+				if tc.started {
+					ctr = d.createContainer(t, pod, podCfg, ctrCfg)
+				}
 			}
-		}()
-		time.Sleep(delay)
-		d.kill()
-		<-done
-		d.start()
-		pods, err := d.rs.ListPodSandbox(ctxT(t), &runtimeapi.ListPodSandboxRequest{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, p := range pods.Items {
-			if p.State != runtimeapi.PodSandboxState_SANDBOX_READY {
-				t.Errorf("delay %v: pod %s survived the crash half-made (%v)", delay, p.Id, p.State)
+
+			op, id, callErr := d.killDuring(t, dir, tc.op, func(ctx context.Context, rs runtimeapi.RuntimeServiceClient) error {
+				var err error
+				switch {
+				case tc.started:
+					_, err = rs.StartContainer(ctx, &runtimeapi.StartContainerRequest{ContainerId: ctr})
+				case tc.container:
+					_, err = rs.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{PodSandboxId: pod, Config: ctrCfg, SandboxConfig: podCfg})
+				default:
+					_, err = rs.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: podCfg, RuntimeHandler: "paused"})
+				}
+				return err
+			})
+			if callErr == nil {
+				t.Fatalf("the call returned although crind was killed in runtime %s", op)
 			}
-		}
-		ctrs, _ := d.rs.ListContainers(ctxT(t), &runtimeapi.ListContainersRequest{})
-		for _, c := range ctrs.Containers {
-			if c.State != runtimeapi.ContainerState_CONTAINER_CREATED {
-				t.Errorf("delay %v: container %s in state %v", delay, c.Id, c.State)
+			// Which step was interrupted: the runtime names the container.
+			if (tc.container && id == pod) || (tc.started && id != ctr) {
+				t.Fatalf("runtime %s paused for %s; want the container's (pod %s, container %s)", op, id, pod, ctr)
 			}
-		}
-		// The same name can be used again after removal.
-		for _, p := range pods.Items {
-			if _, err := d.rs.RemovePodSandbox(ctxT(t), &runtimeapi.RemovePodSandboxRequest{PodSandboxId: p.Id}); err != nil {
-				t.Errorf("remove: %v", err)
+
+			pods, err := d.rs.ListPodSandbox(ctxT(t), &runtimeapi.ListPodSandboxRequest{})
+			if err != nil {
+				t.Fatal(err)
 			}
-		}
-		d.runPod(t, podCfg)
+			ctrs, err := d.rs.ListContainers(ctxT(t), &runtimeapi.ListContainersRequest{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch {
+			case !tc.container: // the pod's record said creating: undone
+				if len(pods.Items) != 0 {
+					t.Errorf("a pod killed in its infra %s survived the restart: %v", op, pods.Items)
+				}
+				if _, err := d.rs.PodSandboxStatus(ctxT(t), &runtimeapi.PodSandboxStatusRequest{PodSandboxId: id}); code(err) != "NotFound" {
+					t.Errorf("PodSandboxStatus of the pod whose infra %s was interrupted: %v (%s), want NotFound", op, err, code(err))
+				}
+				d.waitNoRuntimeLeaks(t, "by the pod recovery undid")
+				// The name is free again.
+				d.runPodOn(t, podCfg, "paused")
+			case !tc.started: // the container's record said creating: undone
+				if len(pods.Items) != 1 || pods.Items[0].Id != pod || pods.Items[0].State != runtimeapi.PodSandboxState_SANDBOX_READY {
+					t.Errorf("pods after the restart: %v, want pod %s ready", pods.Items, pod)
+				}
+				if len(ctrs.Containers) != 0 {
+					t.Errorf("a container killed in its runtime create survived the restart: %v", ctrs.Containers)
+				}
+				poll.Until(t, time.Minute, "runtime state of the undone container "+id+" removed", func() (bool, string) {
+					_, err := os.Stat(filepath.Join(d.state, "c", id))
+					return os.IsNotExist(err), fmt.Sprint(err)
+				})
+				d.createContainer(t, pod, podCfg, ctrCfg) // the name is free again
+			default: // created in the store, running in the runtime
+				if st := d.status(t, ctr); st.State != runtimeapi.ContainerState_CONTAINER_RUNNING {
+					t.Errorf("container the runtime started while crind was down: %v, want RUNNING", st.State)
+				}
+				if _, err := d.rs.StopContainer(ctxT(t), &runtimeapi.StopContainerRequest{ContainerId: ctr, Timeout: 5}); err != nil {
+					t.Errorf("stop it: %v", err)
+				}
+			}
+			d.removeAllPods(t)
+			d.waitNoRuntimeLeaks(t, "once everything was removed")
+		})
 	}
+}
+
+// runPodOn runs a pod on runtime handler h.
+func (d *daemon) runPodOn(t *testing.T, cfg *runtimeapi.PodSandboxConfig, h string) string {
+	t.Helper()
+	resp, err := d.rs.RunPodSandbox(ctxT(t), &runtimeapi.RunPodSandboxRequest{Config: cfg, RuntimeHandler: h})
+	if err != nil {
+		t.Fatalf("RunPodSandbox on %s: %v", h, err)
+	}
+	return resp.PodSandboxId
+}
+
+// killDuring makes pausedRuntime (its dir) pause in op, makes call, and
+// SIGKILLs crind once the runtime is paused; then lets the runtime finish,
+// waits until it did, and starts crind again. It returns the operation
+// and container id the runtime paused in, and call's error.
+func (d *daemon) killDuring(t *testing.T, dir, op string, call func(context.Context, runtimeapi.RuntimeServiceClient) error) (gotOp, id string, callErr error) {
+	t.Helper()
+	for _, f := range []string{"taken", "at", "go", "done"} {
+		_ = os.Remove(filepath.Join(dir, f))
+	}
+	if err := os.WriteFile(filepath.Join(dir, "pause"), []byte(op+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rs := d.rs
+	errc := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		errc <- call(ctx, rs)
+	}()
+	var at []byte
+	poll.Until(t, 2*time.Minute, "the runtime paused in "+op, func() (bool, string) {
+		var err error
+		at, err = os.ReadFile(filepath.Join(dir, "at"))
+		return err == nil, fmt.Sprint(err)
+	})
+	d.kill()
+	callErr = <-errc
+	gotOp, id, _ = strings.Cut(strings.TrimSpace(string(at)), " ")
+	if gotOp != op {
+		t.Fatalf("the runtime paused in %q, want %q", gotOp, op)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "go"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	poll.Until(t, 2*time.Minute, "the runtime finished its "+op+" of "+id, func() (bool, string) {
+		_, err := os.Stat(filepath.Join(dir, "done"))
+		return err == nil, fmt.Sprint(err)
+	})
+	d.start()
+	return gotOp, id, callErr
 }

@@ -17,6 +17,8 @@ import (
 	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/crin-dev/crin/test/poll"
 )
 
 // shimv2Handler is the extra handler the shimv2 tests configure
@@ -174,20 +176,14 @@ func TestShimV2Lifecycle(t *testing.T) {
 		}
 	}
 
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	poll.Until(t, time.Minute, "ContainerStats reports CPU and memory", func() (bool, string) {
 		s, err := d.rs.ContainerStats(ctxT(t), &runtimeapi.ContainerStatsRequest{ContainerId: ticker})
 		if err != nil {
 			t.Fatalf("ContainerStats: %v", err)
 		}
-		if s.Stats.GetCpu().GetUsageCoreNanoSeconds().GetValue() > 0 && s.Stats.GetMemory().GetWorkingSetBytes().GetValue() > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("ContainerStats never reported CPU and memory: %v", s.Stats)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return s.Stats.GetCpu().GetUsageCoreNanoSeconds().GetValue() > 0 && s.Stats.GetMemory().GetWorkingSetBytes().GetValue() > 0,
+			fmt.Sprint(s.Stats)
+	})
 	d.kill()
 	before, _ := os.ReadFile(logPath(podCfg, tickCfg))
 	d.start()

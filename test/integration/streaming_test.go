@@ -15,6 +15,8 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/streaming/pkg/httpstream"
 	"k8s.io/streaming/pkg/httpstream/spdy"
+
+	"github.com/crin-dev/crin/test/poll"
 )
 
 // The client side of the streaming protocols, spoken here as kubelet's
@@ -312,13 +314,9 @@ func TestPortForward(t *testing.T) {
 	pod, ctr := streamingPod(t, d, ref, "sh", "-c",
 		"mkdir -p /tmp/www && echo forwarded-page > /tmp/www/index.html && exec httpd -f -p 127.0.0.1:8080 -h /tmp/www")
 	// Wait for httpd inside the pod.
-	deadline := time.Now().Add(20 * time.Second)
-	for d.exec(t, ctr, "sh", "-c", "netstat -ltn | grep -q 127.0.0.1:8080").ExitCode != 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("httpd did not listen in the pod")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	poll.Until(t, time.Minute, "httpd listens in the pod", func() (bool, string) {
+		return d.exec(t, ctr, "sh", "-c", "netstat -ltn | grep -q 127.0.0.1:8080").ExitCode == 0, ""
+	})
 
 	resp, err := d.rs.PortForward(ctxT(t), &runtimeapi.PortForwardRequest{PodSandboxId: pod, Port: []int32{8080}})
 	if err != nil {
@@ -449,15 +447,13 @@ func TestExecStreamShutdown(t *testing.T) {
 	stopped := make(chan time.Duration, 1)
 	go func() {
 		defer close(stopped)
-		for range 200 {
+		if ok, _ := poll.Within(time.Minute, func() (bool, string) {
 			r, err := d.rs.ExecSync(ctxT(t), &runtimeapi.ExecSyncRequest{ContainerId: ctr, Cmd: []string{"ps"}, Timeout: 10})
-			if err == nil && strings.Contains(string(r.Stdout), "sleep 1234") {
-				start := time.Now()
-				d.stop()
-				stopped <- time.Since(start)
-				return
-			}
-			time.Sleep(100 * time.Millisecond)
+			return err == nil && strings.Contains(string(r.Stdout), "sleep 1234"), ""
+		}); ok {
+			start := time.Now()
+			d.stop()
+			stopped <- time.Since(start)
 		}
 	}()
 	runSession(t, resp.Url, sessionOptions{keepStdin: true, stdout: true})

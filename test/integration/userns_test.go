@@ -15,6 +15,8 @@ import (
 
 	"golang.org/x/sys/unix"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/crin-dev/crin/test/poll"
 )
 
 // usernsHostID is where the test pods' root is mapped on the host.
@@ -293,19 +295,18 @@ func containerPid(t *testing.T, d *daemon, pod, id string) int {
 func httpGetEventually(t *testing.T, url string) string {
 	t.Helper()
 	client := &http.Client{Timeout: 2 * time.Second}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	var body string
+	poll.Until(t, time.Minute, "GET "+url, func() (bool, string) {
 		resp, err := client.Get(url)
-		if err == nil {
-			b, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			return string(b)
+		if err != nil {
+			return false, err.Error()
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("GET %s: %v", url, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		body = string(b)
+		return true, ""
+	})
+	return body
 }
 
 // TestUserNamespaceUnavailable checks that a node where the mapped ids

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/containerd/errdefs"
+
+	"github.com/crin-dev/crin/test/poll"
 )
 
 // syncBuffer is a bytes.Buffer safe for a writer and a reader.
@@ -30,16 +32,11 @@ func (b *syncBuffer) String() string {
 	return b.b.String()
 }
 
-// waitUntil polls cond for a few seconds.
+// waitUntil waits until cond holds (poll.Until, with a deadline a loaded
+// machine meets).
 func waitUntil(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	poll.Until(t, 30*time.Second, what, func() (bool, string) { return cond(), "" })
 }
 
 func TestAttach(t *testing.T) {

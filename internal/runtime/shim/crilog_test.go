@@ -196,7 +196,7 @@ func TestLogWriterReopen(t *testing.T) {
 	go func() { done <- w.Copy(StreamStdout, pr) }()
 
 	io.WriteString(pw, "before\n")
-	waitFor(t, func() bool { fi, err := os.Stat(path); return err == nil && fi.Size() > 0 })
+	waitUntil(t, "the log written", func() bool { fi, err := os.Stat(path); return err == nil && fi.Size() > 0 })
 	rotated := filepath.Join(dir, "c.log.1")
 	if err := os.Rename(path, rotated); err != nil {
 		t.Fatal(err)
@@ -244,16 +244,5 @@ func TestLogWriterEmptyPathDiscards(t *testing.T) {
 	}
 	if err := w.Reopen(); err != nil {
 		t.Fatal(err)
-	}
-}
-
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met in 5s")
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }

@@ -2,6 +2,7 @@ package logger
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/url"
 	"os"
@@ -11,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/crin-dev/crin/test/poll"
 )
 
 // TestMain runs Run when the test binary is started as the logger (the
@@ -137,15 +140,8 @@ func TestRunStopsOnSIGTERM(t *testing.T) {
 
 func waitFor(t *testing.T, path, want string) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	poll.Until(t, time.Minute, fmt.Sprintf("%s holds %q", path, want), func() (bool, string) {
 		b, err := os.ReadFile(path)
-		if err == nil && strings.Contains(string(b), want) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s never held %q: %q, %v", path, want, b, err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return err == nil && strings.Contains(string(b), want), fmt.Sprintf("%q, %v", b, err)
+	})
 }

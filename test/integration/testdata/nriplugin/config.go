@@ -35,8 +35,11 @@ type rule struct {
 	Container string `json:"container,omitempty"`
 	Once      bool   `json:"once,omitempty"`
 	Sleep     string `json:"sleep,omitempty"`
-	Fail      string `json:"fail,omitempty"`
-	Reject    string `json:"reject,omitempty"`
+	// WaitFor is a path: the hook waits until it exists (at most 10
+	// minutes), so a test decides when a hook in progress ends.
+	WaitFor string `json:"wait_for,omitempty"`
+	Fail    string `json:"fail,omitempty"`
+	Reject  string `json:"reject,omitempty"`
 	// Adjust is an api.ContainerAdjustment in protojson (CreateContainer).
 	Adjust           json.RawMessage `json:"adjust,omitempty"`
 	Update           []update        `json:"update,omitempty"`

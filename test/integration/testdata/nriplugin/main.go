@@ -10,9 +10,9 @@
 //
 // Its JSON configuration (config.go) names an event log and rules: a rule
 // matches an event by name and optionally by pod and container metadata
-// name, and makes the plugin sleep, fail, reject (validation), adjust the
-// container being created, or update other containers by name, in its
-// answer or unsolicited from a goroutine.
+// name, and makes the plugin sleep or wait for a file, fail, reject
+// (validation), adjust the container being created, or update other
+// containers by name, in its answer or unsolicited from a goroutine.
 //
 // The event log gets one JSON line per event, written before the rules
 // apply so that a test sees a hook in progress:

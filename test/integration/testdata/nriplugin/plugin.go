@@ -13,6 +13,8 @@ import (
 	"github.com/containerd/nri/pkg/stub"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/crin-dev/crin/test/poll"
 )
 
 // plugin holds the configuration and what the plugin saw.
@@ -190,11 +192,17 @@ type answer struct {
 	updates []*api.ContainerUpdate
 }
 
-// apply runs the rules matching an event: sleep, unsolicited updates, fail
+// apply runs the rules matching an event: wait, sleep, unsolicited updates, fail
 // or reject, then adjustments and updates.
 func (p *plugin) apply(event string, podNames, ctrNames []string) (*answer, error) {
 	a := &answer{}
 	for _, r := range p.match(event, podNames, ctrNames) {
+		if r.WaitFor != "" {
+			poll.Within(10*time.Minute, func() (bool, string) {
+				_, err := os.Stat(r.WaitFor)
+				return err == nil, ""
+			})
+		}
 		if r.sleep > 0 {
 			time.Sleep(r.sleep)
 		}
