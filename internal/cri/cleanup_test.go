@@ -111,7 +111,4 @@ func TestUnknownID(t *testing.T) {
 			t.Errorf("unknownID(%s) = %q, want %q", tc.path, got, tc.want)
 		}
 	}
-	if got := unescapeMount(`/a\040b/c`); got != "/a b/c" {
-		t.Errorf("unescapeMount = %q", got)
-	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/hex"
 	"errors"
+	"github.com/moby/sys/mountinfo"
 	"maps"
 	"os"
 	"path/filepath"
@@ -148,21 +149,16 @@ func (s *Service) sweepMounts(ctx context.Context) {
 			bases = append(bases, filepath.Clean(b)+"/")
 		}
 	}
-	mi, err := os.ReadFile("/proc/self/mountinfo")
+	mounts, err := mountinfo.GetMounts(func(m *mountinfo.Info) (skip, stop bool) {
+		return !slices.ContainsFunc(bases, func(b string) bool { return strings.HasPrefix(m.Mountpoint, b) }), false
+	})
 	if err != nil {
 		s.log.WarnContext(ctx, "sweep mounts", "error", err)
 		return
 	}
-	var points []string
-	for _, line := range strings.Split(string(mi), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 5 {
-			continue
-		}
-		mp := unescapeMount(f[4])
-		if slices.ContainsFunc(bases, func(b string) bool { return strings.HasPrefix(mp, b) }) {
-			points = append(points, mp)
-		}
+	points := make([]string, 0, len(mounts))
+	for _, m := range mounts {
+		points = append(points, m.Mountpoint)
 	}
 	slices.SortFunc(points, func(a, b string) int { return len(b) - len(a) })
 	released := map[string]bool{}
@@ -204,25 +200,6 @@ func unknownID(p string, known func(string) bool) string {
 		}
 	}
 	return ""
-}
-
-// unescapeMount undoes mountinfo's octal escapes (\040 for a space).
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // sweepCgroups removes, in every hierarchy, the cgroups under crind's

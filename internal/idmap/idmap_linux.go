@@ -14,6 +14,7 @@ package idmap
 import (
 	"errors"
 	"fmt"
+	"github.com/moby/sys/mountinfo"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -229,25 +230,20 @@ func RemoveAll(dir string) error {
 // mountsUnder lists the mount points at or below dir.
 func mountsUnder(dir string) ([]string, error) {
 	dir = filepath.Clean(dir)
-	mi, err := os.ReadFile("/proc/self/mountinfo")
+	mounts, err := mountinfo.GetMounts(mountinfo.PrefixFilter(dir))
 	if err != nil {
 		return nil, err
 	}
-	var points []string
-	for _, line := range strings.Split(string(mi), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 5 {
-			continue
-		}
-		mp := unescape(f[4])
-		if mp == dir || strings.HasPrefix(mp, dir+"/") {
-			points = append(points, mp)
-		}
+	points := make([]string, 0, len(mounts))
+	for _, m := range mounts {
+		points = append(points, m.Mountpoint)
 	}
 	return points, nil
 }
 
-// unescape undoes mountinfo's octal escapes (\040 for a space).
+// unescape undoes mountinfo's octal escapes (\040 for a space) in a
+// super option's value, which moby/sys/mountinfo leaves as the kernel
+// wrote it (it unescapes paths only).
 func unescape(s string) string {
 	if !strings.Contains(s, `\`) {
 		return s

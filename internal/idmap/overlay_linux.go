@@ -3,6 +3,7 @@ package idmap
 import (
 	"errors"
 	"fmt"
+	"github.com/moby/sys/mountinfo"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -113,26 +114,20 @@ func mountAt(dirFd int, target, data string) error {
 // target from mountinfo.
 func overlayOptions(target string) (map[string]string, error) {
 	target = filepath.Clean(target)
-	mi, err := os.ReadFile("/proc/self/mountinfo")
+	mounts, err := mountinfo.GetMounts(func(m *mountinfo.Info) (skip, stop bool) {
+		return m.Mountpoint != target, false
+	})
 	if err != nil {
 		return nil, fmt.Errorf("read mountinfo: %w", err)
 	}
 	var found map[string]string
-	for _, line := range strings.Split(string(mi), "\n") {
-		pre, post, ok := strings.Cut(line, " - ")
-		if !ok {
-			continue
-		}
-		f, g := strings.Fields(pre), strings.Fields(post)
-		if len(f) < 5 || len(g) < 3 || unescape(f[4]) != target {
-			continue
-		}
-		if g[0] != "overlay" {
+	for _, m := range mounts {
+		if m.FSType != "overlay" {
 			found = nil // a later mount on top hides it
 			continue
 		}
 		found = map[string]string{}
-		for _, kv := range strings.Split(g[2], ",") {
+		for _, kv := range strings.Split(m.VFSOptions, ",") {
 			k, v, _ := strings.Cut(kv, "=")
 			found[k] = unescape(v)
 		}

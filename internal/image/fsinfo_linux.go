@@ -1,14 +1,13 @@
 package image
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
+	"github.com/moby/sys/mountinfo"
 	"io/fs"
 	"maps"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
@@ -388,46 +387,19 @@ func mountpointOf(p string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	f, err := os.Open("/proc/self/mountinfo")
+	// A path filter: moby's ParentsFilter takes "/foo" for a parent of
+	// "/foobar".
+	mounts, err := mountinfo.GetMounts(func(m *mountinfo.Info) (skip, stop bool) {
+		return real != m.Mountpoint && !strings.HasPrefix(real, strings.TrimSuffix(m.Mountpoint, "/")+"/"), false
+	})
 	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	best := "/"
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 5 {
-			continue
-		}
-		mp := unescapeMountinfo(fields[4])
-		if (real == mp || strings.HasPrefix(real, strings.TrimSuffix(mp, "/")+"/")) && len(mp) > len(best) {
-			best = mp
-		}
-	}
-	if err := sc.Err(); err != nil {
 		return "", fmt.Errorf("read mountinfo: %w", err)
 	}
-	return best, nil
-}
-
-// unescapeMountinfo undoes the octal escapes (\040 for a space, ...) of a
-// mountinfo path.
-func unescapeMountinfo(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+4 <= len(s) {
-			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(v))
-				i += 3
-				continue
-			}
+	best := "/"
+	for _, m := range mounts {
+		if len(m.Mountpoint) > len(best) {
+			best = m.Mountpoint
 		}
-		b.WriteByte(s[i])
 	}
-	return b.String()
+	return best, nil
 }

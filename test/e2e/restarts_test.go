@@ -96,9 +96,13 @@ func (n *node) readySandboxes(t *testing.T, name string) []string {
 }
 
 // testPauseKilled kills a pod's infra process: kubelet must see the sandbox
-// die and recreate the pod in a new sandbox.
+// die and recreate the pod in a new sandbox. Only a pod that shares its
+// PID namespace has one (docs/state-machines.md).
 func testPauseKilled(t *testing.T, n *node) {
-	n.addPod(t, "paused", map[string]any{"containers": []any{n.ctr("main", "exec sleep 3600")}})
+	n.addPod(t, "paused", map[string]any{
+		"shareProcessNamespace": true,
+		"containers":            []any{n.ctr("main", "exec sleep 3600")},
+	})
 	n.waitRunning(t, "paused")
 	old := n.sandboxOf(t, "paused")
 	st, err := n.crind.rs.PodSandboxStatus(ctxT(t), &runtimeapi.PodSandboxStatusRequest{PodSandboxId: old, Verbose: true})
