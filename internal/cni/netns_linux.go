@@ -37,7 +37,7 @@ func NewNetNS(dir, name string) (string, error) {
 	}
 	_ = f.Close()
 
-	if err := onDisposableThread(func() error { return pinNewNetNS(path) }); err != nil {
+	if err := OnDisposableThread(func() error { return pinNewNetNS(path) }); err != nil {
 		_ = unix.Unmount(path, unix.MNT_DETACH)
 		_ = os.Remove(path)
 		return "", fmt.Errorf("new netns %s: %w", path, err)
@@ -52,7 +52,7 @@ func NewNetNS(dir, name string) (string, error) {
 // forwarding, say). fn must not start goroutines that expect to be in the
 // namespace.
 func InNetNS(path string, fn func() error) error {
-	return onDisposableThread(func() error {
+	return OnDisposableThread(func() error {
 		f, err := os.Open(path)
 		if err != nil {
 			return fmt.Errorf("enter netns: %w", err)
@@ -68,9 +68,11 @@ func InNetNS(path string, fn func() error) error {
 	})
 }
 
-// onDisposableThread runs fn on a locked OS thread that exits when fn is
-// done, so a namespace change fn makes never reaches another goroutine.
-func onDisposableThread(fn func() error) error {
+// OnDisposableThread runs fn on a locked OS thread that exits when fn is
+// done, so a namespace change fn makes (unshare, setns) never reaches
+// another goroutine. The hub uses it for a pod's IPC and UTS namespaces
+// too.
+func OnDisposableThread(fn func() error) error {
 	errc := make(chan error, 1)
 	go func() {
 		// Never unlocked: the runtime terminates the thread when this

@@ -5,13 +5,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 
 	"github.com/containerd/errdefs"
 	"golang.org/x/sys/unix"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/crin-dev/crin/internal/cni"
 	"github.com/crin-dev/crin/internal/store"
 )
 
@@ -170,6 +170,26 @@ func (bindPinner) Pin(dir string, pid int, kinds []string) (_ map[string]string,
 			_ = bindPinner{}.Unpin(dir)
 		}
 	}()
+	paths, err := pinFiles(dir, kinds)
+	if err != nil {
+		return nil, err
+	}
+	for _, kind := range kinds {
+		src := fmt.Sprintf("/proc/%d/ns/%s", pid, kind)
+		if err := unix.Mount(src, paths[kind], "", unix.MS_BIND, ""); err != nil {
+			return nil, fmt.Errorf("pin %s namespace: bind mount %s: %w", kind, src, err)
+		}
+	}
+	fds := []unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}
+	if n, err := unix.Poll(fds, 0); err != nil || n > 0 {
+		return nil, fmt.Errorf("pin namespaces of pid %d: the process exited meanwhile: %w", pid, errdefs.ErrUnavailable)
+	}
+	return paths, nil
+}
+
+// pinFiles creates dir/<kind> for each kind, the files namespaces are
+// bind-mounted on, and returns kind -> path.
+func pinFiles(dir string, kinds []string) (map[string]string, error) {
 	paths := make(map[string]string, len(kinds))
 	for _, kind := range kinds {
 		p := filepath.Join(dir, kind)
@@ -178,15 +198,7 @@ func (bindPinner) Pin(dir string, pid int, kinds []string) (_ map[string]string,
 			return nil, fmt.Errorf("pin %s namespace: %w", kind, err)
 		}
 		_ = f.Close()
-		src := fmt.Sprintf("/proc/%d/ns/%s", pid, kind)
-		if err := unix.Mount(src, p, "", unix.MS_BIND, ""); err != nil {
-			return nil, fmt.Errorf("pin %s namespace: bind mount %s: %w", kind, src, err)
-		}
 		paths[kind] = p
-	}
-	fds := []unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}
-	if n, err := unix.Poll(fds, 0); err != nil || n > 0 {
-		return nil, fmt.Errorf("pin namespaces of pid %d: the process exited meanwhile: %w", pid, errdefs.ErrUnavailable)
 	}
 	return paths, nil
 }
@@ -211,17 +223,11 @@ func (bindPinner) New(dir string, kinds []string, hostname string) (_ map[string
 			_ = bindPinner{}.Unpin(dir)
 		}
 	}()
-	paths := make(map[string]string, len(kinds))
-	for _, kind := range kinds {
-		p := filepath.Join(dir, kind)
-		f, err := os.OpenFile(p, os.O_RDONLY|os.O_CREATE|os.O_EXCL, 0o444)
-		if err != nil {
-			return nil, fmt.Errorf("pin new %s namespace: %w", kind, err)
-		}
-		_ = f.Close()
-		paths[kind] = p
+	paths, err := pinFiles(dir, kinds)
+	if err != nil {
+		return nil, err
 	}
-	err := onDisposableThread(func() error {
+	err = cni.OnDisposableThread(func() error {
 		if err := unix.Unshare(flags); err != nil {
 			return fmt.Errorf("new namespaces: unshare: %w", err)
 		}
@@ -243,31 +249,6 @@ func (bindPinner) New(dir string, kinds []string, hostname string) (_ map[string
 		return nil, err
 	}
 	return paths, nil
-}
-
-// onDisposableThread runs fn on a locked OS thread that the Go runtime
-// terminates when fn is done, so the namespaces fn unshares never reach
-// another goroutine. The main thread, which cannot be terminated, is
-// never used for fn.
-func onDisposableThread(fn func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		// Never unlocked: the goroutine ends locked, which ends its thread.
-		runtime.LockOSThread()
-		if unix.Gettid() != unix.Getpid() {
-			errc <- fn()
-			return
-		}
-		// On the main thread: keep it, run fn on another, give it back.
-		inner := make(chan error, 1)
-		go func() {
-			runtime.LockOSThread()
-			inner <- fn()
-		}()
-		errc <- <-inner
-		runtime.UnlockOSThread()
-	}()
-	return <-errc
 }
 
 func (bindPinner) Pinned(path string) bool {

@@ -163,7 +163,7 @@ func (s *Service) newPodUserNS(rec *store.Sandbox, u *oci.UserNS, hostname strin
 // thread that is thrown away afterwards. crind, root in the namespace's
 // ancestor user namespace, may enter it and set its name.
 func setHostname(pin, hostname string) error {
-	return onDisposableThread(func() error {
+	return cni.OnDisposableThread(func() error {
 		f, err := os.Open(pin)
 		if err != nil {
 			return fmt.Errorf("set hostname: %w", err)
