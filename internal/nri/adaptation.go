@@ -260,12 +260,13 @@ func (a *Adaptation) Stop(ctx context.Context) error {
 	return nil
 }
 
-// shutdown tells a ready plugin that crin is going away, then closes it.
+// shutdown tells a configured plugin (ready, or still synchronizing: it
+// heard of the pods already) that crin is going away, then closes it.
 func (p *plugin) shutdown(ctx context.Context) {
 	p.mu.Lock()
-	ready := p.state == StateReady
+	configured := p.state == StateReady || p.state == StateSynchronizing
 	p.mu.Unlock()
-	if ready && p.builtin == nil {
+	if configured && p.builtin == nil {
 		err := p.call(ctx, "Shutdown", func(ctx context.Context) error {
 			_, err := p.svc.Shutdown(ctx, &api.Empty{})
 			return err
