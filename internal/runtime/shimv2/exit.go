@@ -1,0 +1,151 @@
+package shimv2
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"time"
+
+	task "github.com/containerd/containerd/api/runtime/task/v2"
+	tasktypes "github.com/containerd/containerd/api/types/task"
+	"github.com/containerd/errdefs"
+	"github.com/containerd/errdefs/pkg/errgrpc"
+
+	"github.com/crin-dev/crin/internal/runtime"
+	"github.com/crin-dev/crin/internal/runtime/shim"
+)
+
+// Status asks the shim; with its exit recorded it reads the record, and
+// with its shim dead it records the death (see the package doc).
+func (r *Runtime) Status(ctx context.Context, id string) (runtime.Status, error) {
+	dir, m, err := r.known(id)
+	if err != nil {
+		return runtime.Status{}, err
+	}
+	if e, err := shim.ReadExit(dir); err == nil {
+		return statusOfExit(e), nil
+	}
+	c, err := r.conn(ctx, m.Address)
+	if err == nil {
+		cctx, cancel := r.callCtx(ctx)
+		resp, serr := c.task.State(cctx, &task.StateRequest{ID: id})
+		cancel()
+		if serr == nil {
+			return r.statusOf(ctx, id, dir, m, resp)
+		}
+		err = errgrpc.ToNative(serr)
+		if errdefs.IsNotFound(err) {
+			return runtime.Status{State: runtime.StateUnknown}, nil
+		}
+	}
+	if r.shimGone(ctx, m) {
+		return r.shimDied(ctx, id, dir, m)
+	}
+	return runtime.Status{}, fmt.Errorf("status of container %s: %w", id, err)
+}
+
+func (r *Runtime) statusOf(ctx context.Context, id, dir string, m meta, resp *task.StateResponse) (runtime.Status, error) {
+	st := runtime.Status{Pid: int(resp.GetPid()), StartedAt: m.StartedAt}
+	switch resp.GetStatus() {
+	case tasktypes.Status_CREATED:
+		st.State = runtime.StateCreated
+	case tasktypes.Status_RUNNING, tasktypes.Status_PAUSED, tasktypes.Status_PAUSING:
+		st.State = runtime.StateRunning
+	case tasktypes.Status_STOPPED:
+		return r.recordExit(ctx, id, dir, m, resp.GetExitStatus(), resp.GetExitedAt().AsTime())
+	default:
+		st.State = runtime.StateUnknown
+	}
+	return st, nil
+}
+
+// recordExit writes the exit record once the shim reported the exit, so
+// it outlives the shim. It first gives the logger a moment to write the
+// last of the output, so the log is whole when the exit is reported.
+func (r *Runtime) recordExit(ctx context.Context, id, dir string, m meta, code uint32, at time.Time) (runtime.Status, error) {
+	if e, err := shim.ReadExit(dir); err == nil {
+		return statusOfExit(e), nil
+	}
+	waitLogger(ctx, dir, ioDrainWait)
+	e := shim.Exit{Pid: m.Pid, ExitCode: int32(code), StartedAt: m.StartedAt, FinishedAt: at}
+	if code > 128 && code < 128+65 {
+		e.Signal = int(code - 128)
+	}
+	if m.OOMCounter != "" {
+		if n, err := readOOMKills(m.OOMCounter); err == nil && n > m.OOMBase {
+			e.OOMKilled = true
+		}
+	}
+	if err := shim.WriteExit(dir, e); err != nil {
+		return runtime.Status{}, fmt.Errorf("container %s: record exit: %w", id, err)
+	}
+	r.log.InfoContext(ctx, "container exited", "container_id", id, "exit_code", e.ExitCode)
+	return statusOfExit(e), nil
+}
+
+func statusOfExit(e shim.Exit) runtime.Status {
+	return runtime.Status{
+		State: runtime.StateStopped, Pid: e.Pid, ExitCode: e.ExitCode, OOMKilled: e.OOMKilled,
+		StartedAt: e.StartedAt, FinishedAt: e.FinishedAt, Reason: e.Reason, Message: e.Message,
+	}
+}
+
+// Wait blocks on the shim's Wait RPC. A shim that dies ends the wait at
+// once (its connection closes): the container is then cleaned up and
+// recorded as runtime.ReasonShimDied. A task its live shim does not know
+// is errdefs.ErrNotFound (its exit is lost).
+func (r *Runtime) Wait(ctx context.Context, id string) (runtime.Status, error) {
+	dir, m, err := r.known(id)
+	if err != nil {
+		return runtime.Status{}, err
+	}
+	if e, err := shim.ReadExit(dir); err == nil {
+		return statusOfExit(e), nil
+	}
+	c, err := r.conn(ctx, m.Address)
+	if err == nil {
+		resp, werr := c.task.Wait(ctx, &task.WaitRequest{ID: id})
+		if werr == nil {
+			return r.recordExit(ctx, id, dir, m, resp.GetExitStatus(), resp.GetExitedAt().AsTime())
+		}
+		if ctx.Err() != nil {
+			return runtime.Status{}, fmt.Errorf("wait for container %s: %w", id, ctx.Err())
+		}
+		err = errgrpc.ToNative(werr)
+		if errdefs.IsNotFound(err) {
+			// Its exit code is lost: never reported as a success.
+			return runtime.Status{}, fmt.Errorf("wait for container %s: its shim no longer knows it: %w", id, err)
+		}
+	}
+	if r.shimGone(ctx, m) {
+		return r.shimDied(ctx, id, dir, m)
+	}
+	return runtime.Status{}, fmt.Errorf("wait for container %s: %w", id, err)
+}
+
+// shimDied handles a container whose shim is gone before its exit was
+// recorded: the shim's delete command removes what is left of it from the
+// OCI runtime (killing its processes), and the exit is recorded with code
+// 255 and runtime.ReasonShimDied. Idempotent.
+func (r *Runtime) shimDied(ctx context.Context, id, dir string, m meta) (runtime.Status, error) {
+	r.diedMu.Lock()
+	defer r.diedMu.Unlock()
+	if e, err := shim.ReadExit(dir); err == nil {
+		return statusOfExit(e), nil
+	}
+	r.dropConn(m.Address)
+	if err := r.shimDelete(ctx, id, dir); err != nil {
+		r.log.WarnContext(ctx, "clean up container of a dead shim", "container_id", id, "error", err)
+	}
+	e := shim.Exit{
+		Pid: m.Pid, ExitCode: 255, Reason: runtime.ReasonShimDied, StartedAt: m.StartedAt, FinishedAt: time.Now(),
+		Message: fmt.Sprintf("%s (pid %d) died before the container exited; crind deleted what was left of the container",
+			filepath.Base(r.cfg.Binary), m.ShimPid),
+	}
+	if err := shim.WriteExit(dir, e); err != nil {
+		return runtime.Status{}, fmt.Errorf("container %s: record exit after its shim died: %w", id, err)
+	}
+	removeSocket(m.Address)
+	r.log.WarnContext(ctx, "container's shim died", "container_id", id, "shim_pid", m.ShimPid, "message", e.Message)
+	return statusOfExit(e), nil
+}
