@@ -1,7 +1,9 @@
 package runtime
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 
@@ -45,4 +47,29 @@ func ListBundles(stateDir string) ([]string, error) {
 		}
 	}
 	return ids, nil
+}
+
+// MakeBundleDir checks what every backend needs of a create request (a
+// valid id, an absolute rootfs path, an absolute log path if any) and
+// makes the container's bundle dir, stateDir/<id>, mode 0700. A bad
+// request is errdefs.ErrInvalidArgument, an id in use
+// errdefs.ErrAlreadyExists.
+func MakeBundleDir(stateDir string, req CreateRequest) (string, error) {
+	if err := CheckID(req.ID); err != nil {
+		return "", err
+	}
+	if req.Spec == nil || req.Spec.Root == nil || !filepath.IsAbs(req.Spec.Root.Path) {
+		return "", fmt.Errorf("create container %s: spec.root.path must be absolute: %w", req.ID, errdefs.ErrInvalidArgument)
+	}
+	if req.LogPath != "" && !filepath.IsAbs(req.LogPath) {
+		return "", fmt.Errorf("create container %s: log path %q is not absolute: %w", req.ID, req.LogPath, errdefs.ErrInvalidArgument)
+	}
+	dir := filepath.Join(stateDir, req.ID)
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			return "", fmt.Errorf("create container %s: %w", req.ID, errdefs.ErrAlreadyExists)
+		}
+		return "", fmt.Errorf("create container %s: %w", req.ID, err)
+	}
+	return dir, nil
 }

@@ -140,21 +140,9 @@ func (o *OCI) known(id string) (string, error) {
 // bundle, the runtime's state and the shim are gone. An id in use is
 // errdefs.ErrAlreadyExists; a bad id or spec is errdefs.ErrInvalidArgument.
 func (o *OCI) Create(ctx context.Context, req CreateRequest) (retErr error) {
-	if err := CheckID(req.ID); err != nil {
+	dir, err := MakeBundleDir(o.cfg.StateDir, req)
+	if err != nil {
 		return err
-	}
-	if req.Spec == nil || req.Spec.Root == nil || !filepath.IsAbs(req.Spec.Root.Path) {
-		return fmt.Errorf("create container %s: spec.root.path must be absolute: %w", req.ID, errdefs.ErrInvalidArgument)
-	}
-	if req.LogPath != "" && !filepath.IsAbs(req.LogPath) {
-		return fmt.Errorf("create container %s: log path %q is not absolute: %w", req.ID, req.LogPath, errdefs.ErrInvalidArgument)
-	}
-	dir := o.dir(req.ID)
-	if err := os.Mkdir(dir, 0o700); err != nil {
-		if errors.Is(err, fs.ErrExist) {
-			return fmt.Errorf("create container %s: %w", req.ID, errdefs.ErrAlreadyExists)
-		}
-		return fmt.Errorf("create container %s: %w", req.ID, err)
 	}
 	shimPid := 0
 	defer func() {

@@ -259,21 +259,9 @@ func (r *Runtime) callCtx(ctx context.Context) (context.Context, context.CancelF
 // Create writes the bundle, starts (or joins) a shim and creates the task.
 // On error the task, a shim started for it alone and the bundle are gone.
 func (r *Runtime) Create(ctx context.Context, req runtime.CreateRequest) (retErr error) {
-	if err := runtime.CheckID(req.ID); err != nil {
+	dir, err := runtime.MakeBundleDir(r.cfg.StateDir, req)
+	if err != nil {
 		return err
-	}
-	if req.Spec == nil || req.Spec.Root == nil || !filepath.IsAbs(req.Spec.Root.Path) {
-		return fmt.Errorf("create container %s: spec.root.path must be absolute: %w", req.ID, errdefs.ErrInvalidArgument)
-	}
-	if req.LogPath != "" && !filepath.IsAbs(req.LogPath) {
-		return fmt.Errorf("create container %s: log path %q is not absolute: %w", req.ID, req.LogPath, errdefs.ErrInvalidArgument)
-	}
-	dir := r.dir(req.ID)
-	if err := os.Mkdir(dir, 0o700); err != nil {
-		if errors.Is(err, fs.ErrExist) {
-			return fmt.Errorf("create container %s: %w", req.ID, errdefs.ErrAlreadyExists)
-		}
-		return fmt.Errorf("create container %s: %w", req.ID, err)
 	}
 	m := meta{LogPath: req.LogPath}
 	defer func() {
@@ -287,7 +275,6 @@ func (r *Runtime) Create(ctx context.Context, req runtime.CreateRequest) (retErr
 	if err := r.writeBundle(ctx, req, dir, m); err != nil {
 		return fmt.Errorf("create container %s: %w", req.ID, err)
 	}
-	var err error
 	if m.Address, err = r.startShim(ctx, req.ID, dir); err != nil {
 		return fmt.Errorf("create container %s: %w", req.ID, err)
 	}
