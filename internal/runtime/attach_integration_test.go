@@ -49,7 +49,10 @@ func TestAttachTerminal(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer os.RemoveAll(base)
+			// A cleanup, not a defer: it must run after the Delete below
+			// (cleanups run last-registered first, after the defers), or
+			// the shim would lose its dir and outlive the test.
+			t.Cleanup(func() { _ = os.RemoveAll(base) })
 			e := env{
 				stateDir: filepath.Join(base, strings.Repeat("s", 60), strings.Repeat("t", 40)),
 				root:     filepath.Join(base, "root"),
