@@ -4,6 +4,7 @@ package runtime
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -77,7 +78,14 @@ func TestAttachTerminal(t *testing.T) {
 			if err := o.Create(ctx, CreateRequest{ID: id, Spec: spec, Stdin: true}); err != nil {
 				t.Fatalf("Create: %v", err)
 			}
-			t.Cleanup(func() { _ = o.Delete(t.Context(), id) })
+			// Not t.Context(): it is cancelled before cleanups run.
+			t.Cleanup(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				defer cancel()
+				if err := o.Delete(ctx, id); err != nil {
+					t.Errorf("Delete: %v", err)
+				}
+			})
 			if console := shim.ConsoleSocketPath(o.dir(id)); !strings.HasPrefix(console, shim.ShortSocketDir) {
 				t.Errorf("console socket %s not in the short dir", console)
 			} else if _, err := os.Stat(console); err == nil {
