@@ -17,6 +17,7 @@ import (
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/crin-dev/crin/test/harness"
 	"github.com/crin-dev/crin/test/poll"
 	"github.com/crin-dev/crin/test/testnet"
 )
@@ -366,7 +367,7 @@ func kubeletScenarios(t *testing.T, n *node) {
 		})
 		// Nothing of the pod is left on the host, and kubelet removes its pod
 		// cgroup in its own time.
-		for _, m := range mountsUnder(n.crind.root, n.crind.state, n.root) {
+		for _, m := range harness.MountsUnder(n.crind.root, n.crind.state, n.root) {
 			if strings.Contains(m, sandbox) || strings.Contains(m, uid) {
 				t.Errorf("leaked mount: %s", m)
 			}
