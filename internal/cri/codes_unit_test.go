@@ -1,0 +1,236 @@
+package cri
+
+import (
+	"context"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// TestRPCRefusals checks, for every CRI RPC crind serves, the code of its
+// refusals that TestRPCCodes does not: a missing id or config is
+// InvalidArgument, an unknown id NotFound (or success where the CRI asks
+// for it: stop and remove of what is gone, the status of an image that is
+// not there), a request the object's state does not allow
+// FailedPrecondition. Each row says what a kubelet would see.
+func TestRPCRefusals(t *testing.T) {
+	h := newHub(t)
+	// With a streaming server, so Exec, Attach and PortForward look at
+	// their requests (without one they are Unimplemented).
+	h.opts.StreamAddress = "127.0.0.1:0"
+	h.start(t, true)
+	ctx := t.Context()
+	pod := h.runPod(t, "web")
+	created := h.create(t, pod, "created")
+	running := h.create(t, pod, "running")
+	h.startCtr(t, running)
+	exited := h.create(t, pod, "exited")
+	h.startCtr(t, exited)
+	h.rt.exit(exited, 0)
+	waitFor(t, "exited container recorded as exited", func() bool {
+		st, err := h.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: exited})
+		return err == nil && st.Status.State == runtimeapi.ContainerState_CONTAINER_EXITED
+	})
+	stoppedPod := h.runPod(t, "stopped")
+	if _, err := h.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: stoppedPod}); err != nil {
+		t.Fatalf("StopPodSandbox: %v", err)
+	}
+
+	noMeta := ctrConfig("x")
+	noMeta.Metadata = nil
+	noImage := ctrConfig("x")
+	noImage.Image = nil
+	podNoMeta := podConfig("nometa")
+	podNoMeta.Metadata = nil
+
+	for _, tc := range []struct {
+		name string
+		call func(context.Context) error
+		want codes.Code
+	}{
+		// Pods.
+		{"RunPodSandbox no config", func(ctx context.Context) error {
+			_, err := h.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{})
+			return err
+		}, codes.InvalidArgument},
+		{"RunPodSandbox no metadata", func(ctx context.Context) error {
+			_, err := h.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: podNoMeta})
+			return err
+		}, codes.InvalidArgument},
+		{"StopPodSandbox empty", func(ctx context.Context) error {
+			_, err := h.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{})
+			return err
+		}, codes.InvalidArgument},
+		{"RemovePodSandbox empty", func(ctx context.Context) error {
+			_, err := h.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{})
+			return err
+		}, codes.InvalidArgument},
+		{"ListPodSandbox unknown id", func(ctx context.Context) error {
+			return wantEmpty(h.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{Filter: &runtimeapi.PodSandboxFilter{Id: "nope"}}))
+		}, codes.OK},
+		{"UpdatePodSandboxResources empty", func(ctx context.Context) error {
+			_, err := h.UpdatePodSandboxResources(ctx, &runtimeapi.UpdatePodSandboxResourcesRequest{})
+			return err
+		}, codes.InvalidArgument},
+		{"PortForward empty", func(ctx context.Context) error {
+			_, err := h.PortForward(ctx, &runtimeapi.PortForwardRequest{Port: []int32{80}})
+			return err
+		}, codes.InvalidArgument},
+		{"PortForward bad port", func(ctx context.Context) error {
+			_, err := h.PortForward(ctx, &runtimeapi.PortForwardRequest{PodSandboxId: pod, Port: []int32{70000}})
+			return err
+		}, codes.InvalidArgument},
+		{"PortForward stopped pod", func(ctx context.Context) error {
+			_, err := h.PortForward(ctx, &runtimeapi.PortForwardRequest{PodSandboxId: stoppedPod, Port: []int32{80}})
+			return err
+		}, codes.FailedPrecondition},
+		{"ListPodSandboxStats unknown id", func(ctx context.Context) error {
+			return wantEmpty(h.ListPodSandboxStats(ctx, &runtimeapi.ListPodSandboxStatsRequest{Filter: &runtimeapi.PodSandboxStatsFilter{Id: "nope"}}))
+		}, codes.OK},
+		{"CheckpointPod unknown", func(ctx context.Context) error {
+			_, err := h.CheckpointPod(ctx, &runtimeapi.CheckpointPodRequest{PodSandboxId: "nope", OutputPath: "/tmp/x.tar"})
+			return err
+		}, codes.NotFound},
+		{"CheckpointPod relative path", func(ctx context.Context) error {
+			_, err := h.CheckpointPod(ctx, &runtimeapi.CheckpointPodRequest{PodSandboxId: pod, OutputPath: "x.tar"})
+			return err
+		}, codes.InvalidArgument},
+		{"RestorePod relative path", func(ctx context.Context) error {
+			_, err := h.RestorePod(ctx, &runtimeapi.RestorePodRequest{CheckpointPath: "x.tar"})
+			return err
+		}, codes.InvalidArgument},
+
+		// Containers.
+		{"CreateContainer no metadata", func(ctx context.Context) error {
+			_, err := h.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{PodSandboxId: pod, Config: noMeta, SandboxConfig: podConfig("web")})
+			return err
+		}, codes.InvalidArgument},
+		{"CreateContainer no image", func(ctx context.Context) error {
+			_, err := h.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{PodSandboxId: pod, Config: noImage, SandboxConfig: podConfig("web")})
+			return err
+		}, codes.InvalidArgument},
+		{"CreateContainer empty pod id", func(ctx context.Context) error {
+			_, err := h.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{Config: ctrConfig("x"), SandboxConfig: podConfig("web")})
+			return err
+		}, codes.InvalidArgument},
+		{"CreateContainer stopped pod", func(ctx context.Context) error {
+			_, err := h.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{PodSandboxId: stoppedPod, Config: ctrConfig("late"), SandboxConfig: podConfig("stopped")})
+			return err
+		}, codes.FailedPrecondition},
+		{"StartContainer empty", func(ctx context.Context) error {
+			_, err := h.StartContainer(ctx, &runtimeapi.StartContainerRequest{})
+			return err
+		}, codes.InvalidArgument},
+		{"StartContainer exited", func(ctx context.Context) error {
+			_, err := h.StartContainer(ctx, &runtimeapi.StartContainerRequest{ContainerId: exited})
+			return err
+		}, codes.FailedPrecondition},
+		{"StopContainer empty", func(ctx context.Context) error {
+			_, err := h.StopContainer(ctx, &runtimeapi.StopContainerRequest{})
+			return err
+		}, codes.InvalidArgument},
+		{"StopContainer exited", func(ctx context.Context) error {
+			_, err := h.StopContainer(ctx, &runtimeapi.StopContainerRequest{ContainerId: exited})
+			return err
+		}, codes.OK},
+		{"RemoveContainer empty", func(ctx context.Context) error {
+			_, err := h.RemoveContainer(ctx, &runtimeapi.RemoveContainerRequest{})
+			return err
+		}, codes.InvalidArgument},
+		{"ListContainers unknown id", func(ctx context.Context) error {
+			return wantEmpty(h.ListContainers(ctx, &runtimeapi.ListContainersRequest{Filter: &runtimeapi.ContainerFilter{Id: "nope"}}))
+		}, codes.OK},
+		{"ListContainerStats unknown id", func(ctx context.Context) error {
+			return wantEmpty(h.ListContainerStats(ctx, &runtimeapi.ListContainerStatsRequest{Filter: &runtimeapi.ContainerStatsFilter{Id: "nope"}}))
+		}, codes.OK},
+		{"UpdateContainerResources exited", func(ctx context.Context) error {
+			_, err := h.UpdateContainerResources(ctx, &runtimeapi.UpdateContainerResourcesRequest{ContainerId: exited, Linux: &runtimeapi.LinuxContainerResources{CpuShares: 256}})
+			return err
+		}, codes.FailedPrecondition},
+		{"ReopenContainerLog empty", func(ctx context.Context) error {
+			_, err := h.ReopenContainerLog(ctx, &runtimeapi.ReopenContainerLogRequest{})
+			return err
+		}, codes.InvalidArgument},
+		{"ReopenContainerLog exited", func(ctx context.Context) error {
+			_, err := h.ReopenContainerLog(ctx, &runtimeapi.ReopenContainerLogRequest{ContainerId: exited})
+			return err
+		}, codes.FailedPrecondition},
+		{"ExecSync exited", func(ctx context.Context) error {
+			_, err := h.ExecSync(ctx, &runtimeapi.ExecSyncRequest{ContainerId: exited, Cmd: []string{"true"}})
+			return err
+		}, codes.FailedPrecondition},
+		{"Exec empty", func(ctx context.Context) error {
+			_, err := h.Exec(ctx, &runtimeapi.ExecRequest{Cmd: []string{"sh"}, Stdout: true})
+			return err
+		}, codes.InvalidArgument},
+		{"Exec no command", func(ctx context.Context) error {
+			_, err := h.Exec(ctx, &runtimeapi.ExecRequest{ContainerId: running, Stdout: true})
+			return err
+		}, codes.InvalidArgument},
+		{"Exec no streams", func(ctx context.Context) error {
+			_, err := h.Exec(ctx, &runtimeapi.ExecRequest{ContainerId: running, Cmd: []string{"sh"}})
+			return err
+		}, codes.InvalidArgument},
+		{"Exec tty and stderr", func(ctx context.Context) error {
+			_, err := h.Exec(ctx, &runtimeapi.ExecRequest{ContainerId: running, Cmd: []string{"sh"}, Tty: true, Stdout: true, Stderr: true})
+			return err
+		}, codes.InvalidArgument},
+		{"Exec not running", func(ctx context.Context) error {
+			_, err := h.Exec(ctx, &runtimeapi.ExecRequest{ContainerId: created, Cmd: []string{"sh"}, Stdout: true})
+			return err
+		}, codes.FailedPrecondition},
+		{"Attach empty", func(ctx context.Context) error {
+			_, err := h.Attach(ctx, &runtimeapi.AttachRequest{Stdout: true})
+			return err
+		}, codes.InvalidArgument},
+		{"Attach no streams", func(ctx context.Context) error {
+			_, err := h.Attach(ctx, &runtimeapi.AttachRequest{ContainerId: running})
+			return err
+		}, codes.InvalidArgument},
+		{"Attach tty and stderr", func(ctx context.Context) error {
+			_, err := h.Attach(ctx, &runtimeapi.AttachRequest{ContainerId: running, Tty: true, Stdout: true, Stderr: true})
+			return err
+		}, codes.InvalidArgument},
+		{"Attach exited", func(ctx context.Context) error {
+			_, err := h.Attach(ctx, &runtimeapi.AttachRequest{ContainerId: exited, Stdout: true})
+			return err
+		}, codes.FailedPrecondition},
+		{"CheckpointContainer empty", func(ctx context.Context) error {
+			_, err := h.CheckpointContainer(ctx, &runtimeapi.CheckpointContainerRequest{Location: "/tmp/x.tar"})
+			return err
+		}, codes.InvalidArgument},
+		{"CheckpointContainer relative path", func(ctx context.Context) error {
+			_, err := h.CheckpointContainer(ctx, &runtimeapi.CheckpointContainerRequest{ContainerId: running, Location: "x.tar"})
+			return err
+		}, codes.InvalidArgument},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.call(ctx)
+			got := codes.OK
+			if err != nil {
+				got = classify(err)
+			}
+			if got != tc.want {
+				t.Errorf("%v (%v), want %v", err, got, tc.want)
+			}
+		})
+	}
+}
+
+// errUnexpected is a row's own failure, which no RPC returns: Unknown.
+type errUnexpected string
+
+func (e errUnexpected) Error() string { return "unexpected: " + string(e) }
+
+// wantEmpty passes a List response through as an error: nil when it has
+// no items.
+func wantEmpty[R interface{ String() string }](resp R, err error) error {
+	if err != nil {
+		return err
+	}
+	if s := resp.String(); s != "" {
+		return errUnexpected("items for an unknown id: " + s)
+	}
+	return nil
+}
