@@ -2,10 +2,14 @@ package cri
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
+	"github.com/containerd/errdefs"
 	"google.golang.org/grpc/codes"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/crin-dev/crin/internal/image"
 )
 
 // TestRPCRefusals checks, for every CRI RPC crind serves, the code of its
@@ -233,4 +237,99 @@ func wantEmpty[R interface{ String() string }](resp R, err error) error {
 		return errUnexpected("items for an unknown id: " + s)
 	}
 	return nil
+}
+
+// refusingImages is the image service refusing every image with err, as
+// the real one does an unknown, malformed or unreachable reference.
+type refusingImages struct {
+	*fakeImages
+	err error
+}
+
+func (f refusingImages) Pull(context.Context, string, *image.Auth) (*image.Image, error) {
+	return nil, f.err
+}
+func (f refusingImages) Get(string) (*image.Image, error)     { return nil, f.err }
+func (f refusingImages) Remove(context.Context, string) error { return f.err }
+func (f refusingImages) FsInfo() (image.FsUsage, error)       { return image.FsUsage{}, f.err }
+
+// TestImageRPCRefusals checks how the image RPCs pass on the image
+// service's refusals: an image that is not there is an empty answer to
+// ImageStatus and ListImages and a success of RemoveImage (the CRI asks
+// for both), a NotFound of PullImage; a bad reference is InvalidArgument
+// everywhere; the service's other failures keep their class.
+func TestImageRPCRefusals(t *testing.T) {
+	errBadRef := fmt.Errorf("reference %q: %w", "Not A Ref", errdefs.ErrInvalidArgument)
+	errNoImage := fmt.Errorf("image nope: %w", errdefs.ErrNotFound)
+	errDown := fmt.Errorf("registry: %w", errdefs.ErrUnavailable)
+	spec := &runtimeapi.ImageSpec{Image: "nope"}
+	for _, tc := range []struct {
+		name string
+		err  error // what the image service says
+		// call makes the request, in a hub with the running pod pod.
+		call func(ctx context.Context, h *hub, pod string) error
+		want codes.Code
+	}{
+		{"ImageStatus unknown", errNoImage, func(ctx context.Context, h *hub, pod string) error {
+			resp, err := h.ImageStatus(ctx, &runtimeapi.ImageStatusRequest{Image: spec})
+			if err == nil && resp.Image != nil {
+				return errUnexpected("an image for an unknown reference")
+			}
+			return err
+		}, codes.OK},
+		{"ImageStatus bad reference", errBadRef, func(ctx context.Context, h *hub, pod string) error {
+			_, err := h.ImageStatus(ctx, &runtimeapi.ImageStatusRequest{Image: spec})
+			return err
+		}, codes.InvalidArgument},
+		{"ListImages unknown", errNoImage, func(ctx context.Context, h *hub, pod string) error {
+			return wantEmpty(h.ListImages(ctx, &runtimeapi.ListImagesRequest{Filter: &runtimeapi.ImageFilter{Image: spec}}))
+		}, codes.OK},
+		{"ListImages bad reference", errBadRef, func(ctx context.Context, h *hub, pod string) error {
+			_, err := h.ListImages(ctx, &runtimeapi.ListImagesRequest{Filter: &runtimeapi.ImageFilter{Image: spec}})
+			return err
+		}, codes.InvalidArgument},
+		{"RemoveImage unknown", errNoImage, func(ctx context.Context, h *hub, pod string) error {
+			_, err := h.RemoveImage(ctx, &runtimeapi.RemoveImageRequest{Image: spec})
+			return err
+		}, codes.OK},
+		{"RemoveImage bad reference", errBadRef, func(ctx context.Context, h *hub, pod string) error {
+			_, err := h.RemoveImage(ctx, &runtimeapi.RemoveImageRequest{Image: spec})
+			return err
+		}, codes.InvalidArgument},
+		{"PullImage unknown", errNoImage, func(ctx context.Context, h *hub, pod string) error {
+			_, err := h.PullImage(ctx, &runtimeapi.PullImageRequest{Image: spec})
+			return err
+		}, codes.NotFound},
+		{"PullImage bad reference", errBadRef, func(ctx context.Context, h *hub, pod string) error {
+			_, err := h.PullImage(ctx, &runtimeapi.PullImageRequest{Image: spec})
+			return err
+		}, codes.InvalidArgument},
+		{"PullImage registry down", errDown, func(ctx context.Context, h *hub, pod string) error {
+			_, err := h.PullImage(ctx, &runtimeapi.PullImageRequest{Image: spec})
+			return err
+		}, codes.Unavailable},
+		{"ImageFsInfo store unreadable", errDown, func(ctx context.Context, h *hub, pod string) error {
+			_, err := h.ImageFsInfo(ctx, &runtimeapi.ImageFsInfoRequest{})
+			return err
+		}, codes.Unavailable},
+		{"CreateContainer unknown image", errNoImage, func(ctx context.Context, h *hub, pod string) error {
+			_, err := h.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{PodSandboxId: pod, Config: ctrConfig("x"), SandboxConfig: podConfig("web")})
+			return err
+		}, codes.NotFound},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHub(t)
+			h.opts.Images = refusingImages{fakeImages: h.images, err: tc.err}
+			h.start(t, false)
+			pod := h.runPod(t, "web")
+			err := tc.call(t.Context(), h, pod)
+			got := codes.OK
+			if err != nil {
+				got = classify(err)
+			}
+			if got != tc.want {
+				t.Errorf("%v (%v), want %v", err, got, tc.want)
+			}
+		})
+	}
 }
