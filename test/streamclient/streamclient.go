@@ -167,6 +167,13 @@ func Run(t testing.TB, url string, o Options) *Session {
 			stdin.Close()
 		}
 	}
+	return collect(t, conn, url, errStream, stdout, stderr, o.UntilStdout)
+}
+
+// collect reads a session's outputs (stdout and stderr may be nil) until
+// the server ends it, or until stdout holds until, when that is set.
+func collect(t testing.TB, conn httpstream.Connection, url string, errStream, stdout, stderr httpstream.Stream, until string) *Session {
+	t.Helper()
 	var (
 		wg             sync.WaitGroup
 		outBuf, errBuf harness.LogBuffer
@@ -191,7 +198,7 @@ func Run(t testing.TB, url string, o Options) *Session {
 	}
 	if stdout != nil {
 		wg.Add(1)
-		go copyOut(&outBuf, stdout, o.UntilStdout)
+		go copyOut(&outBuf, stdout, until)
 	}
 	if stderr != nil {
 		wg.Add(1)
