@@ -56,14 +56,7 @@ func mergeLiveEnv(p *[]string) mergeLive[*api.KeyValue] {
 func mergeList[T any](c *mergeCall, f api.Field, in []T, keyOf func(T) string, mark func(string) T, out *[]T, live mergeLive[T]) error {
 	for _, x := range in {
 		key, remove := api.IsMarkedForRemoval(keyOf(x))
-		if key == "" {
-			return c.invalid(f)
-		}
-		claim := c.claim
-		if remove {
-			claim = c.claimRemoval
-		}
-		if err := claim(f, key); err != nil {
+		if err := c.claimKey(f, key, remove); err != nil {
 			return err
 		}
 		same := func(y T) bool { return keyOf(y) == key }
@@ -104,14 +97,7 @@ func mergeMap[V any](c *mergeCall, f api.Field, in map[string]V, out, live *map[
 			if remove != removals {
 				continue
 			}
-			if key == "" {
-				return c.invalid(f)
-			}
-			claim := c.claim
-			if remove {
-				claim = c.claimRemoval
-			}
-			if err := claim(f, key); err != nil {
+			if err := c.claimKey(f, key, remove); err != nil {
 				return err
 			}
 			if *out == nil {
@@ -139,6 +125,18 @@ func mergeMap[V any](c *mergeCall, f api.Field, in map[string]V, out, live *map[
 		}
 	}
 	return nil
+}
+
+// claimKey claims the item key of field f for the plugin, for a set or,
+// if remove, a removal; an item without a key is invalid.
+func (c *mergeCall) claimKey(f api.Field, key string, remove bool) error {
+	if key == "" {
+		return c.invalid(f)
+	}
+	if remove {
+		return c.claimRemoval(f, key)
+	}
+	return c.claim(f, key)
 }
 
 // invalid reports an item of field f without a key.
