@@ -3,6 +3,7 @@ package cri
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/containerd/errdefs"
@@ -331,5 +332,49 @@ func TestImageRPCRefusals(t *testing.T) {
 				t.Errorf("%v (%v), want %v", err, got, tc.want)
 			}
 		})
+	}
+}
+
+// brokenNetwork is pod networking whose every call fails with err, as CNI
+// does with no config or a bad pod CIDR.
+type brokenNetwork struct {
+	fakeNetwork
+	err error
+}
+
+func (n brokenNetwork) Status() error           { return n.err }
+func (n brokenNetwork) SetPodCIDR(string) error { return n.err }
+
+// TestRuntimeRPCRefusals checks the RPCs about the runtime as a whole
+// when pod networking fails: Status answers with NetworkReady false and
+// the reason (kubelet reads the condition, not an error),
+// and UpdateRuntimeConfig passes on the network's refusal of the pod CIDR.
+// (A pod whose network cannot be set up is not here: its own network
+// namespace makes the hub mount its netns dir, which needs root.)
+func TestRuntimeRPCRefusals(t *testing.T) {
+	h := newHub(t)
+	h.opts.Network = brokenNetwork{err: fmt.Errorf("no CNI config: %w", errdefs.ErrFailedPrecondition)}
+	h.start(t, false)
+	ctx := t.Context()
+
+	st, err := h.Status(ctx, &runtimeapi.StatusRequest{})
+	if err != nil {
+		t.Fatalf("Status with the network down: %v, want an answer", err)
+	}
+	var net *runtimeapi.RuntimeCondition
+	for _, c := range st.Status.Conditions {
+		if c.Type == runtimeapi.NetworkReady {
+			net = c
+		}
+	}
+	if net == nil || net.Status || net.Reason == "" || !strings.Contains(net.Message, "no CNI config") {
+		t.Errorf("NetworkReady condition %v, want false with the reason and the network's message", net)
+	}
+
+	_, err = h.UpdateRuntimeConfig(ctx, &runtimeapi.UpdateRuntimeConfigRequest{RuntimeConfig: &runtimeapi.RuntimeConfig{
+		NetworkConfig: &runtimeapi.NetworkConfig{PodCidr: "10.1.0.0/16"},
+	}})
+	if got := classify(err); got != codes.FailedPrecondition {
+		t.Errorf("UpdateRuntimeConfig: %v (%v), want FailedPrecondition", err, got)
 	}
 }
