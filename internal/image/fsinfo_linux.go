@@ -3,7 +3,6 @@ package image
 import (
 	"errors"
 	"fmt"
-	"github.com/moby/sys/mountinfo"
 	"io/fs"
 	"maps"
 	"os"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	"github.com/containerd/errdefs"
+	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
 )
 
@@ -144,11 +144,7 @@ func (s *Service) fsMountpoint() (string, error) {
 // blobsUsage counts Root/blobs: committed blobs (immutable, named by
 // digest) from the cache, anything else (downloads in progress) walked.
 func (s *Service) blobsUsage(dir string, dev uint64) (usage, error) {
-	out, err := lstatUsage(dir)
-	if err != nil {
-		return usage{}, err
-	}
-	ents, err := os.ReadDir(dir)
+	out, ents, err := dirUsage(dir)
 	if err != nil {
 		return usage{}, err
 	}
@@ -172,11 +168,7 @@ func (s *Service) blobsUsage(dir string, dev uint64) (usage, error) {
 }
 
 func (s *Service) sha256Usage(dir string) (usage, error) {
-	out, err := lstatUsage(dir)
-	if err != nil {
-		return usage{}, err
-	}
-	ents, err := os.ReadDir(dir)
+	out, ents, err := dirUsage(dir)
 	if err != nil {
 		return usage{}, err
 	}
@@ -205,11 +197,7 @@ func (s *Service) sha256Usage(dir string) (usage, error) {
 // layersUsage counts Root/l: committed layer dirs from the cache (walked
 // once), dirs being unpacked or removed walked every time.
 func (s *Service) layersUsage(dir string, dev uint64) (usage, error) {
-	out, err := lstatUsage(dir)
-	if err != nil {
-		return usage{}, err
-	}
-	ents, err := os.ReadDir(dir)
+	out, ents, err := dirUsage(dir)
 	if err != nil {
 		return usage{}, err
 	}
@@ -254,11 +242,7 @@ func (s *Service) layersUsage(dir string, dev uint64) (usage, error) {
 // the last WritableLayerUsage (measured now if never), the rest of its dir
 // (work dir, mountpoints) walked, mounted rootfs skipped.
 func (s *Service) containersUsage(dir string, dev uint64) (usage, error) {
-	out, err := lstatUsage(dir)
-	if err != nil {
-		return usage{}, err
-	}
-	ents, err := os.ReadDir(dir)
+	out, ents, err := dirUsage(dir)
 	if err != nil {
 		return usage{}, err
 	}
@@ -322,6 +306,20 @@ func (s *Service) containersUsage(dir string, dev uint64) (usage, error) {
 }
 
 func (u *usage) add(v usage) { u.bytes += v.bytes; u.inodes += v.inodes }
+
+// dirUsage is the usage of dir's own inode, and its entries for the
+// caller to count each by its own rule.
+func dirUsage(dir string) (usage, []os.DirEntry, error) {
+	u, err := lstatUsage(dir)
+	if err != nil {
+		return usage{}, nil, err
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return usage{}, nil, err
+	}
+	return u, ents, nil
+}
 
 // lstatUsage is the usage of one inode.
 func lstatUsage(p string) (usage, error) {

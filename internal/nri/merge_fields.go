@@ -2,7 +2,6 @@ package nri
 
 import (
 	"fmt"
-	"maps"
 	"slices"
 
 	"github.com/containerd/errdefs"
@@ -234,10 +233,15 @@ func (c *mergeCall) set(f api.Field, present bool, apply func()) error {
 // update) and live (the adjusted container's resources; nil when the
 // container is not the merger's own).
 func (c *mergeCall) resources(in, out, live *api.LinuxResources) error {
-	if err := c.memory(in, out, live); err != nil {
+	var liveMem **api.LinuxMemory
+	var liveCPU **api.LinuxCPU
+	if live != nil {
+		liveMem, liveCPU = &live.Memory, &live.Cpu
+	}
+	if err := mergeScalars(c, memoryFields(), in.Memory, &out.Memory, liveMem); err != nil {
 		return err
 	}
-	if err := c.cpu(in, out, live); err != nil {
+	if err := mergeScalars(c, cpuFields(), in.Cpu, &out.Cpu, liveCPU); err != nil {
 		return err
 	}
 
@@ -290,65 +294,43 @@ func (c *mergeCall) resources(in, out, live *api.LinuxResources) error {
 	return nil
 }
 
-// memory merges the memory scalars of in into out and live, as resources.
-func (c *mergeCall) memory(in, out, live *api.LinuxResources) error {
-	if in.Memory == nil {
+// mergeScalars merges the scalars of one resource group (LinuxMemory,
+// LinuxCPU) of in into *out and, when live is not nil, *live, claiming
+// each field the plugin sets.
+func mergeScalars[T any](c *mergeCall, fields []scalarField[T], in *T, out, live **T) error {
+	if in == nil {
 		return nil
 	}
-	if out.Memory == nil {
-		out.Memory = &api.LinuxMemory{}
+	if *out == nil {
+		*out = new(T)
 	}
-	if live != nil && live.Memory == nil {
-		live.Memory = &api.LinuxMemory{}
+	if live != nil && *live == nil {
+		*live = new(T)
 	}
-	for _, mf := range mergeMemoryFields() {
-		if !mf.move(out.Memory, in.Memory) {
+	for _, sf := range fields {
+		if !sf.move(*out, in) {
 			continue
 		}
-		if err := c.claim(mf.f, ""); err != nil {
+		if err := c.claim(sf.f, ""); err != nil {
 			return err
 		}
 		if live != nil {
-			mf.move(live.Memory, in.Memory)
+			sf.move(*live, in)
 		}
 	}
 	return nil
 }
 
-// cpu merges the CPU scalars of in into out and live, as resources.
-func (c *mergeCall) cpu(in, out, live *api.LinuxResources) error {
-	if in.Cpu == nil {
-		return nil
-	}
-	if out.Cpu == nil {
-		out.Cpu = &api.LinuxCPU{}
-	}
-	if live != nil && live.Cpu == nil {
-		live.Cpu = &api.LinuxCPU{}
-	}
-	for _, cf := range mergeCPUFields() {
-		if !cf.move(out.Cpu, in.Cpu) {
-			continue
-		}
-		if err := c.claim(cf.f, ""); err != nil {
-			return err
-		}
-		if live != nil {
-			cf.move(live.Cpu, in.Cpu)
-		}
-	}
-	return nil
-}
-
-// mergeMemoryField is one scalar of LinuxMemory: move copies it from src to
-// dst if src sets it and tells whether it did.
-type mergeMemoryField struct {
+// scalarField is one scalar of a resource group T: move copies it from
+// src to dst if src sets it and tells whether it did.
+type scalarField[T any] struct {
 	f    api.Field
-	move func(dst, src *api.LinuxMemory) bool
+	move func(dst, src *T) bool
 }
 
-func mergeMemoryFields() []mergeMemoryField {
-	return []mergeMemoryField{
+// memoryFields are the scalars of LinuxMemory.
+func memoryFields() []scalarField[api.LinuxMemory] {
+	return []scalarField[api.LinuxMemory]{
 		{api.Field_MemLimit, func(d, s *api.LinuxMemory) bool { d.Limit = mergeOr(s.Limit, d.Limit); return s.Limit != nil }},
 		{api.Field_MemReservation, func(d, s *api.LinuxMemory) bool {
 			d.Reservation = mergeOr(s.Reservation, d.Reservation)
@@ -375,14 +357,9 @@ func mergeMemoryFields() []mergeMemoryField {
 	}
 }
 
-// mergeCPUField is one scalar of LinuxCPU, like mergeMemoryField.
-type mergeCPUField struct {
-	f    api.Field
-	move func(dst, src *api.LinuxCPU) bool
-}
-
-func mergeCPUFields() []mergeCPUField {
-	return []mergeCPUField{
+// cpuFields are the scalars of LinuxCPU.
+func cpuFields() []scalarField[api.LinuxCPU] {
+	return []scalarField[api.LinuxCPU]{
 		{api.Field_CPUShares, func(d, s *api.LinuxCPU) bool { d.Shares = mergeOr(s.Shares, d.Shares); return s.Shares != nil }},
 		{api.Field_CPUQuota, func(d, s *api.LinuxCPU) bool { d.Quota = mergeOr(s.Quota, d.Quota); return s.Quota != nil }},
 		{api.Field_CPUPeriod, func(d, s *api.LinuxCPU) bool { d.Period = mergeOr(s.Period, d.Period); return s.Period != nil }},
@@ -470,141 +447,4 @@ func (m *merger) mergeUpdates(plugin string, upds []*api.ContainerUpdate) error 
 		}
 	}
 	return nil
-}
-
-// mergeLive applies a keyed-list change to the adjusted container; its
-// funcs are nil when there is no container to change.
-type mergeLive[T any] struct {
-	set func(key string, v T)
-	del func(key string)
-}
-
-// mergeLiveSlice changes the list *p whose items are keyed by keyOf.
-func mergeLiveSlice[T any](p *[]T, keyOf func(T) string) mergeLive[T] {
-	return mergeLive[T]{
-		set: func(key string, v T) {
-			if i := slices.IndexFunc(*p, func(x T) bool { return keyOf(x) == key }); i >= 0 {
-				(*p)[i] = v
-				return
-			}
-			*p = append(*p, v)
-		},
-		del: func(key string) {
-			*p = slices.DeleteFunc(*p, func(x T) bool { return keyOf(x) == key })
-		},
-	}
-}
-
-// mergeLiveEnv changes an OCI "NAME=value" environment.
-func mergeLiveEnv(p *[]string) mergeLive[*api.KeyValue] {
-	return mergeLive[*api.KeyValue]{
-		set: func(key string, v *api.KeyValue) {
-			kv := key + "=" + v.GetValue()
-			if i := slices.IndexFunc(*p, func(x string) bool { return mergeEnvName(x) == key }); i >= 0 {
-				(*p)[i] = kv
-				return
-			}
-			*p = append(*p, kv)
-		},
-		del: func(key string) {
-			*p = slices.DeleteFunc(*p, func(x string) bool { return mergeEnvName(x) == key })
-		},
-	}
-}
-
-// mergeList merges a keyed list (mounts by destination, env by name, ...)
-// in the order the plugin gave it. out gets the set items and, for items
-// of the original container, the removal marks (built by mark from the
-// marked key) ahead of any later set of the same key.
-func mergeList[T any](c *mergeCall, f api.Field, in []T, keyOf func(T) string, mark func(string) T, out *[]T, live mergeLive[T]) error {
-	for _, x := range in {
-		key, remove := api.IsMarkedForRemoval(keyOf(x))
-		if key == "" {
-			return c.invalid(f)
-		}
-		claim := c.claim
-		if remove {
-			claim = c.claimRemoval
-		}
-		if err := claim(f, key); err != nil {
-			return err
-		}
-		same := func(y T) bool { return keyOf(y) == key }
-		if remove {
-			if live.del != nil {
-				live.del(key)
-			}
-			*out = slices.DeleteFunc(*out, same)
-			marked := api.MarkForRemoval(key)
-			if c.origHas(f, key) && !slices.ContainsFunc(*out, func(y T) bool { return keyOf(y) == marked }) {
-				*out = append(*out, mark(marked))
-			}
-			continue
-		}
-		if live.set != nil {
-			live.set(key, x)
-		}
-		if i := slices.IndexFunc(*out, same); i >= 0 {
-			(*out)[i] = x
-		} else {
-			*out = append(*out, x)
-		}
-	}
-	return nil
-}
-
-// mergeMap merges a map field (annotations, sysctls, ...). The plugin's
-// removals are applied before its sets, so removing and setting one key is
-// a set. live may be nil.
-func mergeMap[V any](c *mergeCall, f api.Field, in map[string]V, out, live *map[string]V) error {
-	if len(in) == 0 {
-		return nil
-	}
-	keys := slices.Sorted(maps.Keys(in))
-	for _, removals := range []bool{true, false} {
-		for _, raw := range keys {
-			key, remove := api.IsMarkedForRemoval(raw)
-			if remove != removals {
-				continue
-			}
-			if key == "" {
-				return c.invalid(f)
-			}
-			claim := c.claim
-			if remove {
-				claim = c.claimRemoval
-			}
-			if err := claim(f, key); err != nil {
-				return err
-			}
-			if *out == nil {
-				*out = map[string]V{}
-			}
-			if remove {
-				if live != nil {
-					delete(*live, key)
-				}
-				delete(*out, key)
-				if c.origHas(f, key) {
-					var zero V
-					(*out)[raw] = zero
-				}
-				continue
-			}
-			if live != nil {
-				if *live == nil {
-					*live = map[string]V{}
-				}
-				(*live)[key] = in[raw]
-			}
-			delete(*out, api.MarkForRemoval(key))
-			(*out)[key] = in[raw]
-		}
-	}
-	return nil
-}
-
-// invalid reports an item of field f without a key.
-func (c *mergeCall) invalid(f api.Field) error {
-	return fmt.Errorf("merge response of plugin %q: %s without a key: %w", c.plugin, mergeFieldName(f), errdefs.ErrInvalidArgument)
 }

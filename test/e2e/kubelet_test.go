@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/crin-dev/crin/internal/image/imagetest"
+	"github.com/crin-dev/crin/test/harness"
 	"github.com/crin-dev/crin/test/poll"
 )
 
@@ -123,8 +124,8 @@ func startNodeWith(t *testing.T, o nodeOptions) *node {
 		opts:      o,
 		t:         t,
 		base:      base,
-		name:      "crine2e-" + randHex(3),
-		cgroup:    "/crine2e-" + randHex(4),
+		name:      "crine2e-" + harness.RandHex(3),
+		cgroup:    "/crine2e-" + harness.RandHex(4),
 		kubelet:   bin,
 		root:      filepath.Join(base, "kubelet"),
 		manifests: filepath.Join(base, "manifests"),
@@ -381,7 +382,7 @@ func (n *node) startKubelet(t *testing.T) {
 
 func (n *node) kubeletLog(max int) string {
 	b, _ := os.ReadFile(n.logPath)
-	return tail(string(b), max)
+	return harness.Tail(string(b), max)
 }
 
 // stopKubelet kills kubelet (SIGTERM, then SIGKILL) and waits for it.
@@ -421,7 +422,7 @@ func (n *node) cleanup() {
 	}
 	// Mounts kubelet made under its root dir, the root dir's own bind
 	// mount and crind's netns dir, deepest first.
-	ms := mountsUnder(n.base)
+	ms := harness.MountsUnder(n.base)
 	sort.Slice(ms, func(i, j int) bool { return len(ms[i]) > len(ms[j]) })
 	for _, m := range ms {
 		if err := syscall.Unmount(m, syscall.MNT_DETACH); err != nil && !errors.Is(err, syscall.EINVAL) {
@@ -434,7 +435,7 @@ func (n *node) cleanup() {
 	if t.Failed() {
 		t.Logf("kubelet log:\n%s", n.kubeletLog(12000))
 		if n.crind != nil {
-			t.Logf("crind log:\n%s", tail(n.crind.logBuf.String(), 8000))
+			t.Logf("crind log:\n%s", harness.Tail(n.crind.logBuf.String(), 8000))
 		}
 	}
 	if os.Getenv("CRIN_E2E_KEEP") == "" {

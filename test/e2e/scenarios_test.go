@@ -17,6 +17,7 @@ import (
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/crin-dev/crin/test/harness"
 	"github.com/crin-dev/crin/test/poll"
 	"github.com/crin-dev/crin/test/testnet"
 )
@@ -86,8 +87,8 @@ func kubeletScenarios(t *testing.T, n *node) {
 			t.Errorf("/run: %q, %v", out, err)
 		}
 		r := n.exec(t, n.podName("hello"), "main", "from-stdin\n", "sh", "-c", "read x; echo got-$x; echo err-side >&2; exit 7")
-		if r.stdout != "got-from-stdin\n" || r.stderr != "err-side\n" || r.exitCode() != 7 {
-			t.Errorf("/exec: stdout %q stderr %q exit %d (%+v)", r.stdout, r.stderr, r.exitCode(), r.status)
+		if r.Stdout != "got-from-stdin\n" || r.Stderr != "err-side\n" || r.ExitCode() != 7 {
+			t.Errorf("/exec: stdout %q stderr %q exit %d (%+v)", r.Stdout, r.Stderr, r.ExitCode(), r.Status)
 		}
 	})
 
@@ -243,8 +244,8 @@ func kubeletScenarios(t *testing.T, n *node) {
 			"echo uid=$(id -u) gid=$(id -g) groups=$(id -G | tr ' ' ,) data=$(stat -c %g /data); "+
 				"touch /data/ok && echo data=writable; touch /rootfs-file 2>/dev/null && echo rootfs=writable || echo rootfs=readonly")
 		for _, want := range []string{"uid=1000 ", "gid=3000 ", "groups=3000,2000 ", "data=2000\n", "data=writable\n", "rootfs=readonly\n"} {
-			if !strings.Contains(r.stdout, want) {
-				t.Errorf("in the container: %q (stderr %q); want %q", r.stdout, r.stderr, strings.TrimSpace(want))
+			if !strings.Contains(r.Stdout, want) {
+				t.Errorf("in the container: %q (stderr %q); want %q", r.Stdout, r.Stderr, strings.TrimSpace(want))
 			}
 		}
 	})
@@ -366,7 +367,7 @@ func kubeletScenarios(t *testing.T, n *node) {
 		})
 		// Nothing of the pod is left on the host, and kubelet removes its pod
 		// cgroup in its own time.
-		for _, m := range mountsUnder(n.crind.root, n.crind.state, n.root) {
+		for _, m := range harness.MountsUnder(n.crind.root, n.crind.state, n.root) {
 			if strings.Contains(m, sandbox) || strings.Contains(m, uid) {
 				t.Errorf("leaked mount: %s", m)
 			}

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +14,7 @@ import (
 	"k8s.io/streaming/pkg/httpstream"
 
 	"github.com/crin-dev/crin/test/poll"
+	"github.com/crin-dev/crin/test/streamclient"
 )
 
 // attachSession is an interactive attach, held open the way kubectl attach
@@ -42,15 +42,7 @@ func (d *daemon) attach(t *testing.T, ctr string, s attachStreams) *attachSessio
 	}
 	a := &attachSession{t: t, conn: dialStream(t, resp.Url, remoteCommandV4), status: make(chan []byte, 1)}
 	t.Cleanup(func() { a.conn.Close() })
-	create := func(typ string) httpstream.Stream {
-		h := http.Header{}
-		h.Set("streamType", typ)
-		st, err := a.conn.CreateStream(h)
-		if err != nil {
-			t.Fatalf("create %s stream: %v", typ, err)
-		}
-		return st
-	}
+	create := func(typ string) httpstream.Stream { return streamclient.CreateStream(t, a.conn, typ) }
 	errStream := create("error")
 	if s.stdin {
 		a.stdin = create("stdin")

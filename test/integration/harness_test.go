@@ -6,72 +6,48 @@
 package integration
 
 import (
-	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/crin-dev/crin/test/poll"
+	"github.com/crin-dev/crin/test/harness"
 	"github.com/crin-dev/crin/test/testnet"
 )
 
-// bins holds the binaries built once for the whole run.
+// The suite's names for the shared harness (test/harness), used across
+// its files.
+type lockedBuffer = harness.LogBuffer
+
 var (
-	binOnce sync.Once
-	binDir  string
-	binErr  error
+	randHex  = harness.RandHex
+	repoRoot = harness.RepoRoot
+	tail     = harness.Tail
 )
 
-func buildBinaries(t *testing.T) string {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("integration tests need root")
-	}
-	binOnce.Do(func() {
-		binDir, binErr = os.MkdirTemp("", "crinbin")
-		if binErr != nil {
-			return
-		}
-		root := repoRoot()
-		for _, b := range []struct{ name, pkg string }{
-			{"crind", "./cmd/crind"}, {"crin-shim", "./cmd/crin-shim"}, {"crin-pause", "./cmd/crin-pause"},
-			{"crin-logger", "./cmd/crin-logger"},
-		} {
-			cmd := exec.Command("go", "build", "-o", filepath.Join(binDir, b.name), b.pkg)
-			cmd.Dir = root
-			cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-			if out, err := cmd.CombinedOutput(); err != nil {
-				binErr = fmt.Errorf("build %s: %v\n%s", b.name, err, out)
-				return
-			}
-		}
-	})
-	if binErr != nil {
-		t.Fatal(binErr)
-	}
-	return binDir
-}
+func buildBinaries(t *testing.T) string { return harness.Build(t) }
 
-func repoRoot() string {
-	wd, _ := os.Getwd()
-	return filepath.Clean(filepath.Join(wd, "..", ".."))
+// TestMain removes the binaries built for the run.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	harness.RemoveBuilt()
+	os.Exit(code)
 }
 
 // daemon is one crind under test.
+//
+// It looks like the e2e suite's crind (test/e2e), and must behave like
+// it: what both do (build, start, kill, stop, drain, leak check) is
+// test/harness's; each suite keeps a type of its own for the config it
+// writes and the fields its tests reach into.
 type daemon struct {
 	t       *testing.T
 	bin     string
@@ -95,29 +71,6 @@ type daemonOptions struct {
 	noCNI bool
 	// metrics is the metrics address; empty disables the endpoint.
 	metrics string
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-func randHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
 }
 
 func startDaemon(t *testing.T, o daemonOptions) *daemon {
@@ -184,36 +137,12 @@ bin_dirs = ["/usr/lib/cni"]
 	return d
 }
 
-func tail(s string, n int) string {
-	if len(s) > n {
-		return s[len(s)-n:]
-	}
-	return s
-}
-
 // start launches crind and connects to it.
 func (d *daemon) start() {
 	t := d.t
 	t.Helper()
-	cmd := exec.Command(filepath.Join(d.bin, "crind"), "--config", d.cfgPath)
-	cmd.Stdout, cmd.Stderr = d.logBuf, d.logBuf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	cmd, conn := harness.Crind{Bin: d.bin, Config: d.cfgPath, Socket: d.socket, Log: d.logBuf}.Start(t)
 	d.cmd = cmd
-	poll.Until(t, time.Minute, "crind listens on "+d.socket, func() (bool, string) {
-		c, err := net.Dial("unix", d.socket)
-		if err != nil {
-			return false, fmt.Sprintf("%v; crind log:\n%s", err, d.logBuf.String())
-		}
-		c.Close()
-		return true, ""
-	})
-	conn, err := grpc.NewClient("unix://"+d.socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
 	d.conn = conn
 	d.rs = runtimeapi.NewRuntimeServiceClient(conn)
 	d.is = runtimeapi.NewImageServiceClient(conn)
@@ -221,36 +150,14 @@ func (d *daemon) start() {
 
 // kill SIGKILLs crind (only crind: shims are in their own sessions).
 func (d *daemon) kill() {
-	if d.conn != nil {
-		d.conn.Close()
-		d.conn = nil
-	}
-	if d.cmd != nil {
-		_ = d.cmd.Process.Signal(syscall.SIGKILL)
-		_ = d.cmd.Wait()
-		d.cmd = nil
-	}
+	harness.Kill(d.cmd, d.conn)
+	d.cmd, d.conn = nil, nil
 }
 
 // stop asks crind to shut down with SIGTERM.
 func (d *daemon) stop() {
-	if d.conn != nil {
-		d.conn.Close()
-		d.conn = nil
-	}
-	if d.cmd != nil {
-		_ = d.cmd.Process.Signal(syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() { _ = d.cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(20 * time.Second):
-			_ = d.cmd.Process.Kill()
-			<-done
-			d.t.Errorf("crind did not stop on SIGTERM within 20s")
-		}
-		d.cmd = nil
-	}
+	harness.Stop(d.t, d.cmd, d.conn)
+	d.cmd, d.conn = nil, nil
 }
 
 // cleanupAll removes every pod through CRI, stops crind, and checks that
@@ -260,18 +167,7 @@ func (d *daemon) cleanupAll() {
 	if d.cmd == nil {
 		d.start()
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	if pods, err := d.rs.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{}); err == nil {
-		for _, p := range pods.Items {
-			if _, err := d.rs.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: p.Id}); err != nil {
-				t.Errorf("cleanup: stop pod %s: %v", p.Id, err)
-			}
-			if _, err := d.rs.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: p.Id}); err != nil {
-				t.Errorf("cleanup: remove pod %s: %v", p.Id, err)
-			}
-		}
-	}
+	harness.RemoveAllPods(t, d.rs)
 	d.stop()
 	d.checkNoLeaks()
 	d.net.CheckNoLeaks(t)
@@ -283,25 +179,13 @@ func (d *daemon) cleanupAll() {
 }
 
 // checkNoLeaks fails the test when crind left mounts, processes or runtime
-// state behind after every pod was removed.
+// state behind after every pod was removed: what harness.CheckNoLeaks
+// looks for, and the shim v2 bundles, namespace pins and cgroups this
+// suite's daemons make.
 func (d *daemon) checkNoLeaks() {
 	t := d.t
 	t.Helper()
-	mi, _ := os.ReadFile("/proc/self/mountinfo")
-	for _, line := range strings.Split(string(mi), "\n") {
-		f := strings.Fields(line)
-		if len(f) > 4 && (strings.HasPrefix(f[4], d.root+"/") || strings.HasPrefix(f[4], d.state+"/")) {
-			if strings.HasSuffix(f[4], "/netns") || strings.HasSuffix(f[4], d.state) {
-				continue
-			}
-			t.Errorf("leaked mount: %s", f[4])
-		}
-	}
-	if ents, _ := os.ReadDir(filepath.Join(d.state, "c")); len(ents) > 0 {
-		for _, e := range ents {
-			t.Errorf("leaked container state dir: %s", e.Name())
-		}
-	}
+	harness.CheckNoLeaks(t, d.root, d.state)
 	// The shimv2 backend keeps one bundle per container in
 	// <state>/shimv2/<handler>.
 	if dirs, _ := filepath.Glob(filepath.Join(d.state, "shimv2", "*", "*")); len(dirs) > 0 {
@@ -312,18 +196,6 @@ func (d *daemon) checkNoLeaks() {
 	if ents, _ := os.ReadDir(filepath.Join(d.state, "ns")); len(ents) > 0 {
 		for _, e := range ents {
 			t.Errorf("leaked namespace pins: %s", e.Name())
-		}
-	}
-	if ents, _ := os.ReadDir(filepath.Join(d.state, "netns")); len(ents) > 0 {
-		for _, e := range ents {
-			t.Errorf("leaked netns: %s", e.Name())
-		}
-	}
-	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
-	for _, p := range procs {
-		b, _ := os.ReadFile(p)
-		if bytes.Contains(b, []byte(d.state)) {
-			t.Errorf("leaked process %s: %q", filepath.Dir(p), strings.ReplaceAll(string(b), "\x00", " "))
 		}
 	}
 	// Every cgroup crind made lives under the daemon's parent, in every

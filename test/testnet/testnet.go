@@ -7,7 +7,6 @@ package testnet
 
 import (
 	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"net"
 	"os"
@@ -15,6 +14,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/crin-dev/crin/test/harness"
 )
 
 // Name is the CNI network name of every test network (host-local keeps
@@ -35,7 +36,7 @@ func Pick(t *testing.T, prefix, base string) Net {
 	t.Helper()
 	var n Net
 	for range 50 {
-		name := prefix + randHex(4)
+		name := prefix + harness.RandHex(4)
 		if _, err := net.InterfaceByName(name); err != nil {
 			n.Bridge = name
 			break
@@ -60,12 +61,6 @@ func Pick(t *testing.T, prefix, base string) Net {
 	}
 	n.IPAMDir = filepath.Join(base, "ipam")
 	return n
-}
-
-func randHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
 }
 
 // hostNets lists every network the host has an address or a route in.

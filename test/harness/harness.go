@@ -1,0 +1,262 @@
+// Package harness is what the integration and e2e suites both need to run
+// the real crind: the binaries built once, crind started and dialled,
+// killed or stopped, every pod removed through CRI, and a check that
+// nothing was left behind. Each suite keeps its own daemon type for what
+// differs (its config, cgroups, kubelet). It is imported by test code
+// only, and needs root.
+package harness
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/crin-dev/crin/test/poll"
+)
+
+// The binaries built once for the test binary's whole run.
+var (
+	binOnce sync.Once
+	binDir  string
+	binErr  error
+)
+
+// Build builds crind, crin-shim, crin-pause and crin-logger once for the
+// run and returns the dir holding them. It skips the test when not root:
+// every test that runs crind needs root.
+func Build(t testing.TB) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("tests that run crind need root")
+	}
+	binOnce.Do(func() {
+		binDir, binErr = os.MkdirTemp("", "crinbin")
+		if binErr != nil {
+			return
+		}
+		for _, b := range []struct{ name, pkg string }{
+			{"crind", "./cmd/crind"}, {"crin-shim", "./cmd/crin-shim"}, {"crin-pause", "./cmd/crin-pause"},
+			{"crin-logger", "./cmd/crin-logger"},
+		} {
+			cmd := exec.Command("go", "build", "-o", filepath.Join(binDir, b.name), b.pkg)
+			cmd.Dir = RepoRoot()
+			cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+			if out, err := cmd.CombinedOutput(); err != nil {
+				binErr = fmt.Errorf("build %s: %w\n%s", b.name, err, out)
+				return
+			}
+		}
+	})
+	if binErr != nil {
+		t.Fatal(binErr)
+	}
+	return binDir
+}
+
+// RemoveBuilt removes what Build made; a suite's TestMain calls it after
+// the run.
+func RemoveBuilt() {
+	if binDir != "" {
+		_ = os.RemoveAll(binDir)
+	}
+}
+
+// RepoRoot is the repository's root. The suites live two levels below it
+// (test/<suite>), and go test runs a test binary in its package's dir.
+func RepoRoot() string {
+	wd, _ := os.Getwd()
+	return filepath.Clean(filepath.Join(wd, "..", ".."))
+}
+
+// RandHex is n random bytes in hex, for names no other run uses.
+func RandHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// Tail is the last n bytes of s (all of it when shorter), for logs in
+// failure messages.
+func Tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
+
+// LogBuffer collects a process's output while tests read it.
+type LogBuffer struct {
+	mu sync.Mutex // guards b
+	b  bytes.Buffer
+}
+
+// Write appends p; it never fails.
+func (l *LogBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+// String is everything written so far.
+func (l *LogBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// Crind says how to start one crind.
+type Crind struct {
+	Bin    string     // the dir Build returned
+	Config string     // the config file's path
+	Socket string     // the CRI socket the config names
+	Log    *LogBuffer // gets crind's stdout and stderr
+	// KillWithTest has the kernel SIGKILL crind when the test binary dies,
+	// for a suite whose crind would otherwise outlive an aborted run.
+	KillWithTest bool
+}
+
+// Start launches crind, waits until it listens on its socket (failing t
+// with its log if it does not within a minute) and dials it.
+func (c Crind) Start(t testing.TB) (*exec.Cmd, *grpc.ClientConn) {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(c.Bin, "crind"), "--config", c.Config)
+	cmd.Stdout, cmd.Stderr = c.Log, c.Log
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if c.KillWithTest {
+		cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	poll.Until(t, time.Minute, "crind listens on "+c.Socket, func() (bool, string) {
+		conn, err := net.Dial("unix", c.Socket)
+		if err != nil {
+			return false, fmt.Sprintf("%v; crind log:\n%s", err, c.Log.String())
+		}
+		conn.Close()
+		return true, ""
+	})
+	conn, err := grpc.NewClient("unix://"+c.Socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cmd, conn
+}
+
+// Kill closes the client connection and SIGKILLs crind and reaps it
+// (either may be nil: already gone). Only crind dies: shims run in
+// sessions of their own.
+func Kill(cmd *exec.Cmd, conn *grpc.ClientConn) {
+	if conn != nil {
+		conn.Close()
+	}
+	if cmd != nil {
+		_ = cmd.Process.Signal(syscall.SIGKILL)
+		_ = cmd.Wait()
+	}
+}
+
+// Stop closes the client connection and asks crind to shut down with
+// SIGTERM and waits for it (either may be nil: already gone); one that
+// is still running after 20 s is killed and fails t.
+func Stop(t testing.TB, cmd *exec.Cmd, conn *grpc.ClientConn) {
+	if conn != nil {
+		conn.Close()
+	}
+	if cmd == nil {
+		return
+	}
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		_ = cmd.Process.Kill()
+		<-done
+		t.Errorf("crind did not stop on SIGTERM within 20s")
+	}
+}
+
+// RemoveAllPods stops and removes every pod through CRI, as kubelet would
+// when the node is drained; what fails is reported on t.
+func RemoveAllPods(t testing.TB, rs runtimeapi.RuntimeServiceClient) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	pods, err := rs.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{})
+	if err != nil {
+		t.Errorf("cleanup: list pods: %v", err)
+		return
+	}
+	for _, p := range pods.Items {
+		if _, err := rs.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: p.Id}); err != nil {
+			t.Errorf("cleanup: stop pod %s: %v", p.Id, err)
+		}
+		if _, err := rs.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: p.Id}); err != nil {
+			t.Errorf("cleanup: remove pod %s: %v", p.Id, err)
+		}
+	}
+}
+
+// CheckNoLeaks fails t for what a crind with dirs root and state left
+// behind once every pod was removed and it stopped: a mount below them
+// (but the netns dir, which crind keeps mounted for the next crind), a
+// container's state dir, a netns, a process whose command line names the
+// state dir.
+func CheckNoLeaks(t testing.TB, root, state string) {
+	t.Helper()
+	for _, m := range MountsUnder(root, state) {
+		if strings.HasSuffix(m, "/netns") || m == state {
+			continue
+		}
+		t.Errorf("leaked mount: %s", m)
+	}
+	for _, dir := range []string{"c", "netns"} {
+		ents, _ := os.ReadDir(filepath.Join(state, dir))
+		for _, e := range ents {
+			t.Errorf("leaked %s entry: %s", dir, e.Name())
+		}
+	}
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		b, _ := os.ReadFile(p)
+		if bytes.Contains(b, []byte(state)) {
+			t.Errorf("leaked process %s: %q", filepath.Dir(p), strings.ReplaceAll(string(b), "\x00", " "))
+		}
+	}
+}
+
+// MountsUnder lists the mount points in this mount namespace at or below
+// any of dirs.
+func MountsUnder(dirs ...string) []string {
+	mi, _ := os.ReadFile("/proc/self/mountinfo")
+	var out []string
+	for _, line := range strings.Split(string(mi), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 5 {
+			continue
+		}
+		for _, d := range dirs {
+			if f[4] == d || strings.HasPrefix(f[4], d+"/") {
+				out = append(out, f[4])
+				break
+			}
+		}
+	}
+	return out
+}
