@@ -27,6 +27,7 @@ import (
 // only when all of that worked; any failure (a plugin's included) undoes
 // every step.
 func (s *Service) CreateContainer(ctx context.Context, r *runtimeapi.CreateContainerRequest) (_ *runtimeapi.CreateContainerResponse, retErr error) {
+	ctx = s.trace(ctx, "CreateContainer")
 	cfg := r.GetConfig()
 	if err := validateContainerConfig(cfg); err != nil {
 		return nil, err
@@ -48,11 +49,13 @@ func (s *Service) CreateContainer(ctx context.Context, r *runtimeapi.CreateConta
 	pod := sb.rec
 	id, name := newID(), containerName(cfg, sb.config)
 	log := s.log.With("pod_id", pod.ID, "container_id", id, "container", cfg.Metadata.Name)
+	mark(ctx, "pod_lookup")
 
 	img, err := s.opts.Images.Get(cfg.Image.Image)
 	if err != nil {
 		return nil, fmt.Errorf("config.image.image %q: %w", cfg.Image.Image, err)
 	}
+	mark(ctx, "image_lookup")
 
 	var undo rollback
 	defer func() {
@@ -72,20 +75,24 @@ func (s *Service) CreateContainer(ctx context.Context, r *runtimeapi.CreateConta
 		return nil, err
 	}
 	undo.add("delete record", func(context.Context) error { return s.opts.Store.DeleteContainer(id) })
+	mark(ctx, "store_reserve")
 
 	if err := s.prepareRootfs(ctx, rec, &undo); err != nil {
 		return nil, err
 	}
+	mark(ctx, "rootfs_mount")
 	spec, userns, err := s.containerSpec(ctx, sb, rec, cfg, img)
 	if err != nil {
 		return nil, err
 	}
+	mark(ctx, "spec_build")
 	h := s.hooks()
 	if h != nil {
 		if rec.NRIOwners, err = s.createHook(ctx, h, sb, rec, cfg, spec, &undo); err != nil {
 			return nil, err
 		}
 	}
+	mark(ctx, "nri_create")
 	// After NRI: the mounts plugins added are id-mapped too.
 	if err := s.idmapContainer(spec, userns, rec, &undo); err != nil {
 		return nil, err
@@ -93,21 +100,26 @@ func (s *Service) CreateContainer(ctx context.Context, r *runtimeapi.CreateConta
 	if err := recordSpec(rec, spec); err != nil {
 		return nil, err
 	}
+	mark(ctx, "spec_encode_log_dir")
 	if err := s.createInRuntime(ctx, rt, pod.RuntimeHandler, rec, cfg, spec, &undo); err != nil {
 		return nil, err
 	}
+	mark(ctx, "runtime_create")
 	rec.State = store.ContainerCreated
 	if err := s.opts.Store.PutContainer(rec); err != nil {
 		return nil, err
 	}
+	mark(ctx, "store_created")
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("create container: %w", err)
 	}
 	c := s.publishContainer(rec, cfg, spec)
 	log.InfoContext(ctx, "container created", "image", rec.ImageName)
+	mark(ctx, "publish_log")
 	if h != nil {
 		postCreateHook(ctx, log, h, sb, c)
 	}
+	mark(ctx, "nri_post_create")
 	return &runtimeapi.CreateContainerResponse{ContainerId: id}, nil
 }
 
