@@ -27,7 +27,6 @@ import (
 // only when all of that worked; any failure (a plugin's included) undoes
 // every step.
 func (s *Service) CreateContainer(ctx context.Context, r *runtimeapi.CreateContainerRequest) (_ *runtimeapi.CreateContainerResponse, retErr error) {
-	ctx = s.trace(ctx, "CreateContainer")
 	cfg := r.GetConfig()
 	if err := validateContainerConfig(cfg); err != nil {
 		return nil, err
@@ -49,13 +48,11 @@ func (s *Service) CreateContainer(ctx context.Context, r *runtimeapi.CreateConta
 	pod := sb.rec
 	id, name := newID(), containerName(cfg, sb.config)
 	log := s.log.With("pod_id", pod.ID, "container_id", id, "container", cfg.Metadata.Name)
-	mark(ctx, "pod_lookup")
 
 	img, err := s.opts.Images.Get(cfg.Image.Image)
 	if err != nil {
 		return nil, fmt.Errorf("config.image.image %q: %w", cfg.Image.Image, err)
 	}
-	mark(ctx, "image_lookup")
 
 	var undo rollback
 	defer func() {
@@ -75,24 +72,20 @@ func (s *Service) CreateContainer(ctx context.Context, r *runtimeapi.CreateConta
 		return nil, err
 	}
 	undo.add("delete record", func(context.Context) error { return s.opts.Store.DeleteContainer(id) })
-	mark(ctx, "store_reserve")
 
 	if err := s.prepareRootfs(ctx, rec, &undo); err != nil {
 		return nil, err
 	}
-	mark(ctx, "rootfs_mount")
 	spec, userns, err := s.containerSpec(ctx, sb, rec, cfg, img)
 	if err != nil {
 		return nil, err
 	}
-	mark(ctx, "spec_build")
 	h := s.hooks()
 	if h != nil {
 		if rec.NRIOwners, err = s.createHook(ctx, h, sb, rec, cfg, spec, &undo); err != nil {
 			return nil, err
 		}
 	}
-	mark(ctx, "nri_create")
 	// After NRI: the mounts plugins added are id-mapped too.
 	if err := s.idmapContainer(spec, userns, rec, &undo); err != nil {
 		return nil, err
@@ -100,32 +93,29 @@ func (s *Service) CreateContainer(ctx context.Context, r *runtimeapi.CreateConta
 	if err := recordSpec(rec, spec); err != nil {
 		return nil, err
 	}
-	mark(ctx, "spec_encode_log_dir")
 	if err := s.createInRuntime(ctx, rt, pod.RuntimeHandler, rec, cfg, spec, &undo); err != nil {
 		return nil, err
 	}
-	mark(ctx, "runtime_create")
 	rec.State = store.ContainerCreated
 	if err := s.opts.Store.PutContainer(rec); err != nil {
 		return nil, err
 	}
-	mark(ctx, "store_created")
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("create container: %w", err)
 	}
 	c := s.publishContainer(rec, cfg, spec)
 	log.InfoContext(ctx, "container created", "image", rec.ImageName)
-	mark(ctx, "publish_log")
 	if h != nil {
 		postCreateHook(ctx, log, h, sb, c)
 	}
-	mark(ctx, "nri_post_create")
 	return &runtimeapi.CreateContainerResponse{ContainerId: id}, nil
 }
 
 // postCreateHook relays NRI PostCreateContainer for the created container
 // c; the container stands whatever the plugins say.
 func postCreateHook(ctx context.Context, log *slog.Logger, h nriHooks, sb *sandbox, c *container) {
+	mark(ctx, "store_publish")
+	defer mark(ctx, "nri_post_create")
 	c.mu.Lock()
 	view := nriContainerLocked(c)
 	c.mu.Unlock()
@@ -198,6 +188,8 @@ func newContainerRecord(id, name string, sb *sandbox, cfg *runtimeapi.ContainerC
 
 // prepareRootfs mounts the rootfs of container rec from its image.
 func (s *Service) prepareRootfs(ctx context.Context, rec *store.Container, undo *rollback) error {
+	mark(ctx, "lookup_store_put")
+	defer mark(ctx, "rootfs_mount")
 	id := rec.ID
 	rootfs, err := s.opts.Images.PrepareRootfs(ctx, id, rec.ImageID)
 	if err != nil {
@@ -212,6 +204,8 @@ func (s *Service) prepareRootfs(ctx context.Context, rec *store.Container, undo 
 // createInRuntime creates container rec with spec in rt (the runtime of
 // handler), its shim keeping stdin open as cfg asks.
 func (s *Service) createInRuntime(ctx context.Context, rt runtime.Runtime, handler string, rec *store.Container, cfg *runtimeapi.ContainerConfig, spec *specs.Spec, undo *rollback) error {
+	mark(ctx, "nri_idmap_spec_encode")
+	defer mark(ctx, "runtime_create")
 	id := rec.ID
 	if err := rt.Create(ctx, runtime.CreateRequest{
 		ID: id, Spec: spec, LogPath: rec.LogPath,
@@ -228,6 +222,7 @@ func (s *Service) createInRuntime(ctx context.Context, rt runtime.Runtime, handl
 // it. It returns the pod's user namespace too: the caller id-maps the
 // spec's mounts after NRI.
 func (s *Service) containerSpec(ctx context.Context, sb *sandbox, rec *store.Container, cfg *runtimeapi.ContainerConfig, img *image.Image) (*specs.Spec, *oci.UserNS, error) {
+	defer mark(ctx, "spec_build")
 	pod, podCfg := sb.rec, sb.config
 	imageVolumes, err := s.prepareImageVolumes(ctx, rec, cfg.GetMounts())
 	if err != nil {

@@ -17,7 +17,6 @@ import (
 // says RemoveContainer "must not return an error if the container has
 // already been removed".
 func (s *Service) RemoveContainer(ctx context.Context, r *runtimeapi.RemoveContainerRequest) (*runtimeapi.RemoveContainerResponse, error) {
-	ctx = s.trace(ctx, "RemoveContainer")
 	c, err := s.getContainer(r.GetContainerId())
 	if errors.Is(err, errdefs.ErrNotFound) {
 		return &runtimeapi.RemoveContainerResponse{}, nil

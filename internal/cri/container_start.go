@@ -24,7 +24,6 @@ const startSettleTimeout = 30 * time.Second
 // fails the call and leaves the container created. The runtime start runs
 // under c.op only: status, list and NRI Snapshot do not wait for it.
 func (s *Service) StartContainer(ctx context.Context, r *runtimeapi.StartContainerRequest) (*runtimeapi.StartContainerResponse, error) {
-	ctx = s.trace(ctx, "StartContainer")
 	c, err := s.getContainer(r.GetContainerId())
 	if err != nil {
 		return nil, err

@@ -25,7 +25,6 @@ import (
 // StopContainer "must not return an error if the container has already
 // been stopped".
 func (s *Service) StopContainer(ctx context.Context, r *runtimeapi.StopContainerRequest) (*runtimeapi.StopContainerResponse, error) {
-	ctx = s.trace(ctx, "StopContainer")
 	c, err := s.getContainer(r.GetContainerId())
 	if errors.Is(err, errdefs.ErrNotFound) {
 		return &runtimeapi.StopContainerResponse{}, nil

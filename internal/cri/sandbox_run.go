@@ -25,7 +25,6 @@ import (
 // needs one (podNeedsInfra), relay NRI RunPodSandbox, and only then make
 // it visible. Any failure (a plugin's included) undoes every step.
 func (s *Service) RunPodSandbox(ctx context.Context, r *runtimeapi.RunPodSandboxRequest) (_ *runtimeapi.RunPodSandboxResponse, retErr error) {
-	ctx = s.trace(ctx, "RunPodSandbox")
 	cfg := r.GetConfig()
 	if err := validatePodConfig(cfg); err != nil {
 		return nil, err

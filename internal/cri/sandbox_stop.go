@@ -21,7 +21,6 @@ import (
 // says StopPodSandbox must be idempotent and must not return an error if
 // all relevant resources have already been reclaimed.
 func (s *Service) StopPodSandbox(ctx context.Context, r *runtimeapi.StopPodSandboxRequest) (*runtimeapi.StopPodSandboxResponse, error) {
-	ctx = s.trace(ctx, "StopPodSandbox")
 	sb, err := s.getSandbox(r.GetPodSandboxId())
 	if errors.Is(err, errdefs.ErrNotFound) {
 		return &runtimeapi.StopPodSandboxResponse{}, nil

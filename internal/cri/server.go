@@ -106,6 +106,7 @@ func Interceptor(log *slog.Logger, m *Metrics) grpc.UnaryServerInterceptor {
 		if log.Enabled(ctx, slog.LevelDebug) {
 			log.DebugContext(ctx, "request", "payload", debugPayload(req))
 		}
+		ctx = m.trace(ctx, rpc)
 		resp, err := callUnary(ctx, log, m, rpc, req, h)
 		d := time.Since(start)
 		if err != nil {

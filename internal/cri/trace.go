@@ -8,16 +8,16 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Phase tracing: where the time of a CRI call goes. A handler starts a
-// trace with ctx = s.trace(ctx, "CreateContainer"); every mark(ctx, phase)
+// Phase tracing: where the time of a CRI call goes. The interceptor starts
+// a trace for every unary call (Metrics.trace); every mark(ctx, phase)
 // after it, in the handler or in the functions it calls with that ctx,
 // observes the time since the previous mark (or the start) as phase in
 // crin_cri_phase_seconds{rpc,phase}. The phases of one call thus never
-// overlap and add up to the handler's time up to its last mark; the rest of
+// overlap and add up to the call's time up to its last mark; the rest of
 // the RPC's latency (crin_cri_request_duration_seconds) is the interceptor
 // and whatever follows the last mark. bench/cmd/crilat prints the mean per
-// phase. Without metrics (nil *Metrics) trace returns ctx as it is and mark
-// does nothing.
+// phase. Without metrics (nil *Metrics), or where no interceptor ran (a
+// handler called directly, as in unit tests), mark does nothing.
 
 // phaseHistogram is crin_cri_phase_seconds, registered on reg.
 func phaseHistogram(reg prometheus.Registerer) *prometheus.HistogramVec {
@@ -42,10 +42,9 @@ type phaseTrace struct {
 type traceKey struct{}
 
 // trace starts timing the phases of rpc and returns ctx carrying the
-// trace. A ctx that already carries one (a handler called by another)
-// keeps it: its phases count for the outer call.
-func (s *Service) trace(ctx context.Context, rpc string) context.Context {
-	m := s.opts.Metrics
+// trace. A ctx that already carries one keeps it: its phases count for the
+// outer call.
+func (m *Metrics) trace(ctx context.Context, rpc string) context.Context {
 	if m == nil || m.phases == nil {
 		return ctx
 	}

@@ -58,7 +58,7 @@ func TestPhaseTraceMarks(t *testing.T) {
 	}
 }
 
-func TestServiceTrace(t *testing.T) {
+func TestMetricsTrace(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m := NewMetrics(reg)
 	tests := []struct {
@@ -73,12 +73,11 @@ func TestServiceTrace(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			s := &Service{opts: Options{Metrics: tc.metrics}}
 			ctx := context.Context(t.Context())
 			if tc.outer != "" {
-				ctx = s.trace(ctx, tc.outer)
+				ctx = tc.metrics.trace(ctx, tc.outer)
 			}
-			ctx = s.trace(ctx, "StopContainer")
+			ctx = tc.metrics.trace(ctx, "StopContainer")
 			tr, ok := ctx.Value(traceKey{}).(*phaseTrace)
 			if tc.want == "" {
 				if ok {
