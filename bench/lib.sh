@@ -217,13 +217,27 @@ EOF
 # --- crind --------------------------------------------------------------------
 
 targets=()
+# free_port prints a TCP port on 127.0.0.1 that nothing listens on.
+free_port() {
+	local p i
+	for i in $(seq 100); do
+		p=$((20000 + RANDOM % 40000))
+		ss -Htln "sport = :$p" 2>/dev/null | grep -q . || { echo "$p"; return 0; }
+	done
+	echo "$ME: no free port for crind's metrics" >&2
+	return 1
+}
+
 # start_crind NAME [NRI]: one crind with its own root, state and socket under
 # $BASE/NAME; NRI is "off", "N" or "Nv" (see bench/lifecycle.sh), empty
 # is crind's default (NRI on, no plugin) with private NRI paths. CRIND_CRI_EXTRA, if set,
-# is appended to the [cri] section (e.g. 'stats_period = "2s"').
+# is appended to the [cri] section (e.g. 'stats_period = "2s"'). crind
+# serves Prometheus metrics on a free 127.0.0.1 port, which crilat scrapes
+# for the phase trace (internal/cri/trace.go).
 start_crind() {
 	local name=$1 nri=${2:-} dir=$BASE/$1 i n flags="" h runc_v2=""
-	local sock=$dir/s/crin.sock
+	local sock=$dir/s/crin.sock port
+	port=$(free_port)
 	[[ " ${CRIND_HANDLERS:-runc} " == *" runc-v2 "* ]] && runc_v2=1
 	mkdir -p "$dir"
 	cat >"$dir/crin.toml" <<EOF
@@ -232,7 +246,7 @@ state = "$dir/s"
 log_level = "info"
 [cri]
 socket = "$sock"
-metrics_address = ""
+metrics_address = "127.0.0.1:$port"
 cgroup_parent = "/$CG"
 shim_binary = "$REPO/bin/crin-shim"
 pause_binary = "$REPO/bin/crin-pause"
@@ -299,11 +313,24 @@ EOF
 	# crin-logger per container).
 	for h in ${CRIND_HANDLERS:-runc}; do
 		case $h in
-		runc) targets+=(-target "name=$name,socket=$sock,pid=$pid,shim=crin-shim") ;;
+		runc) targets+=(-target "name=$name,socket=$sock,pid=$pid,shim=crin-shim,metrics=http://127.0.0.1:$port/metrics") ;;
 		runc-v2) targets+=(-target "name=$name-runc-v2,socket=$sock,pid=$pid,shim=containerd-shim|crin-logger,handler=runc-v2") ;;
 		*) echo "$ME: CRIND_HANDLERS: unknown handler $h (runc, runc-v2)" >&2; return 1 ;;
 		esac
 	done
+}
+
+# --- the OCI runtime floor --------------------------------------------------
+
+# floor_setup pins a network, IPC and UTS namespace under $BASE/floor/ns for
+# the floor's containers to join, as crind's join their pod's (crilat run
+# -floor-*). The clean-up unmounts them with the other mounts under $BASE.
+floor_setup() {
+	local ns=$BASE/floor/ns
+	mkdir -p "$ns"
+	mount --bind "$ns" "$ns" && mount --make-private "$ns" || return 1
+	touch "$ns/net" "$ns/ipc" "$ns/uts"
+	unshare --net="$ns/net" --ipc="$ns/ipc" --uts="$ns/uts" true
 }
 
 # --- containerd -----------------------------------------------------------------

@@ -64,6 +64,9 @@ type runOptions struct {
 	logDir       string
 	match        string
 	callTimeout  time.Duration
+	metricsURL   string // crind's /metrics, for the phase trace; "" for none
+	par          int    // pods started at once in the parallel start; 0 skips it
+	parRounds    int
 }
 
 // target is one runtime being measured.
@@ -92,6 +95,14 @@ func runCmd(args []string) error {
 	outDir := fs.String("out-dir", "", "directory to write NAME.json results to")
 	baseline := fs.String("baseline", "", "target whose latency the others' added latency is computed against")
 	fs.DurationVar(&o.callTimeout, "call-timeout", 2*time.Minute, "timeout of each CRI call")
+	fs.IntVar(&o.par, "par", 30, "pods started at once in the parallel start (0 skips it)")
+	fs.IntVar(&o.parRounds, "par-rounds", 3, "rounds of the parallel start per target")
+	var fo floorOptions
+	fs.StringVar(&fo.dir, "floor-dir", "", "directory for the OCI runtime floor's bundle and runc root (empty skips the floor)")
+	fs.StringVar(&fo.nsDir, "floor-ns", "", "directory with pinned net, ipc and uts namespaces the floor's containers join")
+	fs.StringVar(&fo.cgroup, "floor-cgroup", "", "cgroup under which each floor container gets one")
+	fs.StringVar(&fo.runc, "runc", "runc", "the OCI runtime of the floor")
+	fs.StringVar(&fo.busybox, "busybox", "/bin/busybox", "static busybox for the floor's rootfs")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -114,7 +125,14 @@ func runCmd(args []string) error {
 		defer c.conn.Close()
 		targets = append(targets, &target{o: to, c: c, samples: map[string][]time.Duration{}})
 	}
-	measureAll(context.Background(), targets)
+	var fl *floor
+	if fo.dir != "" {
+		var err error
+		if fl, err = newFloor(context.Background(), fo.runc, fo.busybox, fo.dir, fo.nsDir, fo.cgroup); err != nil {
+			return err
+		}
+	}
+	measureAll(context.Background(), targets, fl)
 
 	var done []*Result
 	for _, t := range targets {
@@ -138,6 +156,14 @@ func runCmd(args []string) error {
 	}
 	if len(done) > 0 {
 		compare(os.Stdout, done)
+		for _, r := range done {
+			printPhases(os.Stdout, r.Name, r.Phases)
+		}
+		printFloorAndParallel(os.Stdout, done, fl)
+		printTargets(os.Stdout, done, fl)
+	}
+	if err := writeFloor(fl, *outDir); err != nil {
+		return err
 	}
 	if *baseline != "" && len(done) > 0 {
 		if err := added(os.Stdout, done, *baseline); err != nil {
@@ -173,6 +199,8 @@ func parseTarget(common runOptions, spec string) (runOptions, error) {
 			o.pauseImage = v
 		case "handler":
 			o.handler = v
+		case "metrics":
+			o.metricsURL = v
 		case "pid":
 			pid, err := strconv.Atoi(v)
 			if err != nil || pid < 1 {
@@ -192,9 +220,11 @@ func parseTarget(common runOptions, spec string) (runOptions, error) {
 
 // measureAll runs the benchmark on every target. The lifecycles interleave
 // (lifecycle i of each target, starting with a different target each
-// round) so that load from elsewhere on a shared machine falls on all of
-// them alike; memory is then measured one target at a time.
-func measureAll(ctx context.Context, targets []*target) {
+// round, then the OCI runtime floor fl if there is one) so that load from
+// elsewhere on a shared machine falls on all of them alike; so do the
+// rounds of the parallel start. Memory is then measured one target at a
+// time.
+func measureAll(ctx context.Context, targets []*target, fl *floor) {
 	for _, t := range targets {
 		t.err = prepare(ctx, t)
 	}
@@ -214,28 +244,47 @@ func measureAll(ctx context.Context, targets []*target) {
 			}
 			return nil
 		})
+		fl.tick(ctx, fmt.Sprintf("warm%d", i), false)
 	}
+	before := scrapeAll(ctx, targets)
 	for i := 0; i < o.n; i++ {
-		each(i, func(t *target) error {
-			d, err := lifecycle(ctx, t.c, t.o, fmt.Sprintf("lc%d", i))
-			if err != nil {
-				return fmt.Errorf("lifecycle %d: %w", i, err)
-			}
-			var total time.Duration
-			for j, s := range steps {
-				t.samples[s] = append(t.samples[s], d[j])
-				total += d[j]
-			}
-			t.samples[totalStep] = append(t.samples[totalStep], total)
-			return nil
-		})
+		each(i, func(t *target) error { return timedLifecycle(ctx, t, i) })
+		fl.tick(ctx, fmt.Sprintf("lc%d", i), true)
 	}
-	for _, t := range targets {
+	after := scrapeAll(ctx, targets)
+	for i, t := range targets {
 		if t.err != nil {
 			continue
 		}
 		for _, s := range append(slices.Clone(steps), totalStep) {
 			t.res.Steps = append(t.res.Steps, summarize(s, t.samples[s]))
+		}
+		if before[i] != nil && after[i] != nil {
+			t.res.Phases = phaseDiff(before[i], after[i])
+		}
+	}
+	if o.par > 0 {
+		rounds := make([][]time.Duration, len(targets))
+		for r := 0; r < o.parRounds; r++ {
+			each(r, func(t *target) error {
+				d, err := parallelStart(ctx, t.c, t.o, o.par, fmt.Sprintf("par%d", r))
+				if err != nil {
+					return fmt.Errorf("parallel start, round %d: %w", r, err)
+				}
+				i := slices.Index(targets, t)
+				rounds[i] = append(rounds[i], d)
+				return nil
+			})
+		}
+		for i, t := range targets {
+			if t.err == nil {
+				t.res.Parallel = parallelStats(o.par, rounds[i])
+			}
+		}
+	}
+	for _, t := range targets {
+		if t.err != nil {
+			continue
 		}
 		mem, err := measureMemory(ctx, t.c, t.o)
 		if err != nil {
@@ -244,6 +293,40 @@ func measureAll(ctx context.Context, targets []*target) {
 		}
 		t.res.Memory = mem
 	}
+}
+
+// timedLifecycle runs lifecycle i on t and records its steps.
+func timedLifecycle(ctx context.Context, t *target, i int) error {
+	d, err := lifecycle(ctx, t.c, t.o, fmt.Sprintf("lc%d", i))
+	if err != nil {
+		return fmt.Errorf("lifecycle %d: %w", i, err)
+	}
+	var total time.Duration
+	for j, s := range steps {
+		t.samples[s] = append(t.samples[s], d[j])
+		total += d[j]
+	}
+	t.samples[totalStep] = append(t.samples[totalStep], total)
+	return nil
+}
+
+// scrapeAll reads the metrics of every target that serves them (nil for
+// the others, and for one whose scrape failed: it is reported and the
+// phase trace left out).
+func scrapeAll(ctx context.Context, targets []*target) [][]promSample {
+	out := make([][]promSample, len(targets))
+	for i, t := range targets {
+		if t.err != nil || t.o.metricsURL == "" {
+			continue
+		}
+		s, err := scrape(ctx, t.o.metricsURL)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "crilat: %s: no phase trace: %v\n", t.o.name, err)
+			continue
+		}
+		out[i] = s
+	}
+	return out
 }
 
 // prepare waits for the target to be ready and pulls the images.
