@@ -1,7 +1,6 @@
 package cri
 
 import (
-	"context"
 	"testing"
 	"time"
 
@@ -73,7 +72,7 @@ func TestMetricsTrace(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			ctx := context.Context(t.Context())
+			ctx := t.Context()
 			if tc.outer != "" {
 				ctx = tc.metrics.trace(ctx, tc.outer)
 			}
