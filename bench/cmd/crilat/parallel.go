@@ -18,6 +18,39 @@ type ParallelStats struct {
 	Pods     int       `json:"pods"`
 	RoundsMs []float64 `json:"rounds_ms"` // wall time of each round, in the order run
 	MedianMs float64   `json:"median_ms"`
+	// Error is why the rounds stopped early, if they did: the target's
+	// other figures stand.
+	Error string `json:"error,omitempty"`
+}
+
+// parallelRounds runs rounds parallel starts of pods pods on every target
+// that has not failed, interleaved like the lifecycles. A target whose
+// parallel start fails keeps its other figures.
+func parallelRounds(ctx context.Context, targets []*target, pods, rounds int) {
+	if pods < 1 {
+		return
+	}
+	for _, t := range targets {
+		if t.err == nil {
+			t.res.Parallel = &ParallelStats{Pods: pods}
+		}
+	}
+	for r := range rounds {
+		for j := range targets {
+			t := targets[(r+j)%len(targets)]
+			p := t.res.Parallel
+			if t.err != nil || p == nil || p.Error != "" {
+				continue
+			}
+			d, err := parallelStart(ctx, t.c, t.o, pods, fmt.Sprintf("par%d", r))
+			if err != nil {
+				p.Error = fmt.Sprintf("round %d: %v", r, err)
+				continue
+			}
+			p.RoundsMs = append(p.RoundsMs, ms(d))
+			p.MedianMs = medianMs(p.RoundsMs)
+		}
+	}
 }
 
 // statusPoll is how often a started container's status is asked for
@@ -98,16 +131,10 @@ func startOne(ctx context.Context, c *client, o runOptions, podCfg *runtimeapi.P
 	}
 }
 
-// parallelStats summarizes the rounds.
-func parallelStats(pods int, rounds []time.Duration) *ParallelStats {
-	p := &ParallelStats{Pods: pods}
-	for _, d := range rounds {
-		p.RoundsMs = append(p.RoundsMs, ms(d))
+// medianMs is the nearest-rank median of v, 0 for none.
+func medianMs(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
 	}
-	if len(rounds) > 0 {
-		s := slices.Clone(rounds)
-		slices.Sort(s)
-		p.MedianMs = ms(percentile(s, 50))
-	}
-	return p
+	return p50(v)
 }

@@ -44,6 +44,9 @@ func printFloorAndParallel(w io.Writer, rs []*Result, fl *floor) {
 		}
 		fmt.Fprintf(w, "\n== %d pods started in parallel on %s: until all run, median %.1f ms (rounds %s ms)\n",
 			p.Pods, r.Name, p.MedianMs, strings.Join(rounds, ", "))
+		if p.Error != "" {
+			fmt.Fprintf(w, "parallel start on %s stopped: %s\n", r.Name, p.Error)
+		}
 	}
 }
 
@@ -95,6 +98,9 @@ func printTargets(w io.Writer, rs []*Result, fl *floor) {
 			peer = r
 		}
 	}
+	if peer == nil && fl == nil {
+		return // crind configurations among themselves (bench/nri.sh)
+	}
 	fmt.Fprintf(w, "\n== issue 12 targets, %s (reported, not asserted)\n", me.Name)
 	if peer != nil {
 		lifecycleTargets(w, me, peer)
@@ -114,7 +120,7 @@ func printTargets(w io.Writer, rs []*Result, fl *floor) {
 	} else {
 		fmt.Fprintln(w, "Create+Start against the floor: floor not measured")
 	}
-	if peer != nil && me.Parallel != nil && peer.Parallel != nil && peer.Parallel.MedianMs > 0 {
+	if peer != nil && me.Parallel != nil && peer.Parallel != nil && me.Parallel.MedianMs > 0 && peer.Parallel.MedianMs > 0 {
 		r := me.Parallel.MedianMs / peer.Parallel.MedianMs
 		fmt.Fprintf(w, "%d pods in parallel, median %.1f ms / %s %.1f ms = %.2fx (target <= %.2fx): %s\n",
 			me.Parallel.Pods, me.Parallel.MedianMs, peer.Name, peer.Parallel.MedianMs, r, targetParallelRatio, verdict(r <= targetParallelRatio))
