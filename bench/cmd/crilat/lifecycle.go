@@ -243,9 +243,9 @@ func parseTarget(common runOptions, spec string) (runOptions, error) {
 // measureAll runs the benchmark on every target. The lifecycles interleave
 // (lifecycle i of each target, starting with a different target each
 // round, then the OCI runtime floor fl if there is one) so that load from
-// elsewhere on a shared machine falls on all of them alike; so do the
-// rounds of the parallel start. Memory is then measured one target at a
-// time.
+// elsewhere on a shared machine falls on all of them alike. Memory is then
+// measured one target at a time, and last come the rounds of the parallel
+// start, interleaved too.
 func measureAll(ctx context.Context, targets []*target, fl *floor) {
 	for _, t := range targets {
 		t.err = prepare(ctx, t)
@@ -285,7 +285,6 @@ func measureAll(ctx context.Context, targets []*target, fl *floor) {
 			t.res.Phases = phaseDiff(before[i], after[i])
 		}
 	}
-	parallelRounds(ctx, targets, o.par, o.parRounds)
 	for _, t := range targets {
 		if t.err != nil {
 			continue
@@ -297,6 +296,9 @@ func measureAll(ctx context.Context, targets []*target, fl *floor) {
 		}
 		t.res.Memory = mem
 	}
+	// After the memory figures: 30 pods at once grow the daemons' heaps,
+	// and the idle figures are meant to be comparable with earlier runs.
+	parallelRounds(ctx, targets, o.par, o.parRounds)
 }
 
 // timedLifecycle runs lifecycle i on t and records its steps.
