@@ -83,7 +83,7 @@ func (s *Service) RunPodSandbox(ctx context.Context, r *runtimeapi.RunPodSandbox
 	if err != nil {
 		return nil, err
 	}
-	mark(ctx, "namespaces_network")
+	mark(ctx, "cni_add_infra")
 	showPins(spec, rec)
 	linux := oci.NRIPodLinux(spec)
 	if linux != nil {
@@ -237,6 +237,7 @@ func (s *Service) setUpPodNetwork(ctx context.Context, rec *store.Sandbox, cfg *
 		return fmt.Errorf("create network namespace: %w", err)
 	}
 	undo.add("remove netns", func(context.Context) error { return cni.RemoveNetNS(rec.NetNS) })
+	mark(ctx, "netns")
 	pod := cniPod(rec, cfg)
 	res, err := s.opts.Network.Setup(ctx, pod)
 	if err != nil {

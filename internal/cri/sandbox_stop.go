@@ -82,6 +82,7 @@ func (s *Service) stopSandboxLocked(ctx context.Context, sb *sandbox) error {
 		if err := s.opts.Network.Teardown(ctx, cniPod(rec, sb.config)); err != nil {
 			return fmt.Errorf("tear down pod network: %w", err)
 		}
+		mark(ctx, "cni_del")
 		if err := cni.RemoveNetNS(rec.NetNS); err != nil {
 			return err
 		}
@@ -89,7 +90,7 @@ func (s *Service) stopSandboxLocked(ctx context.Context, sb *sandbox) error {
 		rec.NetworkTornDown = true
 		sb.mu.Unlock()
 	}
-	mark(ctx, "cni_del_netns")
+	mark(ctx, "netns_remove")
 	if rec.State != store.SandboxNotReady {
 		sb.mu.Lock()
 		rec.State = store.SandboxNotReady
