@@ -24,9 +24,10 @@
 # Everything started lives under one temporary directory and is removed on
 # exit, also after a failure: pods, daemons, shims, mounts, cgroups, pinned
 # network namespaces, the bench bridge.
-
-BRIDGE=crinbench0
-SUBNET=10.98.0.0/24
+#
+# Several runs may share the machine (engineers benchmarking their
+# branches): each has its own bridge, subnet, CNI network name, cgroup and
+# directory, and its clean-up touches only what is its own.
 
 bench_init() {
 	if [ "$(id -u)" != 0 ]; then
@@ -89,7 +90,16 @@ bench_packages() {
 
 bench_base() {
 	BASE=$(mktemp -d /tmp/crinb.XXXXXX)
-	CG=crinbench-$(basename "$BASE" | cut -d. -f2)
+	local sfx i
+	sfx=$(basename "$BASE" | cut -d. -f2)
+	CG=crinbench-$sfx
+	# Per run: bridge crinbenchXXXXXX (15 bytes, IFNAMSIZ), network
+	# crinbench-XXXXXX, a 10.98.N.0/24 no route on the host uses yet.
+	BRIDGE=crinbench$sfx NETNAME=crinbench-$sfx
+	for i in $(seq 50); do
+		SUBNET=10.98.$((RANDOM % 256)).0/24
+		ip -4 route show | grep -qF "${SUBNET%.0/24}." || break
+	done
 	CRIND_PIDS=() CRIND_SOCKS=() CTD_PID="" REG_PID=""
 	CTD_SOCK=$BASE/ctd/s/containerd.sock
 	NETNS_BEFORE=$(ls /run/netns 2>/dev/null || true)
@@ -149,8 +159,9 @@ cleanup() {
 	awk '{print $5}' /proc/self/mountinfo | grep -F "$BASE" | sort -r | while read -r m; do
 		umount -l "$m" 2>/dev/null
 	done
-	# containerd pins netns in /run/netns; remove only ones that appeared during the run.
-	for ns in $(ls /run/netns 2>/dev/null); do
+	# containerd 1.6 pins netns in /run/netns (2.3.4 under its state
+	# directory, in $BASE); remove only ones that appeared during the run.
+	[ "$CTD_KIND" = debian ] && for ns in $(ls /run/netns 2>/dev/null); do
 		case "$ns" in cni-*) ;; *) continue ;; esac
 		printf '%s\n' "$NETNS_BEFORE" | grep -qxF "$ns" && continue
 		umount -l "/run/netns/$ns" 2>/dev/null; rm -f "/run/netns/$ns"
@@ -159,9 +170,9 @@ cleanup() {
 	# libcni's result cache of pods whose CNI DEL never ran (a daemon that
 	# died first): the bench network's files, and the loopback files of the
 	# same sandboxes (containerd's).
-	for f in /var/lib/cni/results/crinbench-*-eth0; do
+	for f in /var/lib/cni/results/"$NETNAME"-*-eth0; do
 		[ -e "$f" ] || continue
-		l=${f#/var/lib/cni/results/crinbench-}
+		l=${f#/var/lib/cni/results/"$NETNAME"-}
 		rm -f "$f" "/var/lib/cni/results/cni-loopback-${l%-eth0}-lo"
 	done
 	for d in $NEW_DIRS; do rmdir "$d" 2>/dev/null; done
@@ -205,7 +216,7 @@ bench_network() {
 	cat >"$BASE/net.d/10-crinbench.conflist" <<EOF
 {
   "cniVersion": "1.0.0",
-  "name": "crinbench",
+  "name": "$NETNAME",
   "plugins": [
     {"type": "bridge", "bridge": "$BRIDGE", "isGateway": true, "ipMasq": false, "hairpinMode": true,
      "ipam": {"type": "host-local", "ranges": [[{"subnet": "$SUBNET"}]], "dataDir": "$BASE/ipam"}}
@@ -217,13 +228,27 @@ EOF
 # --- crind --------------------------------------------------------------------
 
 targets=()
+# free_port prints a TCP port on 127.0.0.1 that nothing listens on.
+free_port() {
+	local p i
+	for i in $(seq 100); do
+		p=$((20000 + RANDOM % 40000))
+		ss -Htln "sport = :$p" 2>/dev/null | grep -q . || { echo "$p"; return 0; }
+	done
+	echo "$ME: no free port for crind's metrics" >&2
+	return 1
+}
+
 # start_crind NAME [NRI]: one crind with its own root, state and socket under
 # $BASE/NAME; NRI is "off", "N" or "Nv" (see bench/lifecycle.sh), empty
 # is crind's default (NRI on, no plugin) with private NRI paths. CRIND_CRI_EXTRA, if set,
-# is appended to the [cri] section (e.g. 'stats_period = "2s"').
+# is appended to the [cri] section (e.g. 'stats_period = "2s"'). crind
+# serves Prometheus metrics on a free 127.0.0.1 port, which crilat scrapes
+# for the phase trace (internal/cri/trace.go).
 start_crind() {
 	local name=$1 nri=${2:-} dir=$BASE/$1 i n flags="" h runc_v2=""
-	local sock=$dir/s/crin.sock
+	local sock=$dir/s/crin.sock port
+	port=$(free_port)
 	[[ " ${CRIND_HANDLERS:-runc} " == *" runc-v2 "* ]] && runc_v2=1
 	mkdir -p "$dir"
 	cat >"$dir/crin.toml" <<EOF
@@ -232,7 +257,7 @@ state = "$dir/s"
 log_level = "info"
 [cri]
 socket = "$sock"
-metrics_address = ""
+metrics_address = "127.0.0.1:$port"
 cgroup_parent = "/$CG"
 shim_binary = "$REPO/bin/crin-shim"
 pause_binary = "$REPO/bin/crin-pause"
@@ -299,11 +324,24 @@ EOF
 	# crin-logger per container).
 	for h in ${CRIND_HANDLERS:-runc}; do
 		case $h in
-		runc) targets+=(-target "name=$name,socket=$sock,pid=$pid,shim=crin-shim") ;;
+		runc) targets+=(-target "name=$name,socket=$sock,pid=$pid,shim=crin-shim,metrics=http://127.0.0.1:$port/metrics") ;;
 		runc-v2) targets+=(-target "name=$name-runc-v2,socket=$sock,pid=$pid,shim=containerd-shim|crin-logger,handler=runc-v2") ;;
 		*) echo "$ME: CRIND_HANDLERS: unknown handler $h (runc, runc-v2)" >&2; return 1 ;;
 		esac
 	done
+}
+
+# --- the OCI runtime floor --------------------------------------------------
+
+# floor_setup pins a network, IPC and UTS namespace under $BASE/floor/ns for
+# the floor's containers to join, as crind's join their pod's (crilat run
+# -floor-*). The clean-up unmounts them with the other mounts under $BASE.
+floor_setup() {
+	local ns=$BASE/floor/ns
+	mkdir -p "$ns"
+	mount --bind "$ns" "$ns" && mount --make-private "$ns" || return 1
+	touch "$ns/net" "$ns/ipc" "$ns/uts"
+	unshare --net="$ns/net" --ipc="$ns/ipc" --uts="$ns/uts" true
 }
 
 # --- containerd -----------------------------------------------------------------
@@ -396,6 +434,9 @@ disabled_plugins = ["io.containerd.nri.v1.nri"]
   # Root here may lack CAP_SYS_RESOURCE: a negative oom_score_adj would be refused.
   restrict_oom_score_adj = true
   enable_cdi = false
+  # Network namespaces under its state directory (in $BASE), not in the
+  # host's /var/run/netns where other runs' would be.
+  netns_mounts_under_state_dir = true
   [plugins.'io.containerd.cri.v1.runtime'.containerd]
     default_runtime_name = "runc"
     [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]

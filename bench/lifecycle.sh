@@ -6,6 +6,8 @@
 #
 #   make bench                          # builds bin/, then runs this
 #   N=50 K=10 bench/lifecycle.sh        # N timed lifecycles, K pods for memory
+#   PAR=30 PAR_ROUNDS=3 bench/lifecycle.sh  # pods started in parallel (0: none), rounds
+#   FLOOR=0 bench/lifecycle.sh          # no OCI runtime floor (runc alone)
 #   SKIP_CONTAINERD=1 bench/lifecycle.sh
 #   NRI="off 0 1 4" bench/lifecycle.sh  # NRI mode (what bench/nri.sh runs)
 #
@@ -26,11 +28,14 @@ set -euo pipefail
 
 NRI=${NRI:-}
 N=${N:-50}
+PAR=${PAR:-30}
+PAR_ROUNDS=${PAR_ROUNDS:-3}
+FLOOR=${FLOOR:-1}
 WARMUP=${WARMUP:-2}
 ME=lifecycle.sh
 . "$(dirname "$0")/lib.sh"
 if [ -n "$NRI" ]; then
-	K=${K:-0}
+	K=${K:-0} PAR=0 FLOOR=0
 	for c in $NRI; do
 		[[ "$c" =~ ^(off|[0-9]v?)$ ]] || {
 			echo "lifecycle.sh: NRI=\"$NRI\": \"$c\" is not off, N or Nv (N plugins, 0-9)" >&2
@@ -71,7 +76,16 @@ start_containerd
 mkdir -p "$BASE/results"
 base=()
 [[ " $NRI " == *" 0 "* ]] && base=(-baseline nri-0)
+floor=()
+if [ "$FLOOR" = 1 ]; then
+	if floor_setup; then
+		floor=(-floor-dir "$BASE/floor" -floor-ns "$BASE/floor/ns" -floor-cgroup "/$CG/floor" -runc "$(command -v runc)")
+	else
+		echo "bench: no OCI runtime floor: could not pin its namespaces"
+	fi
+fi
 "$BASE/crilat" run "${targets[@]}" -image "$IMAGE" -n "$N" -k "$K" -warmup "$WARMUP" "${base[@]}" \
+	-par "$PAR" -par-rounds "$PAR_ROUNDS" "${floor[@]}" \
 	-cgroup-parent "/$CG" -shim-match "$BASE" -log-dir "$BASE/logs" -out-dir "$BASE/results"
 echo "bench: load at the end $(cut -d" " -f1-3 /proc/loadavg)"
 if [ -n "${KEEP_RESULTS:-}" ]; then

@@ -114,6 +114,8 @@ func (s *Service) CreateContainer(ctx context.Context, r *runtimeapi.CreateConta
 // postCreateHook relays NRI PostCreateContainer for the created container
 // c; the container stands whatever the plugins say.
 func postCreateHook(ctx context.Context, log *slog.Logger, h nriHooks, sb *sandbox, c *container) {
+	mark(ctx, "store_publish")
+	defer mark(ctx, "nri_post_create")
 	c.mu.Lock()
 	view := nriContainerLocked(c)
 	c.mu.Unlock()
@@ -186,6 +188,8 @@ func newContainerRecord(id, name string, sb *sandbox, cfg *runtimeapi.ContainerC
 
 // prepareRootfs mounts the rootfs of container rec from its image.
 func (s *Service) prepareRootfs(ctx context.Context, rec *store.Container, undo *rollback) error {
+	mark(ctx, "lookup_store_put")
+	defer mark(ctx, "rootfs_mount")
 	id := rec.ID
 	rootfs, err := s.opts.Images.PrepareRootfs(ctx, id, rec.ImageID)
 	if err != nil {
@@ -200,6 +204,8 @@ func (s *Service) prepareRootfs(ctx context.Context, rec *store.Container, undo 
 // createInRuntime creates container rec with spec in rt (the runtime of
 // handler), its shim keeping stdin open as cfg asks.
 func (s *Service) createInRuntime(ctx context.Context, rt runtime.Runtime, handler string, rec *store.Container, cfg *runtimeapi.ContainerConfig, spec *specs.Spec, undo *rollback) error {
+	mark(ctx, "nri_idmap_spec_encode")
+	defer mark(ctx, "runtime_create")
 	id := rec.ID
 	if err := rt.Create(ctx, runtime.CreateRequest{
 		ID: id, Spec: spec, LogPath: rec.LogPath,
@@ -216,6 +222,7 @@ func (s *Service) createInRuntime(ctx context.Context, rt runtime.Runtime, handl
 // it. It returns the pod's user namespace too: the caller id-maps the
 // spec's mounts after NRI.
 func (s *Service) containerSpec(ctx context.Context, sb *sandbox, rec *store.Container, cfg *runtimeapi.ContainerConfig, img *image.Image) (*specs.Spec, *oci.UserNS, error) {
+	defer mark(ctx, "spec_build")
 	pod, podCfg := sb.rec, sb.config
 	imageVolumes, err := s.prepareImageVolumes(ctx, rec, cfg.GetMounts())
 	if err != nil {

@@ -49,6 +49,7 @@ func (s *Service) stopContainer(ctx context.Context, c *container, grace time.Du
 	if err := s.stopProcess(ctx, c, grace); err != nil {
 		return err
 	}
+	defer mark(ctx, "nri_stop")
 	return s.deliverStop(ctx, c)
 }
 
@@ -63,6 +64,7 @@ func (s *Service) stopProcess(ctx context.Context, c *container, grace time.Dura
 		return err
 	}
 	log := s.log.With("container_id", id)
+	mark(ctx, "lookup")
 	switch state {
 	case store.ContainerExited:
 		return nil
@@ -101,6 +103,8 @@ func (s *Service) stopProcess(ctx context.Context, c *container, grace time.Dura
 	if err := rt.Signal(ctx, id, syscall.SIGKILL, runtime.SignalOptions{All: true}); err != nil {
 		return fmt.Errorf("kill container: %w", err)
 	}
+	mark(ctx, "runtime_kill")
+	defer mark(ctx, "wait_exit")
 	select {
 	case <-c.done:
 		log.InfoContext(ctx, "container killed")

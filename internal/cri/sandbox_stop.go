@@ -58,11 +58,13 @@ func (s *Service) stopSandboxLocked(ctx context.Context, sb *sandbox) error {
 			return fmt.Errorf("stop container %s: %w", c.rec.ID, err)
 		}
 	}
+	mark(ctx, "containers")
 	rec := sb.rec
 	log := s.log.With("pod_id", rec.ID)
 	if err := s.deliverPodStop(ctx, sb); err != nil {
 		return err
 	}
+	mark(ctx, "nri_stop_pod")
 	if rec.State == store.SandboxReady && !rec.NoInfra {
 		rt, ok := s.opts.Runtimes[rec.RuntimeHandler]
 		if !ok {
@@ -75,10 +77,12 @@ func (s *Service) stopSandboxLocked(ctx context.Context, sb *sandbox) error {
 	if err := s.unpinPodNamespaces(rec); err != nil {
 		return err
 	}
+	mark(ctx, "infra_unpin")
 	if rec.NetNS != "" && !rec.NetworkTornDown {
 		if err := s.opts.Network.Teardown(ctx, cniPod(rec, sb.config)); err != nil {
 			return fmt.Errorf("tear down pod network: %w", err)
 		}
+		mark(ctx, "cni_del")
 		if err := cni.RemoveNetNS(rec.NetNS); err != nil {
 			return err
 		}
@@ -86,6 +90,7 @@ func (s *Service) stopSandboxLocked(ctx context.Context, sb *sandbox) error {
 		rec.NetworkTornDown = true
 		sb.mu.Unlock()
 	}
+	mark(ctx, "netns_remove")
 	if rec.State != store.SandboxNotReady {
 		sb.mu.Lock()
 		rec.State = store.SandboxNotReady
@@ -93,6 +98,7 @@ func (s *Service) stopSandboxLocked(ctx context.Context, sb *sandbox) error {
 		log.InfoContext(ctx, "pod sandbox stopped")
 		s.emitSandbox(eventStopped, sb)
 	}
+	defer mark(ctx, "store_not_ready")
 	return s.opts.Store.PutSandbox(rec)
 }
 

@@ -22,6 +22,7 @@ type Metrics struct {
 	latency *prometheus.HistogramVec
 	errors  *prometheus.CounterVec
 	panics  *prometheus.CounterVec
+	phases  *prometheus.HistogramVec // crin_cri_phase_seconds, see trace.go
 }
 
 // NewMetrics registers the CRI server's metrics on reg.
@@ -42,6 +43,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"server", "rpc"}),
 	}
 	reg.MustRegister(m.latency, m.errors, m.panics)
+	m.phases = phaseHistogram(reg)
 	return m
 }
 
@@ -104,6 +106,7 @@ func Interceptor(log *slog.Logger, m *Metrics) grpc.UnaryServerInterceptor {
 		if log.Enabled(ctx, slog.LevelDebug) {
 			log.DebugContext(ctx, "request", "payload", debugPayload(req))
 		}
+		ctx = m.trace(ctx, rpc)
 		resp, err := callUnary(ctx, log, m, rpc, req, h)
 		d := time.Since(start)
 		if err != nil {

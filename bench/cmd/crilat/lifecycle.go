@@ -64,6 +64,9 @@ type runOptions struct {
 	logDir       string
 	match        string
 	callTimeout  time.Duration
+	metricsURL   string // crind's /metrics, for the phase trace; "" for none
+	par          int    // pods started at once in the parallel start; 0 skips it
+	parRounds    int
 }
 
 // target is one runtime being measured.
@@ -75,12 +78,21 @@ type target struct {
 	err     error // set once the target failed; it is then left alone
 }
 
-func runCmd(args []string) error {
-	var o runOptions
-	var specs []string
+// runFlags are the flags of "crilat run".
+type runFlags struct {
+	o        runOptions
+	specs    []string
+	fo       floorOptions
+	outDir   string
+	baseline string
+}
+
+func parseRunFlags(args []string) (*runFlags, error) {
+	f := &runFlags{}
+	o := &f.o
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
-	fs.Func("target", "runtime to measure, repeatable: name=NAME,socket=SOCK[,pid=PID][,shim=COMM[|COMM...]][,pause=REF][,handler=NAME]",
-		func(v string) error { specs = append(specs, v); return nil })
+	fs.Func("target", "runtime to measure, repeatable: name=NAME,socket=SOCK[,pid=PID][,shim=COMM[|COMM...]][,pause=REF][,handler=NAME][,metrics=URL]",
+		func(v string) error { f.specs = append(f.specs, v); return nil })
 	fs.StringVar(&o.image, "image", "", "image of the container (busybox)")
 	fs.IntVar(&o.n, "n", 50, "timed lifecycles per target, one after another")
 	fs.IntVar(&o.k, "k", 10, "pods kept running for the memory figures")
@@ -89,21 +101,36 @@ func runCmd(args []string) error {
 	fs.StringVar(&o.cgroupParent, "cgroup-parent", "", "cgroup under which each pod gets pod<uid> (cgroupfs); empty leaves it to the runtime")
 	fs.StringVar(&o.logDir, "log-dir", "", "directory for the pods' log directories")
 	fs.StringVar(&o.match, "shim-match", "", "string the shims' command lines contain (keeps other daemons' shims out)")
-	outDir := fs.String("out-dir", "", "directory to write NAME.json results to")
-	baseline := fs.String("baseline", "", "target whose latency the others' added latency is computed against")
+	fs.StringVar(&f.outDir, "out-dir", "", "directory to write NAME.json results to")
+	fs.StringVar(&f.baseline, "baseline", "", "target whose latency the others' added latency is computed against")
 	fs.DurationVar(&o.callTimeout, "call-timeout", 2*time.Minute, "timeout of each CRI call")
+	fs.IntVar(&o.par, "par", 30, "pods started at once in the parallel start (0 skips it)")
+	fs.IntVar(&o.parRounds, "par-rounds", 3, "rounds of the parallel start per target")
+	fs.StringVar(&f.fo.dir, "floor-dir", "", "directory for the OCI runtime floor's bundle and runc root (empty skips the floor)")
+	fs.StringVar(&f.fo.nsDir, "floor-ns", "", "directory with pinned net, ipc and uts namespaces the floor's containers join")
+	fs.StringVar(&f.fo.cgroup, "floor-cgroup", "", "cgroup under which each floor container gets one")
+	fs.StringVar(&f.fo.runc, "runc", "runc", "the OCI runtime of the floor")
+	fs.StringVar(&f.fo.busybox, "busybox", "/bin/busybox", "static busybox for the floor's rootfs")
 	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if len(f.specs) == 0 || o.image == "" || o.logDir == "" {
+		return nil, errors.New("-target, -image and -log-dir are required")
+	}
+	if o.n < 1 || o.k < 0 || o.warmup < 0 || o.par < 0 || o.parRounds < 0 {
+		return nil, fmt.Errorf("-n %d, -k %d, -warmup %d, -par %d, -par-rounds %d: need n >= 1, the others >= 0", o.n, o.k, o.warmup, o.par, o.parRounds)
+	}
+	return f, nil
+}
+
+func runCmd(args []string) error {
+	f, err := parseRunFlags(args)
+	if err != nil {
 		return err
 	}
-	if len(specs) == 0 || o.image == "" || o.logDir == "" {
-		return errors.New("-target, -image and -log-dir are required")
-	}
-	if o.n < 1 || o.k < 0 || o.warmup < 0 {
-		return fmt.Errorf("-n %d, -k %d, -warmup %d: need n >= 1, k >= 0, warmup >= 0", o.n, o.k, o.warmup)
-	}
 	var targets []*target
-	for _, spec := range specs {
-		to, err := parseTarget(o, spec)
+	for _, spec := range f.specs {
+		to, err := parseTarget(f.o, spec)
 		if err != nil {
 			return err
 		}
@@ -114,8 +141,23 @@ func runCmd(args []string) error {
 		defer c.conn.Close()
 		targets = append(targets, &target{o: to, c: c, samples: map[string][]time.Duration{}})
 	}
-	measureAll(context.Background(), targets)
+	var fl *floor
+	if f.fo.dir != "" {
+		if fl, err = newFloor(context.Background(), f.fo.runc, f.fo.busybox, f.fo.dir, f.fo.nsDir, f.fo.cgroup); err != nil {
+			return err
+		}
+	}
+	measureAll(context.Background(), targets, fl)
+	if err := report(targets, fl, f.outDir, f.baseline); err != nil {
+		return err
+	}
+	// The first target is the one the bench is about; the others are peers
+	// whose failure is reported above but does not fail the run.
+	return targets[0].err
+}
 
+// report prints what measureAll measured and writes it into outDir.
+func report(targets []*target, fl *floor, outDir, baseline string) error {
 	var done []*Result
 	for _, t := range targets {
 		if t.err != nil {
@@ -124,23 +166,31 @@ func runCmd(args []string) error {
 		}
 		printResult(os.Stdout, t.res)
 		done = append(done, t.res)
-		if *outDir == "" {
+		if outDir == "" {
 			continue
 		}
 		b, err := json.MarshalIndent(t.res, "", "  ")
 		if err != nil {
 			return fmt.Errorf("encode result: %w", err)
 		}
-		p := filepath.Join(*outDir, t.o.name+".json")
+		p := filepath.Join(outDir, t.o.name+".json")
 		if err := os.WriteFile(p, append(b, '\n'), 0o644); err != nil {
 			return fmt.Errorf("write %s: %w", p, err)
 		}
 	}
 	if len(done) > 0 {
 		compare(os.Stdout, done)
+		for _, r := range done {
+			printPhases(os.Stdout, r.Name, r.Phases)
+		}
+		printFloorAndParallel(os.Stdout, done, fl)
+		printTargets(os.Stdout, done, fl)
 	}
-	if *baseline != "" && len(done) > 0 {
-		if err := added(os.Stdout, done, *baseline); err != nil {
+	if err := writeFloor(fl, outDir); err != nil {
+		return err
+	}
+	if baseline != "" && len(done) > 0 {
+		if err := added(os.Stdout, done, baseline); err != nil {
 			fmt.Fprintf(os.Stderr, "crilat: no added latency: %v\n", err)
 		}
 	}
@@ -149,9 +199,7 @@ func runCmd(args []string) error {
 			fmt.Printf("\n%s not compared: %v\n", t.o.name, t.err)
 		}
 	}
-	// The first target is the one the bench is about; the others are peers
-	// whose failure is reported above but does not fail the run.
-	return targets[0].err
+	return nil
 }
 
 // parseTarget fills a copy of common from "name=crind,socket=/s,pid=1,...".
@@ -173,6 +221,8 @@ func parseTarget(common runOptions, spec string) (runOptions, error) {
 			o.pauseImage = v
 		case "handler":
 			o.handler = v
+		case "metrics":
+			o.metricsURL = v
 		case "pid":
 			pid, err := strconv.Atoi(v)
 			if err != nil || pid < 1 {
@@ -192,9 +242,11 @@ func parseTarget(common runOptions, spec string) (runOptions, error) {
 
 // measureAll runs the benchmark on every target. The lifecycles interleave
 // (lifecycle i of each target, starting with a different target each
-// round) so that load from elsewhere on a shared machine falls on all of
-// them alike; memory is then measured one target at a time.
-func measureAll(ctx context.Context, targets []*target) {
+// round, then the OCI runtime floor fl if there is one) so that load from
+// elsewhere on a shared machine falls on all of them alike. Memory is then
+// measured one target at a time, and last come the rounds of the parallel
+// start, interleaved too.
+func measureAll(ctx context.Context, targets []*target, fl *floor) {
 	for _, t := range targets {
 		t.err = prepare(ctx, t)
 	}
@@ -214,28 +266,28 @@ func measureAll(ctx context.Context, targets []*target) {
 			}
 			return nil
 		})
+		fl.tick(ctx, fmt.Sprintf("warm%d", i), false)
 	}
+	before := scrapeAll(ctx, targets)
 	for i := 0; i < o.n; i++ {
-		each(i, func(t *target) error {
-			d, err := lifecycle(ctx, t.c, t.o, fmt.Sprintf("lc%d", i))
-			if err != nil {
-				return fmt.Errorf("lifecycle %d: %w", i, err)
-			}
-			var total time.Duration
-			for j, s := range steps {
-				t.samples[s] = append(t.samples[s], d[j])
-				total += d[j]
-			}
-			t.samples[totalStep] = append(t.samples[totalStep], total)
-			return nil
-		})
+		each(i, func(t *target) error { return timedLifecycle(ctx, t, i) })
+		fl.tick(ctx, fmt.Sprintf("lc%d", i), true)
 	}
-	for _, t := range targets {
+	after := scrapeAll(ctx, targets)
+	for i, t := range targets {
 		if t.err != nil {
 			continue
 		}
 		for _, s := range append(slices.Clone(steps), totalStep) {
 			t.res.Steps = append(t.res.Steps, summarize(s, t.samples[s]))
+		}
+		if before[i] != nil && after[i] != nil {
+			t.res.Phases = phaseDiff(before[i], after[i])
+		}
+	}
+	for _, t := range targets {
+		if t.err != nil {
+			continue
 		}
 		mem, err := measureMemory(ctx, t.c, t.o)
 		if err != nil {
@@ -244,6 +296,43 @@ func measureAll(ctx context.Context, targets []*target) {
 		}
 		t.res.Memory = mem
 	}
+	// After the memory figures: 30 pods at once grow the daemons' heaps,
+	// and the idle figures are meant to be comparable with earlier runs.
+	parallelRounds(ctx, targets, o.par, o.parRounds)
+}
+
+// timedLifecycle runs lifecycle i on t and records its steps.
+func timedLifecycle(ctx context.Context, t *target, i int) error {
+	d, err := lifecycle(ctx, t.c, t.o, fmt.Sprintf("lc%d", i))
+	if err != nil {
+		return fmt.Errorf("lifecycle %d: %w", i, err)
+	}
+	var total time.Duration
+	for j, s := range steps {
+		t.samples[s] = append(t.samples[s], d[j])
+		total += d[j]
+	}
+	t.samples[totalStep] = append(t.samples[totalStep], total)
+	return nil
+}
+
+// scrapeAll reads the metrics of every target that serves them (nil for
+// the others, and for one whose scrape failed: it is reported and the
+// phase trace left out).
+func scrapeAll(ctx context.Context, targets []*target) [][]promSample {
+	out := make([][]promSample, len(targets))
+	for i, t := range targets {
+		if t.err != nil || t.o.metricsURL == "" {
+			continue
+		}
+		s, err := scrape(ctx, t.o.metricsURL)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "crilat: %s: no phase trace: %v\n", t.o.name, err)
+			continue
+		}
+		out[i] = s
+	}
+	return out
 }
 
 // prepare waits for the target to be ready and pulls the images.

@@ -6,11 +6,17 @@
 //	    serve a registry on 127.0.0.1 with busybox and a pause image built
 //	    from FILE (crin-pause) pushed; write its host:port to -addr-file and
 //	    serve until SIGTERM.
-//	crilat run -target name=NAME,socket=SOCK,pid=PID,shim=COMM[,pause=REF] ...
+//	crilat run -target name=NAME,socket=SOCK,pid=PID,shim=COMM[,pause=REF][,metrics=URL] ...
 //	        -image REF -log-dir DIR [-n 50] [-k 10] [-out-dir DIR] [-baseline NAME]
-//	    time N full pod lifecycles on each target (interleaved), then measure
-//	    each daemon's and its shims' memory with K pods running (none with
-//	    -k 0); print the figures side by side and write them as NAME.json.
+//	        [-par 30] [-par-rounds 3] [-floor-dir DIR -floor-ns DIR -floor-cgroup CG]
+//	    time N full pod lifecycles on each target (interleaved, with one run
+//	    of the OCI runtime floor, runc create + start on a busybox bundle,
+//	    after each round when -floor-dir is set), then start PAR pods at
+//	    once on each target, PAR-ROUNDS times, then measure each daemon's
+//	    and its shims' memory with K pods running (none with -k 0); print
+//	    the figures side by side, crind's phase trace (scraped from the
+//	    target's metrics URL before and after the timed lifecycles) and
+//	    issue 12's targets, and write them as NAME.json (and floor.json).
 //	    With -baseline, also print the latency each target adds to the
 //	    target NAME (bench/nri.sh: crind with 1 or 4 NRI plugins against 0).
 //	crilat stats -target ... -image REF -log-dir DIR [-pods 10] [-containers 10]

@@ -25,6 +25,9 @@ type Result struct {
 	PullMs  float64     `json:"pull_ms"`
 	Steps   []StepStats `json:"steps"`
 	Memory  Memory      `json:"memory"`
+	// Phases is crind's phase trace over the timed lifecycles.
+	Phases   []RPCPhases    `json:"phases,omitempty"`
+	Parallel *ParallelStats `json:"parallel,omitempty"`
 }
 
 // StepStats summarizes the samples of one step, in milliseconds.

@@ -421,6 +421,12 @@ func startWriter(ctx context.Context, t *statsTarget, podID string, podCfg *runt
 			Command:  []string{"sh", "-c", script},
 			LogPath:  name + "/0.log",
 			Labels:   map[string]string{"bench": "crilat"},
+			// The pod's (podConfig): a container left at the zero
+			// value, pid POD, asks to join a PID namespace the pod
+			// does not share, which crind refuses.
+			Linux: &runtimeapi.LinuxContainerConfig{SecurityContext: &runtimeapi.LinuxContainerSecurityContext{
+				NamespaceOptions: kubeletNamespaces(),
+			}},
 		},
 		SandboxConfig: podCfg,
 	})

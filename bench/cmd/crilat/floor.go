@@ -1,0 +1,211 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+)
+
+// floor is the OCI runtime alone: runc create + runc start of a busybox
+// `sleep 3600` on a bundle like the one crind gives its containers (a
+// busybox rootfs, a new mount and PID namespace, the pod's network, UTS and
+// IPC namespaces joined by path, a cgroup under the bench's), then runc
+// delete --force. What no runtime built on runc can go below.
+type floor struct {
+	runc    string // the runc binary
+	root    string // runc --root, under the bench directory
+	bundle  string
+	cgroup  string // parent of the containers' cgroupsPath
+	samples map[string][]time.Duration
+	n       int
+	err     error // set once a run failed; the floor is then left alone
+}
+
+// floorOptions are the run flags of the floor.
+type floorOptions struct {
+	dir, nsDir, cgroup, runc, busybox string
+}
+
+// tick runs the floor once (a nil floor or one that failed does nothing).
+func (f *floor) tick(ctx context.Context, id string, record bool) {
+	if f == nil || f.err != nil {
+		return
+	}
+	if err := f.run(ctx, "floor-"+id, record); err != nil {
+		f.err = fmt.Errorf("%s: %w", id, err)
+	}
+}
+
+// writeFloor writes the floor's figures as floor.json into dir.
+func writeFloor(f *floor, dir string) error {
+	if f == nil || dir == "" || f.n == 0 {
+		return nil
+	}
+	b, err := json.MarshalIndent(map[string]any{"n": f.n, "steps": f.stats()}, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encode floor: %w", err)
+	}
+	p := filepath.Join(dir, "floor.json")
+	if err := os.WriteFile(p, append(b, '\n'), 0o644); err != nil {
+		return fmt.Errorf("write %s: %w", p, err)
+	}
+	return nil
+}
+
+// floor steps, reported like the lifecycle steps.
+const (
+	floorCreate = "runc create"
+	floorStart  = "runc start"
+	floorBoth   = "create+start"
+)
+
+// newFloor writes the bundle into dir: rootfs/bin/busybox (a copy of the
+// static busybox at busybox) with sleep linked to it, and a config.json
+// from `runc spec`, adjusted. nsDir holds pinned net, ipc and uts
+// namespaces to join.
+func newFloor(ctx context.Context, runc, busybox, dir, nsDir, cgroup string) (*floor, error) {
+	f := &floor{runc: runc, root: filepath.Join(dir, "runc"), bundle: filepath.Join(dir, "bundle"), cgroup: cgroup,
+		samples: map[string][]time.Duration{}}
+	bin := filepath.Join(f.bundle, "rootfs", "bin")
+	if err := os.MkdirAll(bin, 0o755); err != nil {
+		return nil, fmt.Errorf("floor rootfs: %w", err)
+	}
+	b, err := os.ReadFile(busybox)
+	if err != nil {
+		return nil, fmt.Errorf("floor rootfs: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(bin, "busybox"), b, 0o755); err != nil {
+		return nil, fmt.Errorf("floor rootfs: %w", err)
+	}
+	for _, l := range []string{"sleep", "sh"} {
+		if err := os.Symlink("busybox", filepath.Join(bin, l)); err != nil {
+			return nil, fmt.Errorf("floor rootfs: %w", err)
+		}
+	}
+	if out, err := exec.CommandContext(ctx, runc, "spec", "--bundle", f.bundle).CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("runc spec: %w: %s", err, strings.TrimSpace(string(out)))
+	}
+	p := filepath.Join(f.bundle, "config.json")
+	raw, err := os.ReadFile(p)
+	if err != nil {
+		return nil, fmt.Errorf("read runc spec: %w", err)
+	}
+	var spec specs.Spec
+	if err := json.Unmarshal(raw, &spec); err != nil {
+		return nil, fmt.Errorf("decode runc spec: %w", err)
+	}
+	floorSpec(&spec, nsDir)
+	if raw, err = json.Marshal(&spec); err != nil {
+		return nil, fmt.Errorf("encode floor spec: %w", err)
+	}
+	if err := os.WriteFile(p, raw, 0o644); err != nil {
+		return nil, fmt.Errorf("write floor spec: %w", err)
+	}
+	return f, nil
+}
+
+// floorSpec adjusts runc's default spec to what crind's container of a pod
+// that does not share its PID namespace gets: sleep 3600 without a
+// terminal, a new mount and PID namespace (and cgroup namespace on cgroup
+// v2), the pod's network, UTS and IPC namespaces joined by path.
+func floorSpec(spec *specs.Spec, nsDir string) {
+	spec.Process.Args = []string{"sleep", "3600"}
+	spec.Process.Terminal = false
+	spec.Root.Readonly = false
+	spec.Hostname = "" // the UTS namespace is joined, not made
+	ns := []specs.LinuxNamespace{
+		{Type: specs.MountNamespace},
+		{Type: specs.PIDNamespace},
+		{Type: specs.NetworkNamespace, Path: filepath.Join(nsDir, "net")},
+		{Type: specs.UTSNamespace, Path: filepath.Join(nsDir, "uts")},
+		{Type: specs.IPCNamespace, Path: filepath.Join(nsDir, "ipc")},
+	}
+	if _, err := os.Stat("/sys/fs/cgroup/cgroup.controllers"); err == nil {
+		ns = append(ns, specs.LinuxNamespace{Type: specs.CgroupNamespace})
+	}
+	spec.Linux.Namespaces = ns
+}
+
+// run times one create and start of container id, then deletes it; record
+// says whether the times count (not in warm-up).
+func (f *floor) run(ctx context.Context, id string, record bool) error {
+	cfg := filepath.Join(f.bundle, "config.json")
+	raw, err := os.ReadFile(cfg)
+	if err != nil {
+		return fmt.Errorf("floor: %w", err)
+	}
+	var spec specs.Spec
+	if err := json.Unmarshal(raw, &spec); err != nil {
+		return fmt.Errorf("floor: %w", err)
+	}
+	// Its own cgroup each time, as crind's containers get.
+	spec.Linux.CgroupsPath = filepath.Join(f.cgroup, id)
+	if raw, err = json.Marshal(&spec); err != nil {
+		return fmt.Errorf("floor: %w", err)
+	}
+	if err := os.WriteFile(cfg, raw, 0o644); err != nil {
+		return fmt.Errorf("floor: %w", err)
+	}
+	// Output goes to a file, never a pipe: the container inherits runc
+	// create's stdio and would hold a pipe open.
+	logPath := filepath.Join(filepath.Dir(f.bundle), "runc-"+id+".log")
+	logf, err := os.Create(logPath)
+	if err != nil {
+		return fmt.Errorf("floor: %w", err)
+	}
+	defer os.Remove(logPath)
+	defer logf.Close()
+	runc := func(args ...string) (time.Duration, error) {
+		cmd := exec.CommandContext(ctx, f.runc, append([]string{"--root", f.root}, args...)...)
+		cmd.Stdout, cmd.Stderr = logf, logf
+		start := time.Now()
+		err := cmd.Run()
+		d := time.Since(start)
+		if err != nil {
+			out, _ := os.ReadFile(logPath)
+			return d, fmt.Errorf("runc %s: %w: %s", args[0], err, strings.TrimSpace(string(out)))
+		}
+		return d, nil
+	}
+	dc, err := runc("create", "--bundle", f.bundle, id)
+	if err != nil {
+		_, _ = runc("delete", "--force", id)
+		return err
+	}
+	ds, err := runc("start", id)
+	if _, derr := runc("delete", "--force", id); err == nil && derr != nil {
+		err = derr
+	}
+	// runc deletes the container's cgroup with it.
+	if err != nil || !record {
+		return err
+	}
+	f.samples[floorCreate] = append(f.samples[floorCreate], dc)
+	f.samples[floorStart] = append(f.samples[floorStart], ds)
+	f.samples[floorBoth] = append(f.samples[floorBoth], dc+ds)
+	f.n++
+	return nil
+}
+
+// stats summarizes the floor's samples.
+func (f *floor) stats() []StepStats {
+	var out []StepStats
+	for _, s := range []string{floorCreate, floorStart, floorBoth} {
+		out = append(out, summarize(s, f.samples[s]))
+	}
+	return out
+}
+
+func sortedCopy(d []time.Duration) []time.Duration {
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s
+}
