@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -65,6 +64,8 @@ type OCI struct {
 	// mu serializes shimDied, so two callers that find the same dead shim
 	// (the exit monitor and a stop) kill and record once.
 	mu sync.Mutex
+	// pods serializes starting each pod's shim (oci_shim.go).
+	pods podLocks
 }
 
 var _ Runtime = (*OCI)(nil)
@@ -135,23 +136,25 @@ func (o *OCI) known(id string) (string, error) {
 	return dir, nil
 }
 
-// Create writes the bundle, starts a shim and waits for it to create the
-// container. The error carries the runtime's own message. On error the
-// bundle, the runtime's state and the shim are gone. An id in use is
-// errdefs.ErrAlreadyExists; a bad id or spec is errdefs.ErrInvalidArgument.
+// Create writes the bundle and has its pod's shim create the container,
+// starting the shim first when the pod has none (see createInShim). The
+// error carries the runtime's own message. On error the bundle, the
+// runtime's state and the container's place in the shim are gone. An id
+// in use is errdefs.ErrAlreadyExists; a bad id or spec is
+// errdefs.ErrInvalidArgument.
 func (o *OCI) Create(ctx context.Context, req CreateRequest) (retErr error) {
 	dir, err := MakeBundleDir(o.cfg.StateDir, req)
 	if err != nil {
 		return err
 	}
-	shimPid := 0
+	shimDir := o.shimDirOf(req)
 	defer func() {
 		if retErr == nil {
 			return
 		}
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
-		o.rollbackCreate(rctx, req.ID, dir, shimPid)
+		o.rollbackCreate(rctx, req.ID, dir, shimDir)
 	}()
 
 	data, err := json.Marshal(req.Spec)
@@ -161,100 +164,45 @@ func (o *OCI) Create(ctx context.Context, req CreateRequest) (retErr error) {
 	if err := os.WriteFile(filepath.Join(dir, shim.ConfigFile), data, 0o600); err != nil {
 		return fmt.Errorf("create container %s: write bundle: %w", req.ID, err)
 	}
-	hs, err := o.launchShim(ctx, req, dir)
-	shimPid = hs.ShimPid
+	if err := os.WriteFile(filepath.Join(dir, shim.ShimDirFile), []byte(shimDir), 0o600); err != nil {
+		return fmt.Errorf("create container %s: write bundle: %w", req.ID, err)
+	}
+	resp, err := o.createInShim(ctx, req, dir, shimDir)
 	if err != nil {
 		return fmt.Errorf("create container %s: %w", req.ID, err)
 	}
-	o.log.InfoContext(ctx, "container created", "container_id", req.ID, "pid", hs.Pid)
+	o.log.InfoContext(ctx, "container created", "container_id", req.ID, "pid", resp.Pid)
 	return nil
 }
 
-// launchShim runs crin-shim and reads its handshake. When ctx ends first,
-// it still waits up to createGrace for the shim to finish, so the rollback
-// knows what to undo (a runtime create cannot be interrupted cleanly).
-func (o *OCI) launchShim(ctx context.Context, req CreateRequest, dir string) (shim.Handshake, error) {
-	var hs shim.Handshake
-	r, w, err := os.Pipe()
-	if err != nil {
-		return hs, err
-	}
-	defer r.Close()
-	cfg := shim.Config{
-		ID: req.ID, Dir: dir, Runtime: o.cfg.Binary, RuntimeRoot: o.cfg.Root,
-		LogPath: req.LogPath, OOMScoreAdj: o.cfg.OOMScoreAdj,
-		Stdin: req.Stdin, StdinOnce: req.StdinOnce,
-		TTY: req.Spec.Process != nil && req.Spec.Process.Terminal,
-	}
-	// The first shim process only starts the detached one and exits; it
-	// is not cut short by ctx, or the detached one might run unseen.
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(sctx, o.cfg.ShimBinary, cfg.Args()...)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	cmd.ExtraFiles = []*os.File{w}
-	cmd.Dir = dir
-	err = cmd.Run()
-	w.Close()
-	if err != nil {
-		return hs, fmt.Errorf("run shim: %w: %s", err, bytes.TrimSpace(out.Bytes()))
-	}
-
-	_ = r.SetReadDeadline(time.Now().Add(DefaultCreateTimeout))
-	stop := context.AfterFunc(ctx, func() { _ = r.SetReadDeadline(time.Now().Add(createGrace)) })
-	defer stop()
-	data, err := io.ReadAll(io.LimitReader(r, 1<<20))
-	if err != nil {
-		if errors.Is(err, os.ErrDeadlineExceeded) {
-			err = context.DeadlineExceeded
-		}
-		if ctx.Err() != nil {
-			err = ctx.Err()
-		}
-		return hs, fmt.Errorf("wait for shim: %w", err)
-	}
-	if err := json.Unmarshal(bytes.TrimSpace(data), &hs); err != nil {
-		return hs, fmt.Errorf("shim handshake %q: %w", data, err)
-	}
-	if hs.Error != "" {
-		return hs, errors.New(hs.Error)
-	}
-	if ctx.Err() != nil {
-		return hs, fmt.Errorf("wait for shim: %w", ctx.Err())
-	}
-	return hs, nil
-}
-
 // rollbackCreate removes whatever a failed Create left: the container in
-// the runtime, the shim, the state dir.
-func (o *OCI) rollbackCreate(ctx context.Context, id, dir string, shimPid int) {
-	if shimPid == 0 {
-		shimPid = readPid(filepath.Join(dir, shim.ShimPidFile))
-	}
+// the runtime, its place in the shim, the state dir.
+func (o *OCI) rollbackCreate(ctx context.Context, id, dir, shimDir string) {
 	if _, err := o.run(ctx, runOpts{}, "delete", "--force", id); err != nil && !isRuntimeNotExist(err) {
 		o.log.WarnContext(ctx, "rollback create: runtime delete", "container_id", id, "error", err)
 	}
-	if shimPid > 0 && alive(shimPid) {
-		// A shim that reported failure exits by itself; one whose
-		// container was just deleted records the exit, then may go.
-		deadline := time.Now().Add(shimExitWait)
-		for alive(shimPid) && time.Now().Before(deadline) {
+	if pid := readPid(filepath.Join(dir, shim.ShimPidFile)); pid > 0 && alive(pid) && isShimOf(pid, shimDir) {
+		// The delete above killed the container; once the shim recorded
+		// that, it lets go of it.
+		deadline := time.Now().Add(deleteStopWait)
+		for {
 			sctx, cancel := context.WithTimeout(ctx, time.Second)
-			_, err := shim.Call(sctx, shim.SocketPath(dir), shim.OpShutdown)
+			resp, err := shim.Do(sctx, shim.SocketPath(shimDir), shim.Request{Op: shim.OpDelete, ID: id})
 			cancel()
-			if err == nil || errors.Is(err, shim.ErrShimGone) {
+			if resp.ShimExiting {
+				o.stopShim(ctx, pid)
+			}
+			if err == nil || !errdefs.IsFailedPrecondition(err) || time.Now().After(deadline) {
 				break
 			}
-			time.Sleep(50 * time.Millisecond)
+			time.Sleep(20 * time.Millisecond)
 		}
-		o.stopShim(ctx, shimPid)
 	}
 	o.removeDir(ctx, id, dir)
 }
 
 func (o *OCI) removeDir(ctx context.Context, id, dir string) {
-	if sock := shim.SocketPath(dir); !strings.HasPrefix(sock, dir+string(filepath.Separator)) {
+	if sock := shim.ConsoleSocketPath(dir); !strings.HasPrefix(sock, dir+string(filepath.Separator)) {
 		_ = os.Remove(sock)
 	}
 	if err := os.RemoveAll(dir); err != nil {
@@ -262,13 +210,19 @@ func (o *OCI) removeDir(ctx context.Context, id, dir string) {
 	}
 }
 
-// call sends op to the shim of id.
+// call sends op about id to the container's shim. A shim that does not
+// know the container (it is not the one that created it) is
+// shim.ErrShimGone too.
 func (o *OCI) call(ctx context.Context, id, op string) (shim.Response, error) {
 	dir, err := o.known(id)
 	if err != nil {
 		return shim.Response{}, err
 	}
-	return shim.Call(ctx, shim.SocketPath(dir), op)
+	resp, err := shim.Call(ctx, shim.SocketPath(shimDirFor(dir)), id, op)
+	if errdefs.IsNotFound(err) {
+		err = fmt.Errorf("%w: %s", shim.ErrShimGone, err.Error())
+	}
+	return resp, err
 }
 
 // Start asks the shim to start the container. A container that is not in
@@ -356,7 +310,7 @@ func shimGone(dir string) (int, bool) {
 	if pid <= 0 {
 		return 0, false
 	}
-	return pid, !alive(pid) || !isShimOf(pid, dir)
+	return pid, !alive(pid) || !isShimOf(pid, shimDirFor(dir))
 }
 
 // shimDied handles a container whose shim died before recording its exit
@@ -474,7 +428,7 @@ func (o *OCI) Wait(ctx context.Context, id string) (Status, error) {
 	} else {
 		defer cancel()
 	}
-	resp, err := shim.Call(wctx, shim.SocketPath(dir), shim.OpWait)
+	resp, err := o.call(wctx, id, shim.OpWait)
 	if err == nil {
 		return statusOf(resp), nil
 	}
@@ -512,15 +466,16 @@ func watchShim(dir string) *pidWatch {
 		return nil
 	}
 	// Checked after opening: the pidfd cannot move to another process.
-	if !isShimOf(pid, dir) {
+	if !isShimOf(pid, shimDirFor(dir)) {
 		w.Close()
 		return nil
 	}
 	return w
 }
 
-// Delete kills the container if it lives, removes it from the runtime,
-// stops its shim and removes its state dir. An unknown id is not an error
+// Delete kills the container if it lives, has its shim drop it (the shim
+// deleted it from the runtime when it exited, and exits itself after its
+// last container), and removes its state dir. An unknown id is not an error
 // (CRI RemoveContainer: "If the container has already been removed, it must
 // not return an error").
 func (o *OCI) Delete(ctx context.Context, id string) error {
@@ -546,17 +501,8 @@ func (o *OCI) Delete(ctx context.Context, id string) error {
 			return fmt.Errorf("delete container %s: wait for it to die: %w", id, werr)
 		}
 	}
-	if _, err := o.run(ctx, runOpts{}, "delete", "--force", id); err != nil && !isRuntimeNotExist(err) {
+	if err := o.dropFromShim(ctx, id, dir); err != nil {
 		return fmt.Errorf("delete container %s: %w", id, err)
-	}
-	if pid := readPid(filepath.Join(dir, shim.ShimPidFile)); pid > 0 && isShimOf(pid, dir) {
-		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		_, err := shim.Call(sctx, shim.SocketPath(dir), shim.OpShutdown)
-		cancel()
-		if err != nil && !errors.Is(err, shim.ErrShimGone) {
-			o.log.WarnContext(ctx, "delete: shim shutdown", "container_id", id, "error", err)
-		}
-		o.stopShim(ctx, pid)
 	}
 	o.removeDir(ctx, id, dir)
 	o.log.InfoContext(ctx, "container deleted", "container_id", id)

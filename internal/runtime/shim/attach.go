@@ -86,7 +86,7 @@ type AttachStreams struct {
 // length, then that many bytes. A frame with stream 0 and a message as
 // payload reports why the shim stopped early. The client sends frames of
 // the same shape: 1 stdin data, 2 end of its stdin, 3 a terminal size.
-func Attach(ctx context.Context, socket string, streams AttachStreams) error {
+func Attach(ctx context.Context, socket, id string, streams AttachStreams) error {
 	var d net.Dialer
 	conn, err := d.DialContext(ctx, "unix", socket)
 	if err != nil {
@@ -99,7 +99,7 @@ func Attach(ctx context.Context, socket string, streams AttachStreams) error {
 	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
 
-	if err := json.NewEncoder(conn).Encode(Request{Op: OpAttach, Stdin: streams.Stdin != nil}); err != nil {
+	if err := json.NewEncoder(conn).Encode(Request{Op: OpAttach, ID: id, Stdin: streams.Stdin != nil}); err != nil {
 		return callError(ctx, OpAttach, err)
 	}
 	br := bufio.NewReader(conn)
@@ -354,7 +354,7 @@ type attachSession struct {
 }
 
 // attach answers an OpAttach request and registers the session's input.
-func (s *server) attach(req Request) (Response, attachSession) {
+func (s *ctr) attach(req Request) (Response, attachSession) {
 	resp := s.snapshot()
 	if resp.State == StateStopped {
 		err := fmt.Errorf("container is %s: %w", resp.State, errdefs.ErrFailedPrecondition)
@@ -369,7 +369,7 @@ func (s *server) attach(req Request) (Response, attachSession) {
 // streamAttach sends the output frames to c and forwards the client's
 // input until the output ends, the client goes away, or it lags. A
 // stdin_once session closes the container's stdin when it ends.
-func (s *server) streamAttach(c net.Conn, sess attachSession) {
+func (s *ctr) streamAttach(c net.Conn, sess attachSession) {
 	if sess.closesStdin {
 		defer s.closeStdin()
 	}
@@ -411,7 +411,7 @@ func (s *server) streamAttach(c net.Conn, sess attachSession) {
 }
 
 // readInput reads the client's frames until it goes away.
-func (s *server) readInput(c net.Conn, sess attachSession) {
+func (s *ctr) readInput(c net.Conn, sess attachSession) {
 	br := bufio.NewReader(c)
 	var hdr [5]byte
 	buf := make([]byte, inputChunk)
@@ -455,7 +455,7 @@ func (s *server) readInput(c net.Conn, sess attachSession) {
 }
 
 // closeStdin closes the container's stdin for stdin_once.
-func (s *server) closeStdin() {
+func (s *ctr) closeStdin() {
 	if err := s.stdio.closeInput(); err != nil {
 		s.log.Warn("close container stdin", "error", err)
 	}

@@ -43,7 +43,9 @@ func TestAttach(t *testing.T) {
 	s, sock := newTestServer(t, func() (int, error) { return 1234, nil })
 	var stdout, stderr syncBuffer
 	errc := make(chan error, 1)
-	go func() { errc <- Attach(context.Background(), sock, AttachStreams{Stdout: &stdout, Stderr: &stderr}) }()
+	go func() {
+		errc <- Attach(context.Background(), sock, testID, AttachStreams{Stdout: &stdout, Stderr: &stderr})
+	}()
 	waitUntil(t, "the client to subscribe", func() bool {
 		s.fan.mu.Lock()
 		defer s.fan.mu.Unlock()
@@ -69,7 +71,7 @@ func TestAttach(t *testing.T) {
 	}
 
 	s.setExited(Exit{Pid: 1234})
-	if err := Attach(context.Background(), sock, AttachStreams{}); !errdefs.IsFailedPrecondition(err) {
+	if err := Attach(context.Background(), sock, testID, AttachStreams{}); !errdefs.IsFailedPrecondition(err) {
 		t.Errorf("Attach to an exited container = %v, want FailedPrecondition", err)
 	}
 }
@@ -100,7 +102,7 @@ func TestAttachCancel(t *testing.T) {
 	_, sock := newTestServer(t, func() (int, error) { return 1234, nil })
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
-	if err := Attach(ctx, sock, AttachStreams{}); !errors.Is(err, context.DeadlineExceeded) {
+	if err := Attach(ctx, sock, testID, AttachStreams{}); !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("Attach with an expiring ctx = %v, want DeadlineExceeded", err)
 	}
 }

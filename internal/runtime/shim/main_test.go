@@ -12,18 +12,14 @@ func TestConfigArgsRoundTrip(t *testing.T) {
 		name string
 		cfg  Config
 	}{
-		{"full", Config{ID: "abc", Dir: "/run/crin/s/abc", Runtime: "/usr/sbin/runc", RuntimeRoot: "/run/crin/runc", LogPath: "/var/log/pods/x/0.log", OOMScoreAdj: &adj}},
-		{"no log, inherited oom score", Config{ID: "abc", Dir: "/d", Runtime: "crun", RuntimeRoot: "/r"}},
-		{"stdin once on a terminal", Config{ID: "abc", Dir: "/d", Runtime: "runc", RuntimeRoot: "/r", Stdin: true, StdinOnce: true, TTY: true}},
+		{"full", Config{Dir: "/run/crin/s/.pod-abc", Runtime: "/usr/sbin/runc", RuntimeRoot: "/run/crin/runc", OOMScoreAdj: &adj}},
+		{"inherited oom score", Config{Dir: "/d", Runtime: "crun", RuntimeRoot: "/r"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, detached, err := parseArgs(append([]string{"-detached"}, tc.cfg.Args()...))
+			got, err := parseArgs(tc.cfg.Args())
 			if err != nil {
 				t.Fatal(err)
-			}
-			if !detached {
-				t.Error("-detached not seen")
 			}
 			if diff := cmp.Diff(tc.cfg, got); diff != "" {
 				t.Errorf("config (-want +got):\n%s", diff)
@@ -37,14 +33,14 @@ func TestParseArgsRejects(t *testing.T) {
 		name string
 		args []string
 	}{
-		{"missing id", []string{"-dir", "/d", "-runtime", "runc", "-root", "/r"}},
-		{"missing root", []string{"-id", "x", "-dir", "/d", "-runtime", "runc"}},
-		{"bad oom score", []string{"-id", "x", "-dir", "/d", "-runtime", "runc", "-root", "/r", "-oom-score-adj", "lots"}},
-		{"unknown flag", []string{"-id", "x", "-bogus"}},
+		{"missing dir", []string{"-runtime", "runc", "-root", "/r"}},
+		{"missing root", []string{"-dir", "/d", "-runtime", "runc"}},
+		{"bad oom score", []string{"-dir", "/d", "-runtime", "runc", "-root", "/r", "-oom-score-adj", "lots"}},
+		{"unknown flag", []string{"-dir", "/d", "-bogus"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			if _, _, err := parseArgs(tc.args); err == nil {
+			if _, err := parseArgs(tc.args); err == nil {
 				t.Errorf("parseArgs(%q) succeeded", tc.args)
 			}
 		})

@@ -17,7 +17,7 @@ import (
 )
 
 // newStdioServer serves a created container whose input is in.
-func newStdioServer(t *testing.T, in *stdio) (*server, string) {
+func newStdioServer(t *testing.T, in *stdio) (*ctr, string) {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "crin")
 	if err != nil {
@@ -30,17 +30,11 @@ func newStdioServer(t *testing.T, in *stdio) (*server, string) {
 		t.Fatal(err)
 	}
 	logw, _ := OpenLog("", LogOptions{})
-	s := newServer(slog.New(slog.DiscardHandler), 1234, func() (int, error) { return 1234, nil }, logw, in)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		s.serve(l)
-	}()
-	t.Cleanup(func() {
+	s := newCtr(slog.New(slog.DiscardHandler), testID, 1234, func() (int, error) { return 1234, nil }, logw, in)
+	servePod(t, l, s)
+	t.Cleanup(func() { // before servePod's: it waits for the sessions
 		s.fan.close()
 		in.release()
-		l.Close()
-		<-done
 	})
 	return s, sock
 }
@@ -48,11 +42,11 @@ func newStdioServer(t *testing.T, in *stdio) (*server, string) {
 // attachAsync runs Attach on a goroutine; the channel gets its result.
 func attachAsync(sock string, streams AttachStreams) <-chan error {
 	errc := make(chan error, 1)
-	go func() { errc <- Attach(context.Background(), sock, streams) }()
+	go func() { errc <- Attach(context.Background(), sock, testID, streams) }()
 	return errc
 }
 
-func waitSubs(t *testing.T, s *server, n int) {
+func waitSubs(t *testing.T, s *ctr, n int) {
 	t.Helper()
 	waitUntil(t, strconv.Itoa(n)+" attached clients", func() bool {
 		s.fan.mu.Lock()
@@ -153,14 +147,14 @@ func TestAttachStdinOnce(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			quiet := make(chan error, 1)
-			go func() { quiet <- Attach(ctx, sock, AttachStreams{Stdout: io.Discard}) }()
+			go func() { quiet <- Attach(ctx, sock, testID, AttachStreams{Stdout: io.Discard}) }()
 			waitSubs(t, s, 1)
 
 			inr, inw := io.Pipe()
 			ctx1, cancel1 := context.WithCancel(context.Background())
 			defer cancel1()
 			first := make(chan error, 1)
-			go func() { first <- Attach(ctx1, sock, AttachStreams{Stdin: inr, Stdout: io.Discard}) }()
+			go func() { first <- Attach(ctx1, sock, testID, AttachStreams{Stdin: inr, Stdout: io.Discard}) }()
 			waitSubs(t, s, 2)
 			_, _ = io.WriteString(inw, "hello\n")
 			waitUntil(t, "the input to reach the container", func() bool { return read.String() == "hello\n" })
@@ -219,7 +213,7 @@ func openTerminal(t *testing.T) (master, slave *os.File) {
 // terminalStdio is what the shim makes of a container on a terminal.
 func terminalStdio(master *os.File, once bool) *stdio {
 	c := &created{term: master}
-	return c.stdio(Config{Stdin: true, StdinOnce: once, TTY: true})
+	return c.stdio(ctrConfig{CreateOptions: CreateOptions{Stdin: true, StdinOnce: once, TTY: true}})
 }
 
 // TestAttachTerminal: input reaches the terminal, a resize sets its size,
@@ -279,7 +273,7 @@ func TestAttachOldClient(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	if _, err := c.Write([]byte(`{"op":"attach"}` + "\n")); err != nil {
+	if _, err := c.Write([]byte(`{"op":"attach","id":"c1"}` + "\n")); err != nil {
 		t.Fatal(err)
 	}
 	waitSubs(t, s, 1)
@@ -305,7 +299,7 @@ func TestAttachStdinOnceBlocked(t *testing.T) {
 	inr, inw := io.Pipe()
 	defer inw.Close()
 	errc := make(chan error, 1)
-	go func() { errc <- Attach(ctx, sock, AttachStreams{Stdin: inr, Stdout: io.Discard}) }()
+	go func() { errc <- Attach(ctx, sock, testID, AttachStreams{Stdin: inr, Stdout: io.Discard}) }()
 	waitSubs(t, s, 1)
 	// More than a pipe holds, written in the background: the shim's
 	// write blocks once the pipe is full.
