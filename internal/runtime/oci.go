@@ -318,9 +318,11 @@ func shimGone(dir string) (int, bool) {
 // so what is left of it is killed and removed from the runtime, and the
 // exit is recorded in the exit file on the shim's behalf with exit code
 // 255 and ReasonShimDied (docs/recovery.md). When the init is still a
-// zombie, its own status is recorded instead (a process that wrote to its
-// output after the shim died was killed by SIGPIPE: 141), with the same
-// reason. It is idempotent: a second caller reads the first one's record.
+// zombie that ended other than by SIGKILL, its own status is recorded
+// instead (a process that wrote to its output after the shim died was
+// killed by SIGPIPE: 141), with the same reason. A SIGKILLed one was
+// killed along with what else the shim held (its pod's infra, whose PID
+// namespace it shared): 255. It is idempotent: a second caller reads the first one's record.
 func (o *OCI) shimDied(ctx context.Context, id, dir string, shimPid int) (Status, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -345,6 +347,10 @@ func (o *OCI) shimDied(ctx context.Context, id, dir string, shimPid int) (Status
 			waitGone(ctx, st.Pid, deleteStopWait)
 		}
 		e.Message = fmt.Sprintf("crin-shim (pid %d) died while the container was %s; crind killed the container", shimPid, st.Status)
+	case zombie && ws.Signaled() && ws.Signal() == unix.SIGKILL:
+		// Killed with what else the shim held (its pod's infra, whose
+		// PID namespace it shared): the shim's death is the cause.
+		e.Message = fmt.Sprintf("crin-shim (pid %d) died; then the container's process %s", shimPid, describeWait(ws))
 	case zombie:
 		code, sig := exitCode(ws)
 		e.ExitCode, e.Signal = code, sig
