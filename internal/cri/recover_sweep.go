@@ -79,6 +79,10 @@ func (s *Service) sweepShims(ctx context.Context) {
 		}
 		s.log.InfoContext(ctx, "killing orphaned shim", "id", id, "shim_pid", p.pid)
 		killTree(procs, p.pid)
+		if strings.HasPrefix(filepath.Base(dir), ".pod-") {
+			// A pod shim removes its dir as it exits; killed, it cannot.
+			_ = os.RemoveAll(dir)
+		}
 	}
 }
 

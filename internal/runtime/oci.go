@@ -102,6 +102,7 @@ func NewOCI(ctx context.Context, cfg OCIConfig) (*OCI, error) {
 		o.log = slog.New(slog.DiscardHandler)
 	}
 	o.log = o.log.With("runtime", cfg.Name)
+	o.removeDeadShimDirs()
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if out, err := exec.CommandContext(ctx, bin, "--version").CombinedOutput(); err != nil {
@@ -136,50 +137,91 @@ func (o *OCI) known(id string) (string, error) {
 	return dir, nil
 }
 
-// Create writes the bundle and has its pod's shim create the container,
-// starting the shim first when the pod has none (see createInShim). The
-// error carries the runtime's own message. On error the bundle, the
-// runtime's state and the container's place in the shim are gone. An id
-// in use is errdefs.ErrAlreadyExists; a bad id or spec is
-// errdefs.ErrInvalidArgument.
+// Create writes the bundle: config.json, the dir of the pod's shim and
+// what the shim needs to know of the container (createFile). The runtime
+// sees the container only at Start, which creates and starts it in one
+// runtime command: until then it is "pending", a container the runtime
+// does not know, which Status reports as created (see pending). On error
+// nothing is left. An id in use is errdefs.ErrAlreadyExists; a bad id or
+// spec is errdefs.ErrInvalidArgument.
 func (o *OCI) Create(ctx context.Context, req CreateRequest) (retErr error) {
 	dir, err := MakeBundleDir(o.cfg.StateDir, req)
 	if err != nil {
 		return err
 	}
-	shimDir := o.shimDirOf(req)
 	defer func() {
-		if retErr == nil {
-			return
+		if retErr != nil {
+			o.removeDir(context.WithoutCancel(ctx), req.ID, dir)
 		}
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		defer cancel()
-		o.rollbackCreate(rctx, req.ID, dir, shimDir)
 	}()
-
-	data, err := json.Marshal(req.Spec)
+	spec, err := json.Marshal(req.Spec)
 	if err != nil {
 		return fmt.Errorf("create container %s: encode spec: %w", req.ID, err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, shim.ConfigFile), data, 0o600); err != nil {
-		return fmt.Errorf("create container %s: write bundle: %w", req.ID, err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, shim.ShimDirFile), []byte(shimDir), 0o600); err != nil {
-		return fmt.Errorf("create container %s: write bundle: %w", req.ID, err)
-	}
-	resp, err := o.createInShim(ctx, req, dir, shimDir)
+	opts, err := json.Marshal(shim.CreateOptions{
+		Bundle: dir, LogPath: req.LogPath, Stdin: req.Stdin, StdinOnce: req.StdinOnce,
+		TTY: req.Spec.Process != nil && req.Spec.Process.Terminal, Start: true,
+	})
 	if err != nil {
-		return fmt.Errorf("create container %s: %w", req.ID, err)
+		return fmt.Errorf("create container %s: encode options: %w", req.ID, err)
 	}
-	o.log.InfoContext(ctx, "container created", "container_id", req.ID, "pid", resp.Pid)
+	for _, f := range []struct {
+		name string
+		data []byte
+	}{{shim.ConfigFile, spec}, {shim.ShimDirFile, []byte(o.shimDirOf(req))}, {createFile, opts}} {
+		if err := os.WriteFile(filepath.Join(dir, f.name), f.data, 0o600); err != nil {
+			return fmt.Errorf("create container %s: write bundle: %w", req.ID, err)
+		}
+	}
+	o.log.DebugContext(ctx, "container bundle written", "container_id", req.ID)
 	return nil
 }
 
-// rollbackCreate removes whatever a failed Create left: the container in
-// the runtime, its place in the shim, the state dir.
+// createFile, in a container's state dir, holds the shim.CreateOptions its
+// Start sends.
+const createFile = "create.json"
+
+// pending reports whether the container in dir was created but never
+// started: the runtime does not know it, no shim has taken it (a shim
+// writes the container's shim.pid when it takes it, and removes it again
+// when the runtime refused it).
+func pending(dir string) bool {
+	if _, err := os.Stat(filepath.Join(dir, createFile)); err != nil {
+		return false
+	}
+	_, err := os.Stat(filepath.Join(dir, shim.ShimPidFile))
+	return errors.Is(err, fs.ErrNotExist)
+}
+
+// startPending has the pod's shim create and start the pending container
+// in dir; on error nothing of it runs and it is pending again.
+func (o *OCI) startPending(ctx context.Context, id, dir string) (int, error) {
+	data, err := os.ReadFile(filepath.Join(dir, createFile))
+	if err != nil {
+		return 0, err
+	}
+	var opts shim.CreateOptions
+	if err := json.Unmarshal(data, &opts); err != nil {
+		return 0, fmt.Errorf("decode %s: %w", createFile, err)
+	}
+	opts.Bundle, opts.Start = dir, true
+	shimDir := shimDirFor(dir)
+	resp, err := o.createInShim(ctx, id, shimDir, opts)
+	if err != nil {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		o.rollbackCreate(rctx, id, dir, shimDir)
+		return 0, err
+	}
+	return resp.Pid, nil
+}
+
+// rollbackCreate undoes a failed or cancelled start of a pending
+// container: it is deleted from the runtime and the shim drops it; its
+// bundle stays, pending again.
 func (o *OCI) rollbackCreate(ctx context.Context, id, dir, shimDir string) {
 	if _, err := o.run(ctx, runOpts{}, "delete", "--force", id); err != nil && !isRuntimeNotExist(err) {
-		o.log.WarnContext(ctx, "rollback create: runtime delete", "container_id", id, "error", err)
+		o.log.WarnContext(ctx, "rollback start: runtime delete", "container_id", id, "error", err)
 	}
 	if pid := readPid(filepath.Join(dir, shim.ShimPidFile)); pid > 0 && alive(pid) && isShimOf(pid, shimDir) {
 		// The delete above killed the container; once the shim recorded
@@ -198,7 +240,9 @@ func (o *OCI) rollbackCreate(ctx context.Context, id, dir, shimDir string) {
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
-	o.removeDir(ctx, id, dir)
+	for _, f := range []string{shim.ShimPidFile, shim.ExitFile, shim.InitPidFile} {
+		_ = os.Remove(filepath.Join(dir, f))
+	}
 }
 
 func (o *OCI) removeDir(ctx context.Context, id, dir string) {
@@ -225,9 +269,26 @@ func (o *OCI) call(ctx context.Context, id, op string) (shim.Response, error) {
 	return resp, err
 }
 
-// Start asks the shim to start the container. A container that is not in
-// the created state is errdefs.ErrFailedPrecondition.
+// Start has the pod's shim create and start a pending container (see
+// Create), or start one a shim created (crind before 2026-11-24 created
+// containers in Create). A container that is not in the created state is
+// errdefs.ErrFailedPrecondition.
 func (o *OCI) Start(ctx context.Context, id string) (int, error) {
+	dir, err := o.known(id)
+	if err != nil {
+		return 0, err
+	}
+	if pending(dir) {
+		if _, err := shim.ReadExit(dir); err == nil {
+			return 0, fmt.Errorf("start container %s: it was killed before it started: %w", id, errdefs.ErrFailedPrecondition)
+		}
+		pid, err := o.startPending(ctx, id, dir)
+		if err != nil {
+			return 0, fmt.Errorf("start container %s: %w", id, err)
+		}
+		o.log.InfoContext(ctx, "container started", "container_id", id, "pid", pid)
+		return pid, nil
+	}
 	resp, err := o.call(ctx, id, shim.OpStart)
 	if err != nil {
 		if errors.Is(err, shim.ErrShimGone) {
@@ -240,10 +301,20 @@ func (o *OCI) Start(ctx context.Context, id string) (int, error) {
 }
 
 // Signal runs "<runtime> kill". A container that has already stopped is
-// not an error.
+// not an error; one that never started (pending) is recorded killed by
+// SIGKILL.
 func (o *OCI) Signal(ctx context.Context, id string, sig syscall.Signal, opts SignalOptions) error {
-	if _, err := o.known(id); err != nil {
+	dir, err := o.known(id)
+	if err != nil {
 		return err
+	}
+	if pending(dir) {
+		return o.signalPending(id, dir, sig)
+	}
+	// An exited container has nothing left to signal (its shim deletes
+	// it from the runtime as it exits); the caller only wanted it to stop.
+	if _, err := shim.ReadExit(dir); err == nil {
+		return nil
 	}
 	args := []string{"kill"}
 	if opts.All {
@@ -251,12 +322,14 @@ func (o *OCI) Signal(ctx context.Context, id string, sig syscall.Signal, opts Si
 	}
 	args = append(args, id, strconv.Itoa(int(sig)))
 	if _, err := o.run(ctx, runOpts{}, args...); err != nil {
-		// The runtime refuses to signal a stopped container; the caller
-		// only wanted it to stop.
+		// The runtime refuses to signal a stopped container.
 		if isRuntimeNotExist(err) {
 			return nil
 		}
-		if st, serr := o.runtimeState(ctx, id); serr == nil && st.Status == "stopped" {
+		if _, rerr := shim.ReadExit(dir); rerr == nil {
+			return nil
+		}
+		if st, serr := o.runtimeState(ctx, id); (serr == nil && st.Status == "stopped") || isRuntimeNotExist(serr) {
 			return nil
 		}
 		return fmt.Errorf("signal container %s: %w", id, err)
@@ -265,8 +338,12 @@ func (o *OCI) Signal(ctx context.Context, id string, sig syscall.Signal, opts Si
 }
 
 // Status asks the shim; without a shim it reads the recorded exit, and
-// without that the runtime's own state (StateUnknown when it has none).
+// without that the runtime's own state (StateUnknown when it has none). A
+// pending container is created, or stopped once killed.
 func (o *OCI) Status(ctx context.Context, id string) (Status, error) {
+	if dir, err := o.known(id); err == nil && pending(dir) {
+		return o.statusWithoutShim(ctx, id)
+	}
 	resp, err := o.call(ctx, id, shim.OpState)
 	if err == nil {
 		return statusOf(resp), nil
@@ -281,6 +358,9 @@ func (o *OCI) statusWithoutShim(ctx context.Context, id string) (Status, error) 
 	dir := o.dir(id)
 	if e, err := shim.ReadExit(dir); err == nil {
 		return statusOfExit(e), nil
+	}
+	if pending(dir) {
+		return Status{State: StateCreated}, nil
 	}
 	if pid, gone := shimGone(dir); gone {
 		return o.shimDied(ctx, id, dir, pid)
@@ -507,8 +587,12 @@ func (o *OCI) Delete(ctx context.Context, id string) error {
 			return fmt.Errorf("delete container %s: wait for it to die: %w", id, werr)
 		}
 	}
-	if err := o.dropFromShim(ctx, id, dir); err != nil {
-		return fmt.Errorf("delete container %s: %w", id, err)
+	if !pending(dir) {
+		if err := o.dropFromShim(ctx, id, dir); err != nil {
+			return fmt.Errorf("delete container %s: %w", id, err)
+		}
+	} else if shimDir := shimDirFor(dir); shimDir != dir {
+		o.removeDeadShimDir(shimDir)
 	}
 	o.removeDir(ctx, id, dir)
 	o.log.InfoContext(ctx, "container deleted", "container_id", id)

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/containerd/errdefs"
@@ -97,14 +98,12 @@ func liveShim(shimDir string) int {
 	return 0
 }
 
-// createInShim asks the pod's shim to create the container, starting the
-// shim when the pod has none. A shim that is exiting (its last container
-// was just deleted) or died is waited for and replaced.
-func (o *OCI) createInShim(ctx context.Context, req CreateRequest, dir, shimDir string) (shim.Response, error) {
-	creq := shim.Request{Op: shim.OpCreate, ID: req.ID, Create: &shim.CreateOptions{
-		Bundle: dir, LogPath: req.LogPath, Stdin: req.Stdin, StdinOnce: req.StdinOnce,
-		TTY: req.Spec.Process != nil && req.Spec.Process.Terminal,
-	}}
+// createInShim asks the pod's shim to create (and, with opts.Start,
+// start) container id, starting the shim when the pod has none. A shim
+// that is exiting (its last container was just deleted) or died is waited
+// for and replaced.
+func (o *OCI) createInShim(ctx context.Context, id, shimDir string, opts shim.CreateOptions) (shim.Response, error) {
+	creq := shim.Request{Op: shim.OpCreate, ID: id, Create: &opts}
 	var lastErr error
 	for range createAttempts {
 		pid, err := o.ensureShim(ctx, shimDir)
@@ -121,7 +120,7 @@ func (o *OCI) createInShim(ctx context.Context, req CreateRequest, dir, shimDir 
 		case errors.Is(err, shim.ErrShimExiting):
 		case errors.Is(err, shim.ErrShimGone) && ctx.Err() == nil:
 			// It died, maybe midway: undo what it may have begun.
-			if _, derr := o.run(ctx, runOpts{}, "delete", "--force", req.ID); derr != nil && !isRuntimeNotExist(derr) {
+			if _, derr := o.run(ctx, runOpts{}, "delete", "--force", id); derr != nil && !isRuntimeNotExist(derr) {
 				return resp, fmt.Errorf("%w (and deleting what it began failed: %w)", err, derr)
 			}
 		default:
@@ -131,6 +130,23 @@ func (o *OCI) createInShim(ctx context.Context, req CreateRequest, dir, shimDir 
 		o.stopShim(ctx, pid)
 	}
 	return shim.Response{}, lastErr
+}
+
+// signalPending "signals" a container the runtime does not know yet:
+// SIGKILL records it as killed (exit 137) so it never starts; other
+// signals have nothing to reach.
+func (o *OCI) signalPending(id, dir string, sig syscall.Signal) error {
+	if sig != syscall.SIGKILL {
+		return nil
+	}
+	if _, err := shim.ReadExit(dir); err == nil {
+		return nil
+	}
+	e := shim.Exit{ExitCode: 128 + int32(sig), Signal: int(sig), FinishedAt: time.Now()}
+	if err := shim.WriteExit(dir, e); err != nil {
+		return fmt.Errorf("signal container %s: %w", id, err)
+	}
+	return nil
 }
 
 // callCreate sends the create request. When ctx ends first it still waits
@@ -248,14 +264,37 @@ func (o *OCI) dropFromShim(ctx context.Context, id, dir string) error {
 		}
 	}
 	if shimDir != dir {
-		unlock := o.pods.lock(shimDir)
-		defer unlock()
-		if liveShim(shimDir) == 0 {
-			_ = os.Remove(shim.SocketPath(shimDir))
-			_ = os.RemoveAll(shimDir)
-		}
+		o.removeDeadShimDir(shimDir)
 	}
 	return nil
+}
+
+// removeDeadShimDir removes shimDir unless a shim serves it. A shim
+// removes its own dir when it exits; this covers one that died, or never
+// got to serve (crind killed while starting it). The pod's next shim
+// makes the dir again.
+func (o *OCI) removeDeadShimDir(shimDir string) {
+	unlock := o.pods.lock(shimDir)
+	defer unlock()
+	if liveShim(shimDir) == 0 {
+		_ = os.Remove(shim.SocketPath(shimDir))
+		_ = os.RemoveAll(shimDir)
+	}
+}
+
+// removeDeadShimDirs removes the dirs of every pod shim that is not
+// running (at start-up: what a crind killed while it started a shim, or
+// a shim killed while crind was down, left).
+func (o *OCI) removeDeadShimDirs() {
+	ents, err := os.ReadDir(o.cfg.StateDir)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		if e.IsDir() && strings.HasPrefix(e.Name(), shimDirPrefix) {
+			o.removeDeadShimDir(filepath.Join(o.cfg.StateDir, e.Name()))
+		}
+	}
 }
 
 // dropLegacy removes a container whose shim serves it alone.

@@ -42,14 +42,20 @@ func newContainer(ctx context.Context, log *slog.Logger, cfg ctrConfig, rp *reap
 	if err != nil {
 		return nil, err
 	}
+	startedAt := time.Now()
 	c, err := create(ctx, cfg, rp)
 	if err != nil {
 		_ = logw.Close()
+		// Not this shim's: crind may try again with another.
+		_ = os.Remove(filepath.Join(cfg.Dir, ShimPidFile))
 		return nil, err
 	}
-	log.Info("container created", "pid", c.pid)
+	log.Info("container created", "pid", c.pid, "started", cfg.Start)
 	in := c.stdio(cfg)
 	cc := newCtr(log, cfg.ID, c.pid, func() (int, error) { return startContainer(cfg, rp, c.pid) }, logw, in)
+	if cfg.Start {
+		cc.state, cc.startedAt = StateRunning, startedAt
+	}
 	cc.release = func() {
 		in.release()
 		if c.term != nil {
@@ -305,10 +311,14 @@ func create(ctx context.Context, cfg ctrConfig, rp *reaper) (_ *created, retErr 
 	return c, nil
 }
 
-// runCreate runs "runtime create" with stdio as the container's stdin,
-// stdout and stderr, and the console socket when there is one.
+// runCreate runs "runtime create" ("runtime run --detach" with
+// cfg.Start) with stdio as the container's stdin, stdout and stderr, and
+// the console socket when there is one.
 func runCreate(cfg ctrConfig, rp *reaper, pidFile string, console *consoleSocket, stdio [3]*os.File) error {
 	args := []string{"create", "--bundle", cfg.Dir, "--pid-file", pidFile}
+	if cfg.Start {
+		args = []string{"run", "--detach", "--bundle", cfg.Dir, "--pid-file", pidFile}
+	}
 	if console != nil {
 		args = append(args, "--console-socket", console.path)
 	}
@@ -317,7 +327,7 @@ func runCreate(cfg ctrConfig, rp *reaper, pidFile string, console *consoleSocket
 		return err
 	}
 	if !ws.Exited() || ws.ExitStatus() != 0 {
-		return fmt.Errorf("%s create: %s", filepath.Base(cfg.Runtime), describeStatus(ws))
+		return fmt.Errorf("%s %s: %s", filepath.Base(cfg.Runtime), args[0], describeStatus(ws))
 	}
 	return nil
 }
@@ -340,7 +350,11 @@ func createFailed(_ context.Context, cfg ctrConfig, rp *reaper, offset int64, er
 	if msg == "" {
 		return runErr
 	}
-	return fmt.Errorf("%s create: %s", filepath.Base(cfg.Runtime), msg)
+	op := "create"
+	if cfg.Start {
+		op = "run"
+	}
+	return fmt.Errorf("%s %s: %s", filepath.Base(cfg.Runtime), op, msg)
 }
 
 // forceDelete removes the container from the runtime after a failed create.

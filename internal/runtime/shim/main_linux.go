@@ -148,6 +148,11 @@ func run(ctx context.Context, cfg Config) int {
 	waitGroup(&p.bg, bgWait)
 	rp.stop()
 	log.Info("shim exiting")
+	// Nothing refers to the dir any more (its containers were dropped),
+	// and crind starts the pod's next shim only once this one is gone.
+	if err := os.RemoveAll(cfg.Dir); err != nil {
+		log.Warn("remove shim dir", "error", err)
+	}
 	return 0
 }
 

@@ -72,6 +72,9 @@ type CreateOptions struct {
 	// process.terminal must be true): the runtime hands the shim its
 	// master through a console socket.
 	TTY bool `json:"tty,omitempty"`
+	// Start starts the container too, in one runtime command
+	// ("<runtime> run --detach"): the answer says running.
+	Start bool `json:"start,omitempty"`
 }
 
 // Response answers a Request with a single JSON line.
