@@ -1,8 +1,10 @@
-// Package shim is crin-shim: one small process per pod that owns the
-// stdio of each of the pod's containers, writes their CRI logs, reaps them,
-// records how each exited and outlives crind. It also holds the client side
-// of the shim's control protocol and the file formats crind reads, so both
-// ends share one definition.
+// Package shim is crind's side of crin-shim, the one small process per pod
+// that owns the stdio of each of the pod's containers, writes their CRI
+// logs, reaps them, records how each exited and outlives crind: its
+// command line (Config), its control protocol (Request, Response, Call,
+// Attach), and the files both ends read and write (exit records, the CRI
+// log writer, socket paths). The shim process itself is package shimd,
+// which builds on these definitions; this package does not depend on it.
 //
 // Start-up: the oci backend starts crin-shim itself (no second exec), in a
 // session of its own, with stdio on /dev/null and the shim dir's shim.log,

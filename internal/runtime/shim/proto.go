@@ -30,6 +30,13 @@ const (
 	OpDelete = "delete"
 )
 
+// States a shim reports.
+const (
+	StateCreated = "created"
+	StateRunning = "running"
+	StateStopped = "stopped"
+)
+
 // Error codes carried in Response.Code so the client can classify errors.
 const (
 	CodeNotFound           = "not_found"
@@ -193,8 +200,8 @@ func codeError(code, msg string) error {
 	return fmt.Errorf("%s: %w", msg, kind)
 }
 
-// errorCode maps an error to the code sent to the client.
-func errorCode(err error) string {
+// ErrorCode maps an error to the code a shim sends its client.
+func ErrorCode(err error) string {
 	switch {
 	case errdefs.IsNotFound(err):
 		return CodeNotFound

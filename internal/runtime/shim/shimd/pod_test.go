@@ -1,4 +1,4 @@
-package shim
+package shimd
 
 import (
 	"context"
@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/containerd/errdefs"
+
+	"github.com/crin-dev/crin/internal/runtime/shim"
 )
 
 // TestPodShim drives one shim's container set through the protocol with
@@ -18,17 +20,17 @@ import (
 func TestPodShim(t *testing.T) {
 	ctx := context.Background()
 	made := map[string]*ctr{}
-	create := func(id string, o CreateOptions) (*ctr, error) {
+	create := func(id string, o shim.CreateOptions) (*ctr, error) {
 		if id == "bad" {
 			return nil, errors.New("runc create: boom")
 		}
-		logw, _ := OpenLog("", LogOptions{})
+		logw, _ := shim.OpenLog("", shim.LogOptions{})
 		c := newCtr(slog.New(slog.DiscardHandler), id, 100+len(made), func() (int, error) { return 0, nil }, logw, nil)
 		made[id] = c
 		return c, nil
 	}
 	p := newPod(slog.New(slog.DiscardHandler), create)
-	sock := filepath.Join(t.TempDir(), SocketFile)
+	sock := filepath.Join(t.TempDir(), shim.SocketFile)
 	l, err := net.Listen("unix", sock)
 	if err != nil {
 		t.Fatal(err)
@@ -42,8 +44,8 @@ func TestPodShim(t *testing.T) {
 		l.Close()
 		<-done
 	})
-	mk := func(id string) (Response, error) {
-		return Do(ctx, sock, Request{Op: OpCreate, ID: id, Create: &CreateOptions{Bundle: "/b/" + id}})
+	mk := func(id string) (shim.Response, error) {
+		return shim.Do(ctx, sock, shim.Request{Op: shim.OpCreate, ID: id, Create: &shim.CreateOptions{Bundle: "/b/" + id}})
 	}
 
 	if _, err := mk("a"); err != nil {
@@ -54,20 +56,20 @@ func TestPodShim(t *testing.T) {
 	}
 	refusals := []struct {
 		name string
-		req  Request
+		req  shim.Request
 		is   func(error) bool
 	}{
-		{"same id", Request{Op: OpCreate, ID: "a", Create: &CreateOptions{Bundle: "/b/a"}}, errdefs.IsAlreadyExists},
-		{"no options", Request{Op: OpCreate, ID: "c"}, errdefs.IsInvalidArgument},
-		{"relative bundle", Request{Op: OpCreate, ID: "c", Create: &CreateOptions{Bundle: "b"}}, errdefs.IsInvalidArgument},
-		{"path in id", Request{Op: OpCreate, ID: "../c", Create: &CreateOptions{Bundle: "/b"}}, errdefs.IsInvalidArgument},
-		{"no id", Request{Op: OpState}, errdefs.IsInvalidArgument},
-		{"unknown id", Request{Op: OpState, ID: "zz"}, errdefs.IsNotFound},
-		{"delete running", Request{Op: OpDelete, ID: "a"}, errdefs.IsFailedPrecondition},
-		{"shutdown with live containers", Request{Op: OpShutdown}, errdefs.IsFailedPrecondition},
+		{"same id", shim.Request{Op: shim.OpCreate, ID: "a", Create: &shim.CreateOptions{Bundle: "/b/a"}}, errdefs.IsAlreadyExists},
+		{"no options", shim.Request{Op: shim.OpCreate, ID: "c"}, errdefs.IsInvalidArgument},
+		{"relative bundle", shim.Request{Op: shim.OpCreate, ID: "c", Create: &shim.CreateOptions{Bundle: "b"}}, errdefs.IsInvalidArgument},
+		{"path in id", shim.Request{Op: shim.OpCreate, ID: "../c", Create: &shim.CreateOptions{Bundle: "/b"}}, errdefs.IsInvalidArgument},
+		{"no id", shim.Request{Op: shim.OpState}, errdefs.IsInvalidArgument},
+		{"unknown id", shim.Request{Op: shim.OpState, ID: "zz"}, errdefs.IsNotFound},
+		{"delete running", shim.Request{Op: shim.OpDelete, ID: "a"}, errdefs.IsFailedPrecondition},
+		{"shutdown with live containers", shim.Request{Op: shim.OpShutdown}, errdefs.IsFailedPrecondition},
 	}
 	for _, r := range refusals {
-		if _, err := Do(ctx, sock, r.req); !r.is(err) {
+		if _, err := shim.Do(ctx, sock, r.req); !r.is(err) {
 			t.Errorf("%s: %v, want another class", r.name, err)
 		}
 	}
@@ -76,19 +78,19 @@ func TestPodShim(t *testing.T) {
 		t.Errorf("failed create = %+v, %v; want the error, shim staying", resp, err)
 	}
 	// Requests reach the container they name.
-	if _, err := Call(ctx, sock, "b", OpStart); err != nil {
+	if _, err := shim.Call(ctx, sock, "b", shim.OpStart); err != nil {
 		t.Fatal(err)
 	}
-	for id, want := range map[string]string{"a": StateCreated, "b": StateRunning} {
-		if resp, err := Call(ctx, sock, id, OpState); err != nil || resp.State != want {
+	for id, want := range map[string]string{"a": shim.StateCreated, "b": shim.StateRunning} {
+		if resp, err := shim.Call(ctx, sock, id, shim.OpState); err != nil || resp.State != want {
 			t.Errorf("state of %s = %+v, %v; want %s", id, resp, err, want)
 		}
 	}
 
 	for i, id := range []string{"a", "b"} {
-		made[id].setExited(Exit{Pid: 100 + i, FinishedAt: time.Now()})
+		made[id].setExited(shim.Exit{Pid: 100 + i, FinishedAt: time.Now()})
 		close(made[id].deleted)
-		resp, err := Call(ctx, sock, id, OpDelete)
+		resp, err := shim.Call(ctx, sock, id, shim.OpDelete)
 		if err != nil {
 			t.Fatalf("delete %s: %v", id, err)
 		}
@@ -101,17 +103,17 @@ func TestPodShim(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the shim did not quit after its last container")
 	}
-	if _, err := mk("c"); !errors.Is(err, ErrShimExiting) {
-		t.Errorf("create on an exiting shim = %v, want ErrShimExiting", err)
+	if _, err := mk("c"); !errors.Is(err, shim.ErrShimExiting) {
+		t.Errorf("create on an exiting shim = %v, want shim.ErrShimExiting", err)
 	}
 }
 
 // TestPodShimFirstCreateFails: a shim whose only create failed exits.
 func TestPodShimFirstCreateFails(t *testing.T) {
-	p := newPod(slog.New(slog.DiscardHandler), func(string, CreateOptions) (*ctr, error) {
+	p := newPod(slog.New(slog.DiscardHandler), func(string, shim.CreateOptions) (*ctr, error) {
 		return nil, errors.New("runc create: boom")
 	})
-	resp := p.createOp(Request{Op: OpCreate, ID: "a", Create: &CreateOptions{Bundle: "/b"}})
+	resp := p.createOp(shim.Request{Op: shim.OpCreate, ID: "a", Create: &shim.CreateOptions{Bundle: "/b"}})
 	if resp.Error == "" || !resp.ShimExiting {
 		t.Errorf("first create = %+v, want its error and the shim exiting", resp)
 	}
@@ -126,8 +128,8 @@ func TestPodShimIdle(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("an idle shim did not exit")
 	}
-	resp := p.createOp(Request{Op: OpCreate, ID: "a", Create: &CreateOptions{Bundle: "/b"}})
-	if resp.Code != CodeShimExiting {
+	resp := p.createOp(shim.Request{Op: shim.OpCreate, ID: "a", Create: &shim.CreateOptions{Bundle: "/b"}})
+	if resp.Code != shim.CodeShimExiting {
 		t.Errorf("create after idle exit = %+v, want refused as exiting", resp)
 	}
 }

@@ -1,4 +1,4 @@
-package shim
+package shimd
 
 import (
 	"fmt"
@@ -7,13 +7,8 @@ import (
 	"time"
 
 	"github.com/containerd/errdefs"
-)
 
-// States a shim reports.
-const (
-	StateCreated = "created"
-	StateRunning = "running"
-	StateStopped = "stopped"
+	"github.com/crin-dev/crin/internal/runtime/shim"
 )
 
 // starter starts the created container and returns its init pid.
@@ -24,7 +19,7 @@ type ctr struct {
 	id    string
 	log   *slog.Logger
 	start starter
-	logw  *LogWriter
+	logw  *shim.LogWriter
 	fan   *fanout // the container's output, for attached clients
 	stdio *stdio  // the container's input; nil when it has none
 	// release closes what the shim holds of the container (its log,
@@ -39,7 +34,7 @@ type ctr struct {
 	state     string
 	pid       int
 	startedAt time.Time
-	exit      *Exit
+	exit      *shim.Exit
 
 	exited chan struct{} // closed once exit is set
 	// deleted is closed once the shim ran "<runtime> delete" after the
@@ -50,7 +45,7 @@ type ctr struct {
 
 // newCtr makes the shim's record of a created container; in is its input
 // (nil when the container has no stdin and no terminal).
-func newCtr(log *slog.Logger, id string, pid int, start starter, logw *LogWriter, in *stdio) *ctr {
+func newCtr(log *slog.Logger, id string, pid int, start starter, logw *shim.LogWriter, in *stdio) *ctr {
 	return &ctr{
 		id:      id,
 		log:     log,
@@ -59,7 +54,7 @@ func newCtr(log *slog.Logger, id string, pid int, start starter, logw *LogWriter
 		fan:     newFanout(),
 		stdio:   in,
 		release: func() {},
-		state:   StateCreated,
+		state:   shim.StateCreated,
 		pid:     pid,
 		exited:  make(chan struct{}),
 		deleted: make(chan struct{}),
@@ -67,13 +62,13 @@ func newCtr(log *slog.Logger, id string, pid int, start starter, logw *LogWriter
 }
 
 // setExited records how the container ended and wakes every waiter.
-func (s *ctr) setExited(e Exit) {
+func (s *ctr) setExited(e shim.Exit) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.exit != nil {
 		return
 	}
-	s.state = StateStopped
+	s.state = shim.StateStopped
 	s.exit = &e
 	close(s.exited)
 }
@@ -94,20 +89,20 @@ func (s *ctr) currentState() string {
 // dispatch answers the ops about one container that need no more than
 // the request line: state, wait, start, reopen_log. done closes when the
 // client gives up (it closed its end).
-func (s *ctr) dispatch(op string, done <-chan struct{}) Response {
+func (s *ctr) dispatch(op string, done <-chan struct{}) shim.Response {
 	var err error
 	switch op {
-	case OpState:
+	case shim.OpState:
 		return s.snapshot()
-	case OpWait:
+	case shim.OpWait:
 		select {
 		case <-s.exited:
 		case <-done:
 		}
 		return s.snapshot()
-	case OpStart:
+	case shim.OpStart:
 		err = s.doStart()
-	case OpReopenLog:
+	case shim.OpReopenLog:
 		err = s.logw.Reopen()
 	default:
 		err = fmt.Errorf("unknown op %q: %w", op, errdefs.ErrInvalidArgument)
@@ -118,10 +113,10 @@ func (s *ctr) dispatch(op string, done <-chan struct{}) Response {
 	return s.snapshot()
 }
 
-func (s *ctr) snapshot() Response {
+func (s *ctr) snapshot() shim.Response {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	r := Response{State: s.state, Pid: s.pid, StartedAt: s.startedAt}
+	r := shim.Response{State: s.state, Pid: s.pid, StartedAt: s.startedAt}
 	if s.exit != nil {
 		e := *s.exit
 		r.Exit = &e
@@ -133,7 +128,7 @@ func (s *ctr) doStart() error {
 	s.startMu.Lock()
 	defer s.startMu.Unlock()
 	s.mu.Lock()
-	if s.state != StateCreated {
+	if s.state != shim.StateCreated {
 		st := s.state
 		s.mu.Unlock()
 		return fmt.Errorf("container is %s, not created: %w", st, errdefs.ErrFailedPrecondition)
@@ -151,12 +146,12 @@ func (s *ctr) doStart() error {
 		}
 		return err
 	}
-	if s.state == StateCreated {
-		s.state = StateRunning
+	if s.state == shim.StateCreated {
+		s.state = shim.StateRunning
 	}
 	return nil
 }
 
-func errorResponse(err error) Response {
-	return Response{Error: err.Error(), Code: errorCode(err)}
+func errorResponse(err error) shim.Response {
+	return shim.Response{Error: err.Error(), Code: shim.ErrorCode(err)}
 }

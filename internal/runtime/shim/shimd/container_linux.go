@@ -1,4 +1,4 @@
-package shim
+package shimd
 
 import (
 	"context"
@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/crin-dev/crin/internal/runtime/shim"
 )
 
 // ctrConfig is one container of the shim.
@@ -21,10 +23,10 @@ type ctrConfig struct {
 	Dir         string // the container's state dir and bundle
 	Runtime     string
 	RuntimeRoot string
-	CreateOptions
+	shim.CreateOptions
 }
 
-func containerConfig(cfg Config, id string, o CreateOptions) ctrConfig {
+func containerConfig(cfg shim.Config, id string, o shim.CreateOptions) ctrConfig {
 	return ctrConfig{ID: id, Dir: o.Bundle, Runtime: cfg.Runtime, RuntimeRoot: cfg.RuntimeRoot, CreateOptions: o}
 }
 
@@ -35,10 +37,10 @@ func containerConfig(cfg Config, id string, o CreateOptions) ctrConfig {
 func newContainer(ctx context.Context, log *slog.Logger, cfg ctrConfig, rp *reaper, bg *sync.WaitGroup) (*ctr, error) {
 	// The container's shim.pid names the shim that supervises it, so
 	// crind tells its death from its pod's next shim.
-	if err := os.WriteFile(filepath.Join(cfg.Dir, ShimPidFile), []byte(strconv.Itoa(os.Getpid())), 0o600); err != nil {
+	if err := os.WriteFile(filepath.Join(cfg.Dir, shim.ShimPidFile), []byte(strconv.Itoa(os.Getpid())), 0o600); err != nil {
 		return nil, fmt.Errorf("write shim pid: %w", err)
 	}
-	logw, err := OpenLog(cfg.LogPath, LogOptions{OnError: func(err error) { log.Warn("container log", "error", err) }})
+	logw, err := shim.OpenLog(cfg.LogPath, shim.LogOptions{OnError: func(err error) { log.Warn("container log", "error", err) }})
 	if err != nil {
 		return nil, err
 	}
@@ -47,14 +49,14 @@ func newContainer(ctx context.Context, log *slog.Logger, cfg ctrConfig, rp *reap
 	if err != nil {
 		_ = logw.Close()
 		// Not this shim's: crind may try again with another.
-		_ = os.Remove(filepath.Join(cfg.Dir, ShimPidFile))
+		_ = os.Remove(filepath.Join(cfg.Dir, shim.ShimPidFile))
 		return nil, err
 	}
 	log.Info("container created", "pid", c.pid, "started", cfg.Start)
 	in := c.stdio(cfg)
 	cc := newCtr(log, cfg.ID, c.pid, func() (int, error) { return startContainer(cfg, rp, c.pid) }, logw, in)
 	if cfg.Start {
-		cc.state, cc.startedAt = StateRunning, startedAt
+		cc.state, cc.startedAt = shim.StateRunning, startedAt
 	}
 	cc.release = func() {
 		in.release()
@@ -79,12 +81,12 @@ func newContainer(ctx context.Context, log *slog.Logger, cfg ctrConfig, rp *reap
 // copyOutput copies both streams into the log, and to attached clients,
 // until every process holding the pipes is gone; the returned channel
 // closes then. A terminal's output is all stdout.
-func copyOutput(log *slog.Logger, logw *LogWriter, fan *fanout, c *created) <-chan struct{} {
+func copyOutput(log *slog.Logger, logw *shim.LogWriter, fan *fanout, c *created) <-chan struct{} {
 	done := make(chan struct{})
 	if c.term != nil {
 		go func() {
 			defer close(done)
-			if err := logw.Copy(StreamStdout, io.TeeReader(hangupReader{c.term}, fan.writer(attachStdout))); err != nil {
+			if err := logw.Copy(shim.StreamStdout, io.TeeReader(hangupReader{c.term}, fan.writer(shim.FrameStdout))); err != nil {
 				log.Warn("copy terminal output", "error", err)
 			}
 		}()
@@ -93,8 +95,8 @@ func copyOutput(log *slog.Logger, logw *LogWriter, fan *fanout, c *created) <-ch
 	go func() {
 		defer close(done)
 		errc := make(chan error, 1)
-		go func() { errc <- logw.Copy(StreamStderr, io.TeeReader(c.stderr, fan.writer(attachStderr))) }()
-		if err := logw.Copy(StreamStdout, io.TeeReader(c.stdout, fan.writer(attachStdout))); err != nil {
+		go func() { errc <- logw.Copy(shim.StreamStderr, io.TeeReader(c.stderr, fan.writer(shim.FrameStderr))) }()
+		if err := logw.Copy(shim.StreamStdout, io.TeeReader(c.stdout, fan.writer(shim.FrameStdout))); err != nil {
 			log.Warn("copy stdout", "error", err)
 		}
 		if err := <-errc; err != nil {
@@ -141,7 +143,7 @@ func (w oomWatch) killed() bool {
 func recordExit(log *slog.Logger, cfg ctrConfig, cc *ctr, oom oomWatch, ws unix.WaitStatus, pid int, ioDone <-chan struct{}) {
 	finished := time.Now()
 	code, sig := exitCode(ws)
-	e := Exit{Pid: pid, ExitCode: code, Signal: sig, StartedAt: cc.startedTime(), FinishedAt: finished, OOMKilled: oom.killed()}
+	e := shim.Exit{Pid: pid, ExitCode: code, Signal: sig, StartedAt: cc.startedTime(), FinishedAt: finished, OOMKilled: oom.killed()}
 	select {
 	case <-ioDone:
 	case <-time.After(ioDrainWait):
@@ -152,7 +154,7 @@ func recordExit(log *slog.Logger, cfg ctrConfig, cc *ctr, oom oomWatch, ws unix.
 	// stdin pipe).
 	cc.stdio.release()
 	cc.fan.close()
-	if err := WriteExit(cfg.Dir, e); err != nil {
+	if err := shim.WriteExit(cfg.Dir, e); err != nil {
 		log.Error("record exit", "error", err)
 	}
 	log.Info("container exited", "exit_code", e.ExitCode, "oom_killed", e.OOMKilled)
@@ -161,7 +163,7 @@ func recordExit(log *slog.Logger, cfg ctrConfig, cc *ctr, oom oomWatch, ws unix.
 
 // deleteExited runs "<runtime> delete" for the exited container (which
 // also kills what is left of it where its PID namespace is shared), so
-// that removing it later costs no runtime command; OpDelete waits for it.
+// that removing it later costs no runtime command; shim.OpDelete waits for it.
 func deleteExited(log *slog.Logger, cfg ctrConfig, cc *ctr, rp *reaper) {
 	defer close(cc.deleted)
 	off := logSize(cfg)
@@ -204,12 +206,12 @@ func (c *created) stdio(cfg ctrConfig) *stdio {
 // runtimeArgv is the runtime command line with the global flags.
 func runtimeArgv(cfg ctrConfig, args ...string) []string {
 	return append([]string{cfg.Runtime, "--root", cfg.RuntimeRoot,
-		"--log", filepath.Join(cfg.Dir, RuntimeLog), "--log-format", "json"}, args...)
+		"--log", filepath.Join(cfg.Dir, shim.RuntimeLog), "--log-format", "json"}, args...)
 }
 
 // logSize is where the next runtime log messages will start.
 func logSize(cfg ctrConfig) int64 {
-	fi, err := os.Stat(filepath.Join(cfg.Dir, RuntimeLog))
+	fi, err := os.Stat(filepath.Join(cfg.Dir, shim.RuntimeLog))
 	if err != nil {
 		return 0
 	}
@@ -219,10 +221,10 @@ func logSize(cfg ctrConfig) int64 {
 // runtimeError reads what the runtime logged since offset.
 func runtimeError(cfg ctrConfig, offset int64, extra string) string {
 	var msgs []string
-	if f, err := os.Open(filepath.Join(cfg.Dir, RuntimeLog)); err == nil {
+	if f, err := os.Open(filepath.Join(cfg.Dir, shim.RuntimeLog)); err == nil {
 		data, _ := io.ReadAll(io.NewSectionReader(f, offset, 1<<20))
 		_ = f.Close()
-		if m := ParseRuntimeLog(data); m != "" {
+		if m := shim.ParseRuntimeLog(data); m != "" {
 			msgs = append(msgs, m)
 		}
 	}
@@ -269,14 +271,14 @@ func create(ctx context.Context, cfg ctrConfig, rp *reaper) (_ *created, retErr 
 	}
 	var console *consoleSocket
 	if cfg.TTY {
-		if console, err = listenConsole(ConsoleSocketPath(cfg.Dir)); err != nil {
+		if console, err = listenConsole(shim.ConsoleSocketPath(cfg.Dir)); err != nil {
 			return nil, err
 		}
 		defer console.close()
 	}
 
 	off := logSize(cfg)
-	pidFile := filepath.Join(cfg.Dir, InitPidFile)
+	pidFile := filepath.Join(cfg.Dir, shim.InitPidFile)
 	runErr := runCreate(cfg, rp, pidFile, console, [3]*os.File{stdinR, outW, errW})
 	outW.Close()
 	errW.Close()

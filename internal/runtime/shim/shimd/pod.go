@@ -1,4 +1,4 @@
-package shim
+package shimd
 
 import (
 	"bufio"
@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/containerd/errdefs"
+
+	"github.com/crin-dev/crin/internal/runtime/shim"
 )
 
 // maxRequest caps a request line.
@@ -21,7 +23,7 @@ const maxRequest = 16 << 10
 
 // creator creates the container o describes under the shim; the
 // container is registered once it returns.
-type creator func(id string, o CreateOptions) (*ctr, error)
+type creator func(id string, o shim.CreateOptions) (*ctr, error)
 
 // pod is the shim's set of containers and its control socket. The shim
 // exits once its set becomes empty after holding a container (the last one
@@ -91,8 +93,8 @@ func (p *pod) handle(c net.Conn) {
 	if err != nil {
 		return
 	}
-	var req Request
-	var resp Response
+	var req shim.Request
+	var resp shim.Response
 	var sess attachSession
 	var cc *ctr
 	if err := json.Unmarshal(line, &req); err != nil {
@@ -102,7 +104,7 @@ func (p *pod) handle(c net.Conn) {
 	}
 	data, _ := json.Marshal(resp)
 	_, _ = c.Write(append(data, '\n'))
-	if req.Op == OpAttach && resp.Error == "" {
+	if req.Op == shim.OpAttach && resp.Error == "" {
 		cc.streamAttach(c, sess)
 	}
 	if resp.ShimExiting {
@@ -112,11 +114,11 @@ func (p *pod) handle(c net.Conn) {
 
 // dispatch answers req; for an attach it also returns the container and
 // the session to stream.
-func (p *pod) dispatch(req Request, c net.Conn) (Response, *ctr, attachSession) {
+func (p *pod) dispatch(req shim.Request, c net.Conn) (shim.Response, *ctr, attachSession) {
 	switch req.Op {
-	case OpCreate:
+	case shim.OpCreate:
 		return p.createOp(req), nil, attachSession{}
-	case OpShutdown:
+	case shim.OpShutdown:
 		return p.shutdown(), nil, attachSession{}
 	}
 	cc, err := p.lookup(req.ID)
@@ -124,12 +126,12 @@ func (p *pod) dispatch(req Request, c net.Conn) (Response, *ctr, attachSession) 
 		return errorResponse(err), nil, attachSession{}
 	}
 	switch req.Op {
-	case OpAttach:
+	case shim.OpAttach:
 		resp, sess := cc.attach(req)
 		return resp, cc, sess
-	case OpDelete:
+	case shim.OpDelete:
 		return p.remove(cc), nil, attachSession{}
-	case OpWait:
+	case shim.OpWait:
 		// The caller gives up by closing its end; notice that so an
 		// abandoned wait does not hold a goroutine until the exit.
 		gone := make(chan struct{})
@@ -156,7 +158,7 @@ func (p *pod) lookup(id string) (*ctr, error) {
 }
 
 // checkCreate refuses a create request that names no usable container.
-func checkCreate(req Request) error {
+func checkCreate(req shim.Request) error {
 	if req.Create == nil {
 		return fmt.Errorf("create request without create options: %w", errdefs.ErrInvalidArgument)
 	}
@@ -174,9 +176,9 @@ func checkCreate(req Request) error {
 }
 
 // createOp creates a container under the shim. A shim that is exiting
-// refuses (ErrShimExiting); when the create fails and the shim has no
+// refuses (shim.ErrShimExiting); when the create fails and the shim has no
 // other container, it exits after answering.
-func (p *pod) createOp(req Request) Response {
+func (p *pod) createOp(req shim.Request) shim.Response {
 	if err := checkCreate(req); err != nil {
 		return errorResponse(err)
 	}
@@ -184,7 +186,7 @@ func (p *pod) createOp(req Request) Response {
 	switch _, taken := p.ctrs[req.ID]; {
 	case p.exiting:
 		p.mu.Unlock()
-		return errorResponse(ErrShimExiting)
+		return errorResponse(shim.ErrShimExiting)
 	case taken:
 		p.mu.Unlock()
 		return errorResponse(fmt.Errorf("container %s: %w", req.ID, errdefs.ErrAlreadyExists))
@@ -217,8 +219,8 @@ func (p *pod) emptyLocked() bool {
 
 // remove drops a stopped container once the runtime deleted it; the shim
 // exits after answering when it was the last.
-func (p *pod) remove(cc *ctr) Response {
-	if st := cc.currentState(); st != StateStopped {
+func (p *pod) remove(cc *ctr) shim.Response {
+	if st := cc.currentState(); st != shim.StateStopped {
 		return errorResponse(fmt.Errorf("container %s is %s: %w", cc.id, st, errdefs.ErrFailedPrecondition))
 	}
 	<-cc.deleted
@@ -239,15 +241,15 @@ func (p *pod) remove(cc *ctr) Response {
 }
 
 // shutdown makes the shim exit when every container it holds has stopped
-// (those are dropped as by OpDelete); otherwise it is refused.
-func (p *pod) shutdown() Response {
+// (those are dropped as by shim.OpDelete); otherwise it is refused.
+func (p *pod) shutdown() shim.Response {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for id, cc := range p.ctrs {
 		if cc == nil {
 			return errorResponse(fmt.Errorf("container %s is being created: %w", id, errdefs.ErrFailedPrecondition))
 		}
-		if st := cc.currentState(); st != StateStopped {
+		if st := cc.currentState(); st != shim.StateStopped {
 			return errorResponse(fmt.Errorf("container %s is %s: %w", id, st, errdefs.ErrFailedPrecondition))
 		}
 	}
@@ -256,5 +258,5 @@ func (p *pod) shutdown() Response {
 		cc.release()
 	}
 	p.exiting = true
-	return Response{ShimExiting: true}
+	return shim.Response{ShimExiting: true}
 }

@@ -1,4 +1,4 @@
-package shim
+package shimd
 
 import (
 	"context"
@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/crin-dev/crin/internal/runtime/shim"
 )
 
 // handshakeFD is the descriptor on which the shim reports that it serves.
@@ -35,29 +37,10 @@ const (
 	bgWait = 2 * deleteTimeout
 )
 
-// Config is what one shim process needs; the oci backend passes it as
-// flags. The containers come later, one OpCreate each.
-type Config struct {
-	Dir         string // the shim's own dir: shim.pid, shim.sock, shim.log
-	Runtime     string // OCI runtime binary
-	RuntimeRoot string // the runtime's --root
-	// OOMScoreAdj, when set, becomes the shim's own oom_score_adj.
-	OOMScoreAdj *int
-}
-
-// Args returns the command-line flags that make a shim use c.
-func (c Config) Args() []string {
-	args := []string{"-dir", c.Dir, "-runtime", c.Runtime, "-root", c.RuntimeRoot}
-	if c.OOMScoreAdj != nil {
-		args = append(args, "-oom-score-adj", strconv.Itoa(*c.OOMScoreAdj))
-	}
-	return args
-}
-
-func parseArgs(args []string) (Config, error) {
+func parseArgs(args []string) (shim.Config, error) {
 	fs := flag.NewFlagSet("crin-shim", flag.ContinueOnError)
 	fs.SetOutput(io.Discard) // Main prints the error
-	var c Config
+	var c shim.Config
 	var oom string
 	fs.StringVar(&c.Dir, "dir", "", "the shim's dir (pid, socket, log)")
 	fs.StringVar(&c.Runtime, "runtime", "", "OCI runtime binary")
@@ -100,7 +83,7 @@ type handshake struct {
 
 // report writes h (with the shim's pid) and closes the descriptor; later
 // calls do nothing.
-func (hs *handshake) report(h Handshake) {
+func (hs *handshake) report(h shim.Handshake) {
 	if hs.f == nil {
 		return
 	}
@@ -111,26 +94,26 @@ func (hs *handshake) report(h Handshake) {
 	hs.f = nil
 }
 
-func run(ctx context.Context, cfg Config) int {
+func run(ctx context.Context, cfg shim.Config) int {
 	unix.CloseOnExec(handshakeFD)
 	hs := &handshake{f: os.NewFile(handshakeFD, "handshake")}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil)).With("shim_dir", filepath.Base(cfg.Dir))
 	signal.Ignore(unix.SIGHUP, unix.SIGPIPE)
 
 	if err := prepareProcess(log, cfg); err != nil {
-		hs.report(Handshake{Error: err.Error()})
+		hs.report(shim.Handshake{Error: err.Error()})
 		return 1
 	}
-	sock := SocketPath(cfg.Dir)
+	sock := shim.SocketPath(cfg.Dir)
 	l, err := listen(sock)
 	if err != nil {
-		hs.report(Handshake{Error: err.Error()})
+		hs.report(shim.Handshake{Error: err.Error()})
 		return 1
 	}
 	rp := newReaper()
 	rp.run()
 	var p *pod
-	p = newPod(log, func(id string, o CreateOptions) (*ctr, error) {
+	p = newPod(log, func(id string, o shim.CreateOptions) (*ctr, error) {
 		return newContainer(ctx, log.With("container_id", id), containerConfig(cfg, id, o), rp, &p.bg)
 	})
 	served := make(chan struct{})
@@ -139,7 +122,7 @@ func run(ctx context.Context, cfg Config) int {
 		p.serve(l)
 	}()
 	p.exitWhenIdle(idleExit)
-	hs.report(Handshake{})
+	hs.report(shim.Handshake{})
 	log.Info("shim serving")
 
 	<-p.quit
@@ -171,8 +154,8 @@ func waitGroup(wg interface{ Wait() }, d time.Duration) {
 
 // prepareProcess writes the shim's pid file, sets its oom_score_adj and
 // makes it the subreaper of the containers' processes.
-func prepareProcess(log *slog.Logger, cfg Config) error {
-	if err := os.WriteFile(filepath.Join(cfg.Dir, ShimPidFile), []byte(strconv.Itoa(os.Getpid())), 0o600); err != nil {
+func prepareProcess(log *slog.Logger, cfg shim.Config) error {
+	if err := os.WriteFile(filepath.Join(cfg.Dir, shim.ShimPidFile), []byte(strconv.Itoa(os.Getpid())), 0o600); err != nil {
 		return fmt.Errorf("write shim pid: %w", err)
 	}
 	if cfg.OOMScoreAdj != nil {

@@ -1,19 +1,21 @@
-package shim
+package shimd
 
 import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/crin-dev/crin/internal/runtime/shim"
 )
 
 func TestConfigArgsRoundTrip(t *testing.T) {
 	adj := 250
 	tests := []struct {
 		name string
-		cfg  Config
+		cfg  shim.Config
 	}{
-		{"full", Config{Dir: "/run/crin/s/.pod-abc", Runtime: "/usr/sbin/runc", RuntimeRoot: "/run/crin/runc", OOMScoreAdj: &adj}},
-		{"inherited oom score", Config{Dir: "/d", Runtime: "crun", RuntimeRoot: "/r"}},
+		{"full", shim.Config{Dir: "/run/crin/s/.pod-abc", Runtime: "/usr/sbin/runc", RuntimeRoot: "/run/crin/runc", OOMScoreAdj: &adj}},
+		{"inherited oom score", shim.Config{Dir: "/d", Runtime: "crun", RuntimeRoot: "/r"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
