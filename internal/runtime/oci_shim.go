@@ -21,9 +21,9 @@ import (
 	"github.com/crin-dev/crin/internal/runtime/shim"
 )
 
-// SandboxIDAnnotation, in a container's spec, names its pod: the oci
-// backend runs one shim for all the containers that carry the same value
-// (a container without it gets a shim of its own).
+// SandboxIDAnnotation is the spec annotation naming a container's pod:
+// the oci backend runs one shim for all the containers that carry the
+// same value (a container without it gets a shim of its own).
 const SandboxIDAnnotation = "io.kubernetes.cri.sandbox-id"
 
 // shimDirPrefix starts the name of a pod shim's dir in StateDir; no
