@@ -49,8 +49,8 @@ func isID(name string) bool {
 	return err == nil
 }
 
-// sweepShims kills crin-shim processes whose state dir is in a runtime's
-// state directory and belongs to no known pod or container, with their
+// sweepShims kills crin-shim processes whose dir is in a runtime's state
+// directory and belongs to no known pod or container, with their
 // children (a runc init waiting for a start that never comes).
 func (s *Service) sweepShims(ctx context.Context) {
 	var dirs []string
@@ -71,12 +71,18 @@ func (s *Service) sweepShims(ctx context.Context) {
 		if dir == "" || !slices.Contains(dirs, filepath.Dir(dir)) {
 			continue
 		}
-		id := filepath.Base(dir)
+		// A pod's shim serves from "<state dir>/.pod-<pod id>", a
+		// container's of crind before one shim per pod from its own dir.
+		id := strings.TrimPrefix(filepath.Base(dir), ".pod-")
 		if s.knownID(id) {
 			continue
 		}
 		s.log.InfoContext(ctx, "killing orphaned shim", "id", id, "shim_pid", p.pid)
 		killTree(procs, p.pid)
+		if strings.HasPrefix(filepath.Base(dir), ".pod-") {
+			// A pod shim removes its dir as it exits; killed, it cannot.
+			_ = os.RemoveAll(dir)
+		}
 	}
 }
 

@@ -50,7 +50,7 @@ func (o *OCI) Attach(ctx context.Context, id string, req AttachRequest) error {
 	if err != nil {
 		return err
 	}
-	err = shim.Attach(ctx, shim.SocketPath(dir), shim.AttachStreams{
+	err = shim.Attach(ctx, shim.SocketPath(shimDirFor(dir)), id, shim.AttachStreams{
 		Stdin: req.Stdin, Stdout: req.Stdout, Stderr: req.Stderr, Resize: req.Resize,
 	})
 	switch {

@@ -3,6 +3,8 @@
 package runtime
 
 import (
+	"golang.org/x/sys/unix"
+
 	"bytes"
 	"context"
 	"errors"
@@ -205,7 +207,7 @@ func shimsOf(id string) []int {
 		}
 		cmdline, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
 		args := strings.Split(string(cmdline), "\x00")
-		if len(args) > 0 && strings.HasSuffix(args[0], "crin-shim") && strings.Contains(string(cmdline), "\x00"+id+"\x00") && alive(pid) {
+		if len(args) > 0 && strings.HasSuffix(args[0], "crin-shim") && strings.Contains(string(cmdline), id) && alive(pid) {
 			out = append(out, pid)
 		}
 	}
@@ -240,17 +242,24 @@ func TestLifecycleRunc(t *testing.T) {
 	create(t, o, id, spec, logPath)
 	ctx := ctxT(t, time.Minute)
 
+	// Created is pending: only a bundle, no shim, nothing in the runtime.
 	st, err := o.Status(ctx, id)
-	if err != nil || st.State != StateCreated || st.Pid <= 0 {
-		t.Fatalf("Status after create = %+v, %v; want created with a pid", st, err)
+	if err != nil || st.State != StateCreated || st.Pid != 0 {
+		t.Fatalf("Status after create = %+v, %v; want created, no pid yet", st, err)
+	}
+	if shims := shimsOf(id); len(shims) > 0 {
+		t.Errorf("shims of a container not started: %v", shims)
+	}
+	if _, err := o.runtimeState(ctx, id); err == nil {
+		t.Errorf("the runtime knows a container not started")
 	}
 	ids, err := o.List(ctx)
 	if err != nil || len(ids) != 1 || ids[0] != id {
 		t.Errorf("List = %v, %v; want [%s]", ids, err, id)
 	}
 	pid, err := o.Start(ctx, id)
-	if err != nil || pid != st.Pid {
-		t.Fatalf("Start = %d, %v; want pid %d", pid, err, st.Pid)
+	if err != nil || pid <= 0 {
+		t.Fatalf("Start = %d, %v; want a pid", pid, err)
 	}
 	if _, err := o.Start(ctx, id); !errdefs.IsFailedPrecondition(err) {
 		t.Errorf("second Start = %v, want FailedPrecondition", err)
@@ -299,7 +308,11 @@ func contains(list []string, s string) bool {
 	return false
 }
 
-func TestCreateFailureLeavesNothing(t *testing.T) {
+// TestStartFailureLeavesNothing: a container the runtime refuses fails
+// its Start with the runtime's message, and nothing of it runs: no shim,
+// nothing in the runtime; it is created (never started) again, and
+// Delete leaves nothing.
+func TestStartFailureLeavesNothing(t *testing.T) {
 	o, _ := newEnv(t, "/usr/sbin/runc")
 	tests := []struct {
 		name    string
@@ -320,17 +333,34 @@ func TestCreateFailureLeavesNothing(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			id := testID(t)
-			err := o.Create(ctxT(t, time.Minute), CreateRequest{ID: id, Spec: tc.spec(id)})
+			ctx := ctxT(t, time.Minute)
+			if err := o.Create(ctx, CreateRequest{ID: id, Spec: tc.spec(id)}); err != nil {
+				t.Fatal(err)
+			}
+			_, err := o.Start(ctx, id)
 			if err == nil {
 				o.Delete(context.Background(), id)
-				t.Fatal("Create succeeded")
+				t.Fatal("Start succeeded")
 			}
 			if !strings.Contains(err.Error(), tc.wantMsg) {
-				t.Errorf("Create error %q does not carry the runtime's message (%q)", err, tc.wantMsg)
+				t.Errorf("Start error %q does not carry the runtime's message (%q)", err, tc.wantMsg)
+			}
+			if _, err := o.runtimeState(ctx, id); err == nil {
+				t.Errorf("the runtime knows %s after its failed start", id)
+			}
+			poll.Until(t, time.Minute, "no shim of the failed container", func() (bool, string) {
+				shims := shimsOf(id)
+				return len(shims) == 0, fmt.Sprint(shims)
+			})
+			if st, err := o.Status(ctx, id); err != nil || st.State != StateCreated {
+				t.Errorf("Status after a failed start = %+v, %v; want created", st, err)
+			}
+			if err := o.Delete(ctx, id); err != nil {
+				t.Fatal(err)
 			}
 			assertGone(t, o, id)
 			// The id is free again.
-			if err := o.Create(ctxT(t, time.Minute), CreateRequest{ID: id, Spec: testSpec(rootfs(t), id, "true")}); err != nil {
+			if err := o.Create(ctx, CreateRequest{ID: id, Spec: testSpec(rootfs(t), id, "true")}); err != nil {
 				t.Errorf("Create after failure: %v", err)
 			}
 			if err := o.Delete(context.Background(), id); err != nil {
@@ -515,11 +545,10 @@ func TestShimOutlivesCrind(t *testing.T) {
 		t.Fatal(err)
 	}
 	shimPid := readPid(filepath.Join(o1.dir(id), shim.ShimPidFile))
-	if ppid := parentOf(t, shimPid); ppid == os.Getpid() {
-		t.Errorf("shim %d is a child of crind; it must be detached", shimPid)
-	}
-	if sid, _ := syscall.Getpgid(shimPid); sid != shimPid {
-		t.Errorf("shim %d is not a session/group leader (pgid %d)", shimPid, sid)
+	// crind starts the shim itself (no second exec), in a session of
+	// its own: nothing sent to crind's session or group reaches it.
+	if sid, _ := unix.Getsid(shimPid); sid != shimPid {
+		t.Errorf("shim %d is not a session leader (sid %d)", shimPid, sid)
 	}
 
 	// "crind" goes away; a new one comes up on the same state.
@@ -552,17 +581,6 @@ func TestShimOutlivesCrind(t *testing.T) {
 		t.Fatal(err)
 	}
 	assertGone(t, o3, id, shimPid)
-}
-
-func parentOf(t *testing.T, pid int) int {
-	t.Helper()
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := strings.Fields(string(data[bytes.LastIndexByte(data, ')')+2:]))
-	ppid, _ := strconv.Atoi(f[1])
-	return ppid
 }
 
 func waitFile(t *testing.T, path string, d time.Duration) {
@@ -745,7 +763,10 @@ func TestShimOOMScoreAdj(t *testing.T) {
 				t.Fatal(err)
 			}
 			id := testID(t)
-			create(t, o, id, testSpec(rootfs(t), id, "true"), "")
+			create(t, o, id, testSpec(rootfs(t), id, "sleep", "100"), "")
+			if _, err := o.Start(ctxT(t, time.Minute), id); err != nil {
+				t.Fatal(err)
+			}
 			pid := readPid(filepath.Join(o.dir(id), shim.ShimPidFile))
 			data, err := os.ReadFile(fmt.Sprintf("/proc/%d/oom_score_adj", pid))
 			if err != nil {
@@ -792,7 +813,7 @@ func TestLongStateDir(t *testing.T) {
 	o := e.open(t)
 	id := testID(t) + strings.Repeat("x", 20)
 	create(t, o, id, testSpec(rootfs(t), id, "sh", "-c", "exit 4"), "")
-	sock := shim.SocketPath(o.dir(id))
+	sock := shim.SocketPath(shimDirFor(o.dir(id)))
 	if !strings.HasPrefix(sock, shim.ShortSocketDir) {
 		t.Fatalf("socket %s not in the short dir", sock)
 	}

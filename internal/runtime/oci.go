@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -65,6 +64,8 @@ type OCI struct {
 	// mu serializes shimDied, so two callers that find the same dead shim
 	// (the exit monitor and a stop) kill and record once.
 	mu sync.Mutex
+	// pods serializes starting each pod's shim (oci_shim.go).
+	pods podLocks
 }
 
 var _ Runtime = (*OCI)(nil)
@@ -101,6 +102,7 @@ func NewOCI(ctx context.Context, cfg OCIConfig) (*OCI, error) {
 		o.log = slog.New(slog.DiscardHandler)
 	}
 	o.log = o.log.With("runtime", cfg.Name)
+	o.removeDeadShimDirs()
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if out, err := exec.CommandContext(ctx, bin, "--version").CombinedOutput(); err != nil {
@@ -135,126 +137,116 @@ func (o *OCI) known(id string) (string, error) {
 	return dir, nil
 }
 
-// Create writes the bundle, starts a shim and waits for it to create the
-// container. The error carries the runtime's own message. On error the
-// bundle, the runtime's state and the shim are gone. An id in use is
-// errdefs.ErrAlreadyExists; a bad id or spec is errdefs.ErrInvalidArgument.
+// Create writes the bundle: config.json, the dir of the pod's shim and
+// what the shim needs to know of the container (createFile). The runtime
+// sees the container only at Start, which creates and starts it in one
+// runtime command: until then it is "pending", a container the runtime
+// does not know, which Status reports as created (see pending). On error
+// nothing is left. An id in use is errdefs.ErrAlreadyExists; a bad id or
+// spec is errdefs.ErrInvalidArgument.
 func (o *OCI) Create(ctx context.Context, req CreateRequest) (retErr error) {
 	dir, err := MakeBundleDir(o.cfg.StateDir, req)
 	if err != nil {
 		return err
 	}
-	shimPid := 0
 	defer func() {
-		if retErr == nil {
-			return
+		if retErr != nil {
+			o.removeDir(context.WithoutCancel(ctx), req.ID, dir)
 		}
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		defer cancel()
-		o.rollbackCreate(rctx, req.ID, dir, shimPid)
 	}()
-
-	data, err := json.Marshal(req.Spec)
+	spec, err := json.Marshal(req.Spec)
 	if err != nil {
 		return fmt.Errorf("create container %s: encode spec: %w", req.ID, err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, shim.ConfigFile), data, 0o600); err != nil {
-		return fmt.Errorf("create container %s: write bundle: %w", req.ID, err)
-	}
-	hs, err := o.launchShim(ctx, req, dir)
-	shimPid = hs.ShimPid
+	opts, err := json.Marshal(shim.CreateOptions{
+		Bundle: dir, LogPath: req.LogPath, Stdin: req.Stdin, StdinOnce: req.StdinOnce,
+		TTY: req.Spec.Process != nil && req.Spec.Process.Terminal, Start: true,
+	})
 	if err != nil {
-		return fmt.Errorf("create container %s: %w", req.ID, err)
+		return fmt.Errorf("create container %s: encode options: %w", req.ID, err)
 	}
-	o.log.InfoContext(ctx, "container created", "container_id", req.ID, "pid", hs.Pid)
+	for _, f := range []struct {
+		name string
+		data []byte
+	}{{shim.ConfigFile, spec}, {shim.ShimDirFile, []byte(o.shimDirOf(req))}, {createFile, opts}} {
+		if err := os.WriteFile(filepath.Join(dir, f.name), f.data, 0o600); err != nil {
+			return fmt.Errorf("create container %s: write bundle: %w", req.ID, err)
+		}
+	}
+	o.log.DebugContext(ctx, "container bundle written", "container_id", req.ID)
 	return nil
 }
 
-// launchShim runs crin-shim and reads its handshake. When ctx ends first,
-// it still waits up to createGrace for the shim to finish, so the rollback
-// knows what to undo (a runtime create cannot be interrupted cleanly).
-func (o *OCI) launchShim(ctx context.Context, req CreateRequest, dir string) (shim.Handshake, error) {
-	var hs shim.Handshake
-	r, w, err := os.Pipe()
-	if err != nil {
-		return hs, err
-	}
-	defer r.Close()
-	cfg := shim.Config{
-		ID: req.ID, Dir: dir, Runtime: o.cfg.Binary, RuntimeRoot: o.cfg.Root,
-		LogPath: req.LogPath, OOMScoreAdj: o.cfg.OOMScoreAdj,
-		Stdin: req.Stdin, StdinOnce: req.StdinOnce,
-		TTY: req.Spec.Process != nil && req.Spec.Process.Terminal,
-	}
-	// The first shim process only starts the detached one and exits; it
-	// is not cut short by ctx, or the detached one might run unseen.
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(sctx, o.cfg.ShimBinary, cfg.Args()...)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	cmd.ExtraFiles = []*os.File{w}
-	cmd.Dir = dir
-	err = cmd.Run()
-	w.Close()
-	if err != nil {
-		return hs, fmt.Errorf("run shim: %w: %s", err, bytes.TrimSpace(out.Bytes()))
-	}
+// createFile, in a container's state dir, holds the shim.CreateOptions its
+// Start sends.
+const createFile = "create.json"
 
-	_ = r.SetReadDeadline(time.Now().Add(DefaultCreateTimeout))
-	stop := context.AfterFunc(ctx, func() { _ = r.SetReadDeadline(time.Now().Add(createGrace)) })
-	defer stop()
-	data, err := io.ReadAll(io.LimitReader(r, 1<<20))
-	if err != nil {
-		if errors.Is(err, os.ErrDeadlineExceeded) {
-			err = context.DeadlineExceeded
-		}
-		if ctx.Err() != nil {
-			err = ctx.Err()
-		}
-		return hs, fmt.Errorf("wait for shim: %w", err)
+// pending reports whether the container in dir was created but never
+// started: the runtime does not know it, no shim has taken it (a shim
+// writes the container's shim.pid when it takes it, and removes it again
+// when the runtime refused it).
+func pending(dir string) bool {
+	if _, err := os.Stat(filepath.Join(dir, createFile)); err != nil {
+		return false
 	}
-	if err := json.Unmarshal(bytes.TrimSpace(data), &hs); err != nil {
-		return hs, fmt.Errorf("shim handshake %q: %w", data, err)
-	}
-	if hs.Error != "" {
-		return hs, errors.New(hs.Error)
-	}
-	if ctx.Err() != nil {
-		return hs, fmt.Errorf("wait for shim: %w", ctx.Err())
-	}
-	return hs, nil
+	_, err := os.Stat(filepath.Join(dir, shim.ShimPidFile))
+	return errors.Is(err, fs.ErrNotExist)
 }
 
-// rollbackCreate removes whatever a failed Create left: the container in
-// the runtime, the shim, the state dir.
-func (o *OCI) rollbackCreate(ctx context.Context, id, dir string, shimPid int) {
-	if shimPid == 0 {
-		shimPid = readPid(filepath.Join(dir, shim.ShimPidFile))
+// startPending has the pod's shim create and start the pending container
+// in dir; on error nothing of it runs and it is pending again.
+func (o *OCI) startPending(ctx context.Context, id, dir string) (int, error) {
+	data, err := os.ReadFile(filepath.Join(dir, createFile))
+	if err != nil {
+		return 0, err
 	}
+	var opts shim.CreateOptions
+	if err := json.Unmarshal(data, &opts); err != nil {
+		return 0, fmt.Errorf("decode %s: %w", createFile, err)
+	}
+	opts.Bundle, opts.Start = dir, true
+	shimDir := shimDirFor(dir)
+	resp, err := o.createInShim(ctx, id, shimDir, opts)
+	if err != nil {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		o.rollbackCreate(rctx, id, dir, shimDir)
+		return 0, err
+	}
+	return resp.Pid, nil
+}
+
+// rollbackCreate undoes a failed or cancelled start of a pending
+// container: it is deleted from the runtime and the shim drops it; its
+// bundle stays, pending again.
+func (o *OCI) rollbackCreate(ctx context.Context, id, dir, shimDir string) {
 	if _, err := o.run(ctx, runOpts{}, "delete", "--force", id); err != nil && !isRuntimeNotExist(err) {
-		o.log.WarnContext(ctx, "rollback create: runtime delete", "container_id", id, "error", err)
+		o.log.WarnContext(ctx, "rollback start: runtime delete", "container_id", id, "error", err)
 	}
-	if shimPid > 0 && alive(shimPid) {
-		// A shim that reported failure exits by itself; one whose
-		// container was just deleted records the exit, then may go.
-		deadline := time.Now().Add(shimExitWait)
-		for alive(shimPid) && time.Now().Before(deadline) {
+	if pid := readPid(filepath.Join(dir, shim.ShimPidFile)); pid > 0 && alive(pid) && isShimOf(pid, shimDir) {
+		// The delete above killed the container; once the shim recorded
+		// that, it lets go of it.
+		deadline := time.Now().Add(deleteStopWait)
+		for {
 			sctx, cancel := context.WithTimeout(ctx, time.Second)
-			_, err := shim.Call(sctx, shim.SocketPath(dir), shim.OpShutdown)
+			resp, err := shim.Do(sctx, shim.SocketPath(shimDir), shim.Request{Op: shim.OpDelete, ID: id})
 			cancel()
-			if err == nil || errors.Is(err, shim.ErrShimGone) {
+			if resp.ShimExiting {
+				o.stopShim(ctx, pid)
+			}
+			if err == nil || !errdefs.IsFailedPrecondition(err) || time.Now().After(deadline) {
 				break
 			}
-			time.Sleep(50 * time.Millisecond)
+			time.Sleep(20 * time.Millisecond)
 		}
-		o.stopShim(ctx, shimPid)
 	}
-	o.removeDir(ctx, id, dir)
+	for _, f := range []string{shim.ShimPidFile, shim.ExitFile, shim.InitPidFile} {
+		_ = os.Remove(filepath.Join(dir, f))
+	}
 }
 
 func (o *OCI) removeDir(ctx context.Context, id, dir string) {
-	if sock := shim.SocketPath(dir); !strings.HasPrefix(sock, dir+string(filepath.Separator)) {
+	if sock := shim.ConsoleSocketPath(dir); !strings.HasPrefix(sock, dir+string(filepath.Separator)) {
 		_ = os.Remove(sock)
 	}
 	if err := os.RemoveAll(dir); err != nil {
@@ -262,18 +254,41 @@ func (o *OCI) removeDir(ctx context.Context, id, dir string) {
 	}
 }
 
-// call sends op to the shim of id.
+// call sends op about id to the container's shim. A shim that does not
+// know the container (it is not the one that created it) is
+// shim.ErrShimGone too.
 func (o *OCI) call(ctx context.Context, id, op string) (shim.Response, error) {
 	dir, err := o.known(id)
 	if err != nil {
 		return shim.Response{}, err
 	}
-	return shim.Call(ctx, shim.SocketPath(dir), op)
+	resp, err := shim.Call(ctx, shim.SocketPath(shimDirFor(dir)), id, op)
+	if errdefs.IsNotFound(err) {
+		err = fmt.Errorf("%w: %s", shim.ErrShimGone, err.Error())
+	}
+	return resp, err
 }
 
-// Start asks the shim to start the container. A container that is not in
-// the created state is errdefs.ErrFailedPrecondition.
+// Start has the pod's shim create and start a pending container (see
+// Create), or start one a shim created (crind before 2026-11-24 created
+// containers in Create). A container that is not in the created state is
+// errdefs.ErrFailedPrecondition.
 func (o *OCI) Start(ctx context.Context, id string) (int, error) {
+	dir, err := o.known(id)
+	if err != nil {
+		return 0, err
+	}
+	if pending(dir) {
+		if _, err := shim.ReadExit(dir); err == nil {
+			return 0, fmt.Errorf("start container %s: it was killed before it started: %w", id, errdefs.ErrFailedPrecondition)
+		}
+		pid, err := o.startPending(ctx, id, dir)
+		if err != nil {
+			return 0, fmt.Errorf("start container %s: %w", id, err)
+		}
+		o.log.InfoContext(ctx, "container started", "container_id", id, "pid", pid)
+		return pid, nil
+	}
 	resp, err := o.call(ctx, id, shim.OpStart)
 	if err != nil {
 		if errors.Is(err, shim.ErrShimGone) {
@@ -286,10 +301,20 @@ func (o *OCI) Start(ctx context.Context, id string) (int, error) {
 }
 
 // Signal runs "<runtime> kill". A container that has already stopped is
-// not an error.
+// not an error; one that never started (pending) is recorded killed by
+// SIGKILL.
 func (o *OCI) Signal(ctx context.Context, id string, sig syscall.Signal, opts SignalOptions) error {
-	if _, err := o.known(id); err != nil {
+	dir, err := o.known(id)
+	if err != nil {
 		return err
+	}
+	if pending(dir) {
+		return o.signalPending(id, dir, sig)
+	}
+	// An exited container has nothing left to signal (its shim deletes
+	// it from the runtime as it exits); the caller only wanted it to stop.
+	if _, err := shim.ReadExit(dir); err == nil {
+		return nil
 	}
 	args := []string{"kill"}
 	if opts.All {
@@ -297,12 +322,14 @@ func (o *OCI) Signal(ctx context.Context, id string, sig syscall.Signal, opts Si
 	}
 	args = append(args, id, strconv.Itoa(int(sig)))
 	if _, err := o.run(ctx, runOpts{}, args...); err != nil {
-		// The runtime refuses to signal a stopped container; the caller
-		// only wanted it to stop.
+		// The runtime refuses to signal a stopped container.
 		if isRuntimeNotExist(err) {
 			return nil
 		}
-		if st, serr := o.runtimeState(ctx, id); serr == nil && st.Status == "stopped" {
+		if _, rerr := shim.ReadExit(dir); rerr == nil {
+			return nil
+		}
+		if st, serr := o.runtimeState(ctx, id); (serr == nil && st.Status == "stopped") || isRuntimeNotExist(serr) {
 			return nil
 		}
 		return fmt.Errorf("signal container %s: %w", id, err)
@@ -311,8 +338,12 @@ func (o *OCI) Signal(ctx context.Context, id string, sig syscall.Signal, opts Si
 }
 
 // Status asks the shim; without a shim it reads the recorded exit, and
-// without that the runtime's own state (StateUnknown when it has none).
+// without that the runtime's own state (StateUnknown when it has none). A
+// pending container is created, or stopped once killed.
 func (o *OCI) Status(ctx context.Context, id string) (Status, error) {
+	if dir, err := o.known(id); err == nil && pending(dir) {
+		return o.statusWithoutShim(ctx, id)
+	}
 	resp, err := o.call(ctx, id, shim.OpState)
 	if err == nil {
 		return statusOf(resp), nil
@@ -327,6 +358,9 @@ func (o *OCI) statusWithoutShim(ctx context.Context, id string) (Status, error) 
 	dir := o.dir(id)
 	if e, err := shim.ReadExit(dir); err == nil {
 		return statusOfExit(e), nil
+	}
+	if pending(dir) {
+		return Status{State: StateCreated}, nil
 	}
 	if pid, gone := shimGone(dir); gone {
 		return o.shimDied(ctx, id, dir, pid)
@@ -356,7 +390,7 @@ func shimGone(dir string) (int, bool) {
 	if pid <= 0 {
 		return 0, false
 	}
-	return pid, !alive(pid) || !isShimOf(pid, dir)
+	return pid, !alive(pid) || !isShimOf(pid, shimDirFor(dir))
 }
 
 // shimDied handles a container whose shim died before recording its exit
@@ -364,9 +398,11 @@ func shimGone(dir string) (int, bool) {
 // so what is left of it is killed and removed from the runtime, and the
 // exit is recorded in the exit file on the shim's behalf with exit code
 // 255 and ReasonShimDied (docs/recovery.md). When the init is still a
-// zombie, its own status is recorded instead (a process that wrote to its
-// output after the shim died was killed by SIGPIPE: 141), with the same
-// reason. It is idempotent: a second caller reads the first one's record.
+// zombie that ended other than by SIGKILL, its own status is recorded
+// instead (a process that wrote to its output after the shim died was
+// killed by SIGPIPE: 141), with the same reason. A SIGKILLed one was
+// killed along with what else the shim held (its pod's infra, whose PID
+// namespace it shared): 255. It is idempotent: a second caller reads the first one's record.
 func (o *OCI) shimDied(ctx context.Context, id, dir string, shimPid int) (Status, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -391,6 +427,10 @@ func (o *OCI) shimDied(ctx context.Context, id, dir string, shimPid int) (Status
 			waitGone(ctx, st.Pid, deleteStopWait)
 		}
 		e.Message = fmt.Sprintf("crin-shim (pid %d) died while the container was %s; crind killed the container", shimPid, st.Status)
+	case zombie && ws.Signaled() && ws.Signal() == unix.SIGKILL:
+		// Killed with what else the shim held (its pod's infra, whose
+		// PID namespace it shared): the shim's death is the cause.
+		e.Message = fmt.Sprintf("crin-shim (pid %d) died; then the container's process %s", shimPid, describeWait(ws))
 	case zombie:
 		code, sig := exitCode(ws)
 		e.ExitCode, e.Signal = code, sig
@@ -474,7 +514,7 @@ func (o *OCI) Wait(ctx context.Context, id string) (Status, error) {
 	} else {
 		defer cancel()
 	}
-	resp, err := shim.Call(wctx, shim.SocketPath(dir), shim.OpWait)
+	resp, err := o.call(wctx, id, shim.OpWait)
 	if err == nil {
 		return statusOf(resp), nil
 	}
@@ -512,15 +552,16 @@ func watchShim(dir string) *pidWatch {
 		return nil
 	}
 	// Checked after opening: the pidfd cannot move to another process.
-	if !isShimOf(pid, dir) {
+	if !isShimOf(pid, shimDirFor(dir)) {
 		w.Close()
 		return nil
 	}
 	return w
 }
 
-// Delete kills the container if it lives, removes it from the runtime,
-// stops its shim and removes its state dir. An unknown id is not an error
+// Delete kills the container if it lives, has its shim drop it (the shim
+// deleted it from the runtime when it exited, and exits itself after its
+// last container), and removes its state dir. An unknown id is not an error
 // (CRI RemoveContainer: "If the container has already been removed, it must
 // not return an error").
 func (o *OCI) Delete(ctx context.Context, id string) error {
@@ -546,17 +587,12 @@ func (o *OCI) Delete(ctx context.Context, id string) error {
 			return fmt.Errorf("delete container %s: wait for it to die: %w", id, werr)
 		}
 	}
-	if _, err := o.run(ctx, runOpts{}, "delete", "--force", id); err != nil && !isRuntimeNotExist(err) {
-		return fmt.Errorf("delete container %s: %w", id, err)
-	}
-	if pid := readPid(filepath.Join(dir, shim.ShimPidFile)); pid > 0 && isShimOf(pid, dir) {
-		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		_, err := shim.Call(sctx, shim.SocketPath(dir), shim.OpShutdown)
-		cancel()
-		if err != nil && !errors.Is(err, shim.ErrShimGone) {
-			o.log.WarnContext(ctx, "delete: shim shutdown", "container_id", id, "error", err)
+	if !pending(dir) {
+		if err := o.dropFromShim(ctx, id, dir); err != nil {
+			return fmt.Errorf("delete container %s: %w", id, err)
 		}
-		o.stopShim(ctx, pid)
+	} else if shimDir := shimDirFor(dir); shimDir != dir {
+		o.removeDeadShimDir(shimDir)
 	}
 	o.removeDir(ctx, id, dir)
 	o.log.InfoContext(ctx, "container deleted", "container_id", id)

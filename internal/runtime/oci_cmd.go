@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -141,6 +142,14 @@ func (o *OCI) Update(ctx context.Context, id string, res *specs.LinuxResources) 
 	}
 	if st.State != StateCreated && st.State != StateRunning {
 		return fmt.Errorf("update container %s: container is %s: %w", id, st.State, errdefs.ErrFailedPrecondition)
+	}
+	if dir := o.dir(id); pending(dir) {
+		// The runtime does not know it yet: its bundle is what it will
+		// be created with.
+		if err := updateBundle(dir, res); err != nil {
+			return fmt.Errorf("update container %s: %w", id, err)
+		}
+		return nil
 	}
 	data, err := json.Marshal(res)
 	if err != nil {
@@ -335,3 +344,28 @@ func (b *cappedBuffer) Bytes() []byte {
 }
 
 var _ io.Writer = (*cappedBuffer)(nil)
+
+// updateBundle sets the resources of the spec in bundle dir.
+func updateBundle(dir string, res *specs.LinuxResources) error {
+	path := filepath.Join(dir, shim.ConfigFile)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	var spec specs.Spec
+	if err := json.Unmarshal(data, &spec); err != nil {
+		return fmt.Errorf("decode bundle: %w", err)
+	}
+	if spec.Linux == nil {
+		spec.Linux = &specs.Linux{}
+	}
+	spec.Linux.Resources = res
+	if data, err = json.Marshal(&spec); err != nil {
+		return fmt.Errorf("encode bundle: %w", err)
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}

@@ -1,46 +1,55 @@
 // Package runtime runs OCI containers for crind through one Runtime interface.
 // The oci backend drives any OCI runtime CLI (runc, crun) with one crin-shim
-// process per container; the shim owns the container's stdio, writes its CRI
-// log, reaps it and records how it exited, and outlives crind restarts. The
-// shimv2 backend (package shimv2) drives containerd shim v2 runtimes; see
-// docs/runtimes.md for both.
+// process per pod; the shim owns the stdio of each of the pod's containers,
+// writes their CRI logs, reaps them and records how they exited, and
+// outlives crind restarts. The shimv2 backend (package shimv2) drives
+// containerd shim v2 runtimes; see docs/runtimes.md for both.
 //
 // # The oci backend
 //
-// OCI keeps nothing in memory. Each container has a state dir,
-// StateDir/<id>, which is also its bundle (config.json); the shim keeps its
-// pid, the init pid, the runtime's JSON log, its own log and, once the
-// container exited, the exit record there (see package shim for the files
-// and the control protocol). A fresh OCI on the same StateDir therefore
-// sees every container a previous crind made: List reads the dirs, Status
-// and Wait ask the shim, and fall back to the exit record when the shim is
-// gone, and to "<runtime> state" when neither exists (StateUnknown when the
+// OCI keeps nothing in memory but per-pod locks. Each container has a
+// state dir, StateDir/<id>, which is also its bundle (config.json); each
+// pod's shim has a dir, StateDir/.pod-<pod id> (the pod is the spec's
+// SandboxIDAnnotation; a container without one gets a shim of its own).
+// The container's dir names its shim's dir and pid, and the shim keeps the
+// init pid, the runtime's JSON log and, once the container exited, the
+// exit record there (see package shim for the files and the control
+// protocol). A fresh OCI on the same StateDir therefore sees every
+// container a previous crind made: List reads the dirs, Status and Wait
+// ask the shim, and fall back to the exit record when the shim is gone,
+// and to "<runtime> state" when neither exists (StateUnknown when the
 // runtime no longer knows it either; the exit code is then lost).
 //
-// A shim that died without recording an exit (its pid file names a
-// process that is gone or is no longer that shim) is never taken for a
-// success: the first Status or Wait that finds it kills what is left of
-// the container, deletes it from the runtime and writes the exit record
-// itself with exit code 255 and ReasonShimDied. Wait holds a pidfd on the
-// shim, so a waiter learns of the death at once.
+// A shim that died without recording an exit (the container's pid file
+// names a process that is gone or is no longer that shim) is never taken
+// for a success: the first Status or Wait that finds it, for each of the
+// pod's containers, kills what is left of the container, deletes it from
+// the runtime and writes the exit record itself with exit code 255 and
+// ReasonShimDied. Wait holds a pidfd on the shim, so a waiter learns of the
+// death at once.
 //
-// Create writes the bundle and runs crin-shim, which detaches itself (new
-// session, reparented away from crind), runs "<runtime> create" and reports
-// the init pid or the runtime's own error message on a handshake pipe. A
-// failed or cancelled Create deletes the container from the runtime, stops
-// the shim and removes the state dir. Start goes through the shim (so it
-// knows the start time); Signal, Update, Exec and Delete run the runtime
-// CLI directly, each command with its own timeout and with --log-format
-// json so errors carry the runtime's messages (see RuntimeError). Exec
-// kills the exec'd process itself (by the pid the runtime writes) when its
-// timeout expires: killing "runc exec" would leave the process behind.
+// Create writes the bundle only. Start asks the pod's shim to create and
+// start the container (one request, one "<runtime> run --detach"); when
+// the pod has no live shim it starts one first. Until then the container
+// is pending: Status says created, Update rewrites the bundle, a SIGKILL
+// records it killed, Delete removes the bundle. A failed or cancelled
+// Start deletes the container from the runtime and has the shim drop it;
+// the container is pending again. Signal, Update and Exec
+// run the runtime CLI directly, each command with its own timeout and with
+// --log-format json so errors carry the runtime's messages (see
+// RuntimeError). Exec kills the exec'd process itself (by the pid the
+// runtime writes) when its timeout expires: killing "runc exec" would leave
+// the process behind.
 //
 // Delete kills a live container (SIGKILL to all its processes), waits for
-// its exit to be recorded, runs "<runtime> delete --force", asks the shim to
-// shut down (killing it if it does not) and removes the state dir.
+// its exit to be recorded, has the shim drop it (the shim ran "<runtime>
+// delete" when it exited; without a live shim Delete runs "<runtime>
+// delete --force" itself), waits for the shim to exit when that was its
+// last container, and removes the state dir.
 //
-// Shim sockets are path-based: StateDir/<id>/shim.sock, or a derived name
-// in /run/crin-shim when that path would not fit a unix socket address.
+// Shim sockets are path-based: StateDir/.pod-<pod id>/shim.sock, or a
+// derived name in /run/crin-shim when that path would not fit a unix
+// socket address.
 package runtime
 
 import (
@@ -58,8 +67,9 @@ import (
 // errdefs.ErrNotFound, an operation that the container's state forbids is
 // errdefs.ErrFailedPrecondition.
 type Runtime interface {
-	// Create writes the bundle for req.Spec and creates the container under
-	// a new shim; the process is not started. On error nothing is left
+	// Create writes the bundle for req.Spec and creates the container
+	// (under its pod's shim, for the oci backend); the process is not
+	// started. On error nothing is left
 	// behind (no shim, no runtime state, no bundle).
 	Create(ctx context.Context, req CreateRequest) error
 	// Start starts a created container and returns its pid.

@@ -98,26 +98,35 @@ func killPid(t *testing.T, pid int) {
 	}
 }
 
-// TestShimKilled kills the shims of a sleeping container and of one that
-// writes to its output without pause: both are recorded as failed (never
-// 0, never Completed), the sleeping one with exit 255 and reason
-// ShimDied; nothing of them keeps running; crind serves on; removing the
-// pod leaves nothing (cleanupAll).
+// TestShimKilled kills the shim of a pod (one for all its containers)
+// holding a sleeping container and one that writes to its output without
+// pause: both are recorded as failed (never 0, never Completed), the
+// sleeping one with exit 255 and reason ShimDied; nothing of them keeps
+// running; crind serves on; the pod (no infra process: kubelet's
+// namespaces) stays READY and its next container gets a new shim;
+// removing the pod leaves nothing (cleanupAll).
 func TestShimKilled(t *testing.T) {
 	d := startDaemon(t, daemonOptions{})
 	ref, _ := busybox(t)
 	d.pull(t, ref)
-	podCfg := podConfig("shimkill")
+	podCfg := noInfraPodConfig("shimkill")
 	pod := d.runPod(t, podCfg)
-	sleeper := d.runContainer(t, pod, podCfg, containerConfig("sleeper", ref, "sleep", "1000"))
-	writer := d.runContainer(t, pod, podCfg, containerConfig("writer", ref, "sh", "-c", "while :; do echo tick; done"))
+	sleeper := d.runContainer(t, pod, podCfg, noInfraContainerConfig("sleeper", ref, "sleep", "1000"))
+	writer := d.runContainer(t, pod, podCfg, noInfraContainerConfig("writer", ref, "sh", "-c", "while :; do echo tick; done"))
 	waitLog(t, logPath(podCfg, containerConfig("writer", ref)), "tick")
+	shim := d.shimPid(t, sleeper)
+	if w := d.shimPid(t, writer); w != shim {
+		t.Fatalf("the pod's containers have shims %d and %d, want one", shim, w)
+	}
 
+	pids, starts := map[string]int{}, map[string]string{}
 	for _, id := range []string{sleeper, writer} {
-		pid := d.containerPid(t, id)
-		st := startTime(pid)
-		killPid(t, d.shimPid(t, id))
-		killed := time.Now()
+		pids[id] = d.containerPid(t, id)
+		starts[id] = startTime(pids[id])
+	}
+	killPid(t, shim)
+	killed := time.Now()
+	for _, id := range []string{sleeper, writer} {
 		cs := d.waitExited(t, id)
 		t.Logf("container %s: EXITED %v after its shim was killed: exit %d, %s: %s",
 			id[:12], time.Since(killed).Round(time.Millisecond), cs.ExitCode, cs.Reason, cs.Message)
@@ -128,18 +137,24 @@ func TestShimKilled(t *testing.T) {
 		if id == sleeper && cs.ExitCode != 255 {
 			t.Errorf("sleeping container after its shim was killed: exit %d, want 255", cs.ExitCode)
 		}
-		waitProcessGone(t, "container process of "+id, pid, st)
+		waitProcessGone(t, "container process of "+id, pids[id], starts[id])
 	}
 	if _, err := d.rs.Version(ctxT(t), &runtimeapi.VersionRequest{}); err != nil {
 		t.Fatalf("crind after shim deaths: %v", err)
 	}
-	// The pod is unaffected: a new container runs in it.
-	again := d.runContainer(t, pod, podCfg, containerConfig("again", ref, "sh", "-c", "echo alive; sleep 1000"))
-	waitLog(t, logPath(podCfg, containerConfig("again", ref)), "alive")
+	if st := d.podStatus(t, pod).Status.State; st != runtimeapi.PodSandboxState_SANDBOX_READY {
+		t.Errorf("pod without infra after its shim died: %v, want READY", st)
+	}
+	// The pod is unaffected: a new container runs in it, under a new shim.
+	againCfg := noInfraContainerConfig("again", ref, "sh", "-c", "echo alive; sleep 1000")
+	again := d.runContainer(t, pod, podCfg, againCfg)
+	waitLog(t, logPath(podCfg, againCfg), "alive")
+	if s := d.shimPid(t, again); s == shim {
+		t.Errorf("the new container is recorded under the dead shim %d", s)
+	}
 	if _, err := d.rs.RemoveContainer(ctxT(t), &runtimeapi.RemoveContainerRequest{ContainerId: sleeper}); err != nil {
 		t.Fatalf("remove container whose shim died: %v", err)
 	}
-	_ = again
 }
 
 // TestShimKilledWhileDown kills a container's shim while crind is down:

@@ -21,14 +21,14 @@ import (
 	"github.com/crin-dev/crin/test/testnet"
 )
 
-// killedRuntime wraps runc: every create, start or delete that the switch
+// killedRuntime wraps runc: every create, start, run or delete that the switch
 // file (%[1]q) names starts the real runc, SIGKILLs it part way through
 // (after 0 to 80 ms, varying with the pid) and then SIGKILLs itself, as
 // an OOM kill or an operator's kill of runc would.
 const killedRuntime = `#!/bin/sh
 op=""
 for a in "$@"; do
-	case "$a" in create|start|delete) op="$a"; break;; esac
+	case "$a" in create|start|run|delete) op="$a"; break;; esac
 done
 if [ -n "$op" ] && grep -qw "$op" %[1]q 2>/dev/null; then
 	runc "$@" &
@@ -41,7 +41,8 @@ exec runc "$@"
 `
 
 // TestRuntimeKilledDuringCreateAndDelete runs a burst of pods and
-// containers on a runtime whose create and delete are SIGKILLed, then
+// containers on a runtime whose run (create and start: the oci backend
+// runs "runc run" at StartContainer) and delete are SIGKILLed, then
 // removes everything with a working runtime: crind keeps serving, and no
 // pod cgroup, shim, runc init, mount, netns pin or IPAM reservation is
 // left, neither while crind runs (failed cleanup steps are retried) nor
@@ -105,7 +106,7 @@ path = %q
 		d.runContainer(t, resp.PodSandboxId, cfg, containerConfig("run", ref, "sleep", "1000"))
 	}
 
-	on("create delete")
+	on("run delete")
 	var wg sync.WaitGroup
 	for i, p := range pods {
 		wg.Add(2)
@@ -142,7 +143,7 @@ path = %q
 
 	// Pods whose infra start is killed, and then the delete that would
 	// undo it: the delete is retried in the background once runc works.
-	on("start delete")
+	on("run delete")
 	for i := range burst {
 		wg.Add(1)
 		go func() {
@@ -162,7 +163,7 @@ path = %q
 	// crind itself is killed in the middle of a burst of failing creates:
 	// what it was undoing is undone, and what it left swept, when it
 	// starts again.
-	on("create delete")
+	on("run delete")
 	for i := range burst {
 		wg.Add(1)
 		go func() {

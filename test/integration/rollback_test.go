@@ -15,11 +15,12 @@ import (
 )
 
 // flakyRuntime is an OCI runtime wrapper around runc that fails `create`
-// for pods (mode "pod") or for workload containers only (mode "ctr").
+// and `run` for pods (mode "pod") or for workload containers only (mode
+// "ctr").
 const flakyRuntime = `#!/bin/sh
 if [ "$FLAKY_MODE" != "" ]; then :; fi
 for a in "$@"; do
-	if [ "$a" = "create" ]; then
+	if [ "$a" = "create" ] || [ "$a" = "run" ]; then
 		bundle=""
 		prev=""
 		for b in "$@"; do
@@ -36,10 +37,13 @@ done
 exec runc "$@"
 `
 
-// TestRollback makes the runtime fail at the end of RunPodSandbox and of
-// CreateContainer: the call fails with the runtime's message, nothing is
-// left (no pod, container, netns, IP, mount, shim), and a retry with the
-// same name on a working runtime succeeds.
+// TestRollback makes the runtime fail at the end of RunPodSandbox: the
+// call fails with the runtime's message, nothing is left (no pod, netns,
+// IP, mount, shim), and a retry with the same name on a working runtime
+// succeeds. A container the runtime refuses (the oci backend meets the
+// runtime at StartContainer) fails its start with the runtime's message
+// and is recorded exited (StartError); nothing of it runs, and removing it
+// leaves only the pod's state.
 func TestRollback(t *testing.T) {
 	dir, err := os.MkdirTemp("", "crinflaky")
 	if err != nil {
@@ -84,19 +88,27 @@ path = %q
 		t.Fatal(err)
 	}
 	cfg := containerConfig("c", ref, "sleep", "1000")
-	_, err = d.rs.CreateContainer(ctxT(t), &runtimeapi.CreateContainerRequest{PodSandboxId: resp.PodSandboxId, Config: cfg, SandboxConfig: podCfg})
+	ctr := d.createContainer(t, resp.PodSandboxId, podCfg, cfg)
+	_, err = d.rs.StartContainer(ctxT(t), &runtimeapi.StartContainerRequest{ContainerId: ctr})
 	if err == nil || !strings.Contains(err.Error(), "flaky runtime refuses containers") {
-		t.Fatalf("CreateContainer on a failing runtime: %v", err)
+		t.Fatalf("StartContainer on a failing runtime: %v", err)
 	}
-	ctrs, _ := d.rs.ListContainers(ctxT(t), &runtimeapi.ListContainersRequest{})
-	if len(ctrs.Containers) != 0 {
-		t.Errorf("failed create left %d containers visible", len(ctrs.Containers))
+	if st := d.status(t, ctr); st.State != runtimeapi.ContainerState_CONTAINER_EXITED || st.Reason != "StartError" ||
+		!strings.Contains(st.Message, "flaky runtime refuses containers") {
+		t.Errorf("container whose start failed: %v %q %q, want EXITED StartError with the runtime's message", st.State, st.Reason, st.Message)
+	}
+	if _, err := d.rs.RemoveContainer(ctxT(t), &runtimeapi.RemoveContainerRequest{ContainerId: ctr}); err != nil {
+		t.Fatal(err)
 	}
 	if ents, _ := os.ReadDir(filepath.Join(d.root, "image", "containers")); len(ents) != 0 {
-		t.Errorf("failed create left a rootfs: %v", ents)
+		t.Errorf("removed container left a rootfs: %v", ents)
 	}
-	if ents, _ := os.ReadDir(filepath.Join(d.state, "c")); len(ents) != 1 {
-		t.Errorf("failed create left runtime state: %d dirs, want only the pod's", len(ents))
+	// The pod's: its infra container and its shim's dir.
+	if ents, _ := os.ReadDir(filepath.Join(d.state, "c")); len(ents) != 2 {
+		t.Errorf("failed container left runtime state: %v, want only the pod's", ents)
+	}
+	if procs := shimsNaming(ctr); len(procs) != 0 {
+		t.Errorf("shims naming the failed container: %v", procs)
 	}
 	if _, err := d.rs.RemovePodSandbox(ctxT(t), &runtimeapi.RemovePodSandboxRequest{PodSandboxId: resp.PodSandboxId}); err != nil {
 		t.Fatal(err)

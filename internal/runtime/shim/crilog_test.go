@@ -1,6 +1,7 @@
 package shim
 
 import (
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -10,6 +11,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/crin-dev/crin/test/poll"
 )
 
 func fixedClock() func() time.Time {
@@ -196,7 +199,10 @@ func TestLogWriterReopen(t *testing.T) {
 	go func() { done <- w.Copy(StreamStdout, pr) }()
 
 	io.WriteString(pw, "before\n")
-	waitUntil(t, "the log written", func() bool { fi, err := os.Stat(path); return err == nil && fi.Size() > 0 })
+	poll.Until(t, 30*time.Second, "the log written", func() (bool, string) {
+		fi, err := os.Stat(path)
+		return err == nil && fi.Size() > 0, fmt.Sprint(err)
+	})
 	rotated := filepath.Join(dir, "c.log.1")
 	if err := os.Rename(path, rotated); err != nil {
 		t.Fatal(err)

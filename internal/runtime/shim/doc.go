@@ -1,47 +1,69 @@
-// Package shim is crin-shim: one small process per container that owns the
-// container's stdio, writes its CRI log, reaps it, records how it exited and
-// outlives crind. It also holds the client side of the shim's control
-// protocol and the file formats crind reads, so both ends share one
-// definition.
+// Package shim is crind's side of crin-shim, the one small process per pod
+// that owns the stdio of each of the pod's containers, writes their CRI
+// logs, reaps them, records how each exited and outlives crind: its
+// command line (Config), its control protocol (Request, Response, Call,
+// Attach), and the files both ends read and write (exit records, the CRI
+// log writer, socket paths). The shim process itself is package shimd,
+// which builds on these definitions; this package does not depend on it.
 //
-// Start-up: the oci backend runs crin-shim with a pipe as descriptor 3. That
-// process starts a copy of itself in a new session (stdio on /dev/null and
-// the state dir's shim.log) and exits, so the copy is reparented away from
-// crind and survives it. The copy becomes a child subreaper, listens on its
-// control socket, runs "<runtime> create" with the container's stdout and
-// stderr on pipes it keeps (stdin too with -stdin, else /dev/null; with
-// -tty, the runtime makes a terminal and sends its master on a console
-// socket, and that carries all three), and writes one JSON Handshake line
-// on descriptor 3: the init pid, or the runtime's own error message (runc's
-// --log-format json output) after removing what the runtime made.
+// Start-up: the oci backend starts crin-shim itself (no second exec), in a
+// session of its own, with stdio on /dev/null and the shim dir's shim.log,
+// and a pipe as descriptor 3. The shim becomes a child subreaper, listens on
+// its control socket and writes one JSON Handshake line on descriptor 3
+// (its pid, or why it could not start). crind reaps it when it exits; after
+// a crind restart, init does. A shim that is never asked for a container
+// exits after a minute (crind died right after starting it).
 //
-// State dir (the bundle, StateDir/<id>): config.json, shim.pid, init.pid,
-// runtime.log (the runtime's JSON log), shim.log, exit (JSON Exit, written
+// Containers: each OpCreate names a container (id, bundle, log path,
+// stdin, terminal). The shim runs "<runtime> create" with the container's
+// stdout and stderr on pipes it keeps (stdin too with Stdin, else
+// /dev/null; with TTY, the runtime makes a terminal and sends its master on
+// a console socket, and that carries all three), and answers with the init
+// pid or the runtime's own error message (runc's --log-format json output)
+// after removing what the runtime made. With Start it runs "<runtime> run
+// --detach" instead, which creates and starts the container in one command
+// (crind's oci backend always does); OpStart starts a container created
+// without. When the container exits, the shim
+// records the exit, then runs "<runtime> delete" itself, so removing the
+// container later costs no runtime command; OpDelete drops a stopped
+// container. Once the last container is dropped (or the first create
+// failed), the shim answers that it is exiting and exits; an OpCreate that
+// reaches it then is refused with CodeShimExiting, and the client waits for
+// it to go and starts a new one.
+//
+// Shim dir (StateDir/.pod-<pod id>): shim.pid, shim.log, and shim.sock
+// unless that path is too long (see SocketPath). Container state dir (the
+// bundle, StateDir/<id>): config.json, shim.dir (the shim dir's path,
+// written by crind), shim.pid (the pid of the shim supervising it, so the
+// death of that shim is told apart from the pod's next one), init.pid,
+// runtime.log (the runtime's JSON log), exit (JSON Exit, written
 // atomically once the container exited; it outlives the shim), and
-// shim.sock unless that path is too long (see SocketPath); console.sock
-// during a terminal container's create (see ConsoleSocketPath).
+// console.sock during a terminal container's create (see
+// ConsoleSocketPath). A container dir without shim.dir is its own shim dir
+// (crind before one shim per pod).
 //
 // Protocol: one request per connection on a path-based unix socket; the
 // client writes one JSON Request line and reads one JSON Response line.
-// Ops: state, wait (blocks until the exit is recorded), start, reopen_log,
-// shutdown (refused while the container lives), attach (the connection then
-// carries framed output until the container exited, and the client's
-// framed stdin and terminal sizes the other way; see Attach). Errors carry
-// a code that Call maps back to errdefs.
+// Every op but OpShutdown names its container (Request.ID). Ops: create,
+// state, wait (blocks until the container has exited), start, reopen_log,
+// delete, shutdown (refused while a container lives), attach (the
+// connection then carries framed output until the container exited, and
+// the client's framed stdin and terminal sizes the other way; see Attach).
+// Errors carry a code that Call maps back to errdefs.
 //
-// Stdin: the shim holds the container's stdin (the pipe's write end, or
-// the terminal's master) for the container's whole life, so the container
-// sees no end of input between attaches or while crind restarts. Every
-// attach that asks for stdin (Request.Stdin) and is granted it
-// (Response.Stdin) feeds it; with -stdin-once only the first is granted,
-// and its end (its EOF frame, or its connection closing) closes the
-// container's stdin: the pipe is closed, a terminal gets its VEOF
-// character. Output is copied to every attached client and to the log.
+// Stdin: the shim holds a container's stdin (the pipe's write end, or the
+// terminal's master) for the container's whole life, so the container sees
+// no end of input between attaches or while crind restarts. Every attach
+// that asks for stdin (Request.Stdin) and is granted it (Response.Stdin)
+// feeds it; with StdinOnce only the first is granted, and its end (its EOF
+// frame, or its connection closing) closes the container's stdin: the pipe
+// is closed, a terminal gets its VEOF character. Output is copied to every
+// attached client and to the log.
 //
 // Exit: the exit code is the status, or 128+signal. OOMKilled is set when
 // the oom_kill counter of the container's memory cgroup (v1
 // memory.oom_control, v2 memory.events) grew while it ran; it is read
-// before anything deletes the cgroup. The exit is recorded after the
+// before the runtime deletes the cgroup. The exit is recorded after the
 // output pipes drain (at most two seconds), so a reader of the exit sees
 // the whole log.
 package shim

@@ -10,7 +10,11 @@ import (
 // Names of the files a shim keeps in its container's state directory.
 const (
 	ExitFile    = "exit"     // JSON Exit, written once the container exited
-	ShimPidFile = "shim.pid" // the shim's own pid
+	ShimPidFile = "shim.pid" // the pid of the shim (in its dir) or of the container's shim
+	// ShimDirFile, in a container's state dir, holds the path of the dir
+	// of the shim that supervises it (its pod's). Without it the shim's
+	// dir is the container's own (crind before one shim per pod).
+	ShimDirFile = "shim.dir"
 	InitPidFile = "init.pid" // the container init's pid, from the runtime
 	ShimLogFile = "shim.log" // the shim's own log
 	RuntimeLog  = "runtime.log"

@@ -18,8 +18,23 @@ const (
 	OpWait      = "wait"       // block until the container has exited
 	OpStart     = "start"      // start the created container
 	OpReopenLog = "reopen_log" // close and reopen the CRI log file
-	OpShutdown  = "shutdown"   // exit the shim; refused while the container lives
+	OpShutdown  = "shutdown"   // exit the shim; refused while a container lives
 	OpAttach    = "attach"     // stream the container's output from now on (see Attach)
+	// OpCreate creates the container Request.Create describes under this
+	// shim ("<runtime> create"); the answer carries its init pid.
+	OpCreate = "create"
+	// OpDelete forgets a stopped container: the shim makes sure the
+	// runtime deleted it (it runs "<runtime> delete" itself once the
+	// container exits) and drops it. When it was the shim's last
+	// container, the shim exits after answering (Response.ShimExiting).
+	OpDelete = "delete"
+)
+
+// States a shim reports.
+const (
+	StateCreated = "created"
+	StateRunning = "running"
+	StateStopped = "stopped"
 )
 
 // Error codes carried in Response.Code so the client can classify errors.
@@ -27,14 +42,46 @@ const (
 	CodeNotFound           = "not_found"
 	CodeFailedPrecondition = "failed_precondition"
 	CodeInvalidArgument    = "invalid_argument"
+	CodeAlreadyExists      = "already_exists"
+	// CodeShimExiting refuses an OpCreate on a shim that is exiting (its
+	// last container was deleted); the client waits for it to go and
+	// starts a new one.
+	CodeShimExiting = "shim_exiting"
 )
 
 // Request is one call on the control socket: a single JSON line.
 type Request struct {
 	Op string `json:"op"`
+	// ID names the container the request is about: a shim serves every
+	// container of a pod. Every op but OpShutdown needs it.
+	ID string `json:"id,omitempty"`
+	// Create describes the container to create, with OpCreate.
+	Create *CreateOptions `json:"create,omitempty"`
 	// Stdin asks, with OpAttach, for the session's input to reach the
 	// container's stdin.
 	Stdin bool `json:"stdin,omitempty"`
+}
+
+// CreateOptions is a container to create under a running shim.
+type CreateOptions struct {
+	// Bundle is the container's state dir and OCI bundle (config.json);
+	// the shim keeps the container's files there (see package doc).
+	Bundle string `json:"bundle"`
+	// LogPath is the CRI log file; empty discards the output.
+	LogPath string `json:"log_path,omitempty"`
+	// Stdin keeps the container's stdin open for attach clients (a
+	// pipe, or the terminal with TTY); without it stdin is /dev/null.
+	Stdin bool `json:"stdin,omitempty"`
+	// StdinOnce closes the container's stdin once the first attach
+	// session that brought stdin ends.
+	StdinOnce bool `json:"stdin_once,omitempty"`
+	// TTY runs the container on a terminal (the bundle's
+	// process.terminal must be true): the runtime hands the shim its
+	// master through a console socket.
+	TTY bool `json:"tty,omitempty"`
+	// Start starts the container too, in one runtime command
+	// ("<runtime> run --detach"): the answer says running.
+	Start bool `json:"start,omitempty"`
 }
 
 // Response answers a Request with a single JSON line.
@@ -47,10 +94,13 @@ type Response struct {
 	// container's stdin; the container runs on a terminal (resize works,
 	// and its output all comes as stdout). A shim that predates them
 	// leaves them false, so a client sends it nothing.
-	Stdin bool   `json:"stdin,omitempty"`
-	TTY   bool   `json:"tty,omitempty"`
-	Error string `json:"error,omitempty"`
-	Code  string `json:"code,omitempty"`
+	Stdin bool `json:"stdin,omitempty"`
+	TTY   bool `json:"tty,omitempty"`
+	// ShimExiting answers OpDelete (and OpShutdown): the shim has no
+	// container left and exits once it has answered.
+	ShimExiting bool   `json:"shim_exiting,omitempty"`
+	Error       string `json:"error,omitempty"`
+	Code        string `json:"code,omitempty"`
 }
 
 // Exit is how a container's init process ended. It is kept by the shim and
@@ -69,10 +119,9 @@ type Exit struct {
 	Message string `json:"message,omitempty"`
 }
 
-// Handshake is what the shim writes on its handshake pipe once the container
-// is created (Pid set) or creating it failed (Error set).
+// Handshake is what the shim writes on its handshake pipe once it serves
+// its socket (ShimPid set) or could not start (Error set).
 type Handshake struct {
-	Pid     int    `json:"pid,omitempty"`
 	ShimPid int    `json:"shim_pid,omitempty"`
 	Error   string `json:"error,omitempty"`
 }
@@ -81,11 +130,20 @@ type Handshake struct {
 // never started). It is errdefs.ErrUnavailable.
 var ErrShimGone = fmt.Errorf("shim not running: %w", errdefs.ErrUnavailable)
 
-// Call sends one request to the shim listening on socket and returns its
-// answer. An error reported by the shim is classified with errdefs from its
+// ErrShimExiting reports a create refused by a shim that is exiting.
+var ErrShimExiting = fmt.Errorf("shim is exiting: %w", errdefs.ErrUnavailable)
+
+// Call sends one request about container id to the shim listening on
+// socket and returns its answer. An error reported by the shim is classified with errdefs from its
 // code; a shim that cannot be reached is ErrShimGone. ctx bounds the whole
 // call, including a blocking OpWait.
-func Call(ctx context.Context, socket string, op string) (Response, error) {
+func Call(ctx context.Context, socket, id, op string) (Response, error) {
+	return Do(ctx, socket, Request{Op: op, ID: id})
+}
+
+// Do is Call with a whole request.
+func Do(ctx context.Context, socket string, req Request) (Response, error) {
+	op := req.Op
 	var d net.Dialer
 	conn, err := d.DialContext(ctx, "unix", socket)
 	if err != nil {
@@ -98,7 +156,7 @@ func Call(ctx context.Context, socket string, op string) (Response, error) {
 	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
 
-	if err := json.NewEncoder(conn).Encode(Request{Op: op}); err != nil {
+	if err := json.NewEncoder(conn).Encode(req); err != nil {
 		return Response{}, callError(ctx, op, err)
 	}
 	line, err := bufio.NewReader(conn).ReadBytes('\n')
@@ -132,14 +190,18 @@ func codeError(code, msg string) error {
 		kind = errdefs.ErrFailedPrecondition
 	case CodeInvalidArgument:
 		kind = errdefs.ErrInvalidArgument
+	case CodeAlreadyExists:
+		kind = errdefs.ErrAlreadyExists
+	case CodeShimExiting:
+		return fmt.Errorf("%s: %w", msg, ErrShimExiting)
 	default:
 		return errors.New(msg)
 	}
 	return fmt.Errorf("%s: %w", msg, kind)
 }
 
-// errorCode maps an error to the code sent to the client.
-func errorCode(err error) string {
+// ErrorCode maps an error to the code a shim sends its client.
+func ErrorCode(err error) string {
 	switch {
 	case errdefs.IsNotFound(err):
 		return CodeNotFound
@@ -147,6 +209,10 @@ func errorCode(err error) string {
 		return CodeFailedPrecondition
 	case errdefs.IsInvalidArgument(err):
 		return CodeInvalidArgument
+	case errdefs.IsAlreadyExists(err):
+		return CodeAlreadyExists
+	case errors.Is(err, ErrShimExiting):
+		return CodeShimExiting
 	}
 	return ""
 }

@@ -1,4 +1,4 @@
-package shim
+package shimd
 
 import (
 	"bytes"
@@ -12,6 +12,8 @@ import (
 	"github.com/containerd/errdefs"
 
 	"github.com/crin-dev/crin/test/poll"
+
+	"github.com/crin-dev/crin/internal/runtime/shim"
 )
 
 // syncBuffer is a bytes.Buffer safe for a writer and a reader.
@@ -43,16 +45,18 @@ func TestAttach(t *testing.T) {
 	s, sock := newTestServer(t, func() (int, error) { return 1234, nil })
 	var stdout, stderr syncBuffer
 	errc := make(chan error, 1)
-	go func() { errc <- Attach(context.Background(), sock, AttachStreams{Stdout: &stdout, Stderr: &stderr}) }()
+	go func() {
+		errc <- shim.Attach(context.Background(), sock, testID, shim.AttachStreams{Stdout: &stdout, Stderr: &stderr})
+	}()
 	waitUntil(t, "the client to subscribe", func() bool {
 		s.fan.mu.Lock()
 		defer s.fan.mu.Unlock()
 		return len(s.fan.subs) == 1
 	})
-	big := strings.Repeat("x", maxFrame+10) // more than one frame
-	_, _ = s.fan.writer(attachStdout).Write([]byte("out1\n"))
-	_, _ = s.fan.writer(attachStderr).Write([]byte("err1\n"))
-	_, _ = s.fan.writer(attachStdout).Write([]byte(big))
+	big := strings.Repeat("x", shim.MaxFrame+10) // more than one frame
+	_, _ = s.fan.writer(shim.FrameStdout).Write([]byte("out1\n"))
+	_, _ = s.fan.writer(shim.FrameStderr).Write([]byte("err1\n"))
+	_, _ = s.fan.writer(shim.FrameStdout).Write([]byte(big))
 	waitUntil(t, "the output", func() bool { return len(stdout.String()) == 5+len(big) && stderr.String() == "err1\n" })
 	if !strings.HasPrefix(stdout.String(), "out1\n") {
 		t.Errorf("stdout starts %q", stdout.String()[:10])
@@ -62,15 +66,15 @@ func TestAttach(t *testing.T) {
 	select {
 	case err := <-errc:
 		if err != nil {
-			t.Errorf("Attach after the output ended = %v, want nil", err)
+			t.Errorf("shim.Attach after the output ended = %v, want nil", err)
 		}
 	case <-time.After(5 * time.Second):
-		t.Fatal("Attach did not return after the output ended")
+		t.Fatal("shim.Attach did not return after the output ended")
 	}
 
-	s.setExited(Exit{Pid: 1234})
-	if err := Attach(context.Background(), sock, AttachStreams{}); !errdefs.IsFailedPrecondition(err) {
-		t.Errorf("Attach to an exited container = %v, want FailedPrecondition", err)
+	s.setExited(shim.Exit{Pid: 1234})
+	if err := shim.Attach(context.Background(), sock, testID, shim.AttachStreams{}); !errdefs.IsFailedPrecondition(err) {
+		t.Errorf("shim.Attach to an exited container = %v, want FailedPrecondition", err)
 	}
 }
 
@@ -81,7 +85,7 @@ func TestAttachLagged(t *testing.T) {
 		t.Fatal("subscribe refused")
 	}
 	for range attachQueue + 1 {
-		_, _ = f.writer(attachStdout).Write([]byte("x"))
+		_, _ = f.writer(shim.FrameStdout).Write([]byte("x"))
 	}
 	n := 0
 	for range sub.ch {
@@ -100,7 +104,7 @@ func TestAttachCancel(t *testing.T) {
 	_, sock := newTestServer(t, func() (int, error) { return 1234, nil })
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
-	if err := Attach(ctx, sock, AttachStreams{}); !errors.Is(err, context.DeadlineExceeded) {
-		t.Errorf("Attach with an expiring ctx = %v, want DeadlineExceeded", err)
+	if err := shim.Attach(ctx, sock, testID, shim.AttachStreams{}); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("shim.Attach with an expiring ctx = %v, want DeadlineExceeded", err)
 	}
 }

@@ -1,4 +1,4 @@
-package shim
+package shimd
 
 import (
 	"context"
@@ -14,45 +14,41 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/crin-dev/crin/internal/runtime/shim"
 )
 
 // newStdioServer serves a created container whose input is in.
-func newStdioServer(t *testing.T, in *stdio) (*server, string) {
+func newStdioServer(t *testing.T, in *stdio) (*ctr, string) {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "crin")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	sock := filepath.Join(dir, SocketFile)
+	sock := filepath.Join(dir, shim.SocketFile)
 	l, err := net.Listen("unix", sock)
 	if err != nil {
 		t.Fatal(err)
 	}
-	logw, _ := OpenLog("", LogOptions{})
-	s := newServer(slog.New(slog.DiscardHandler), 1234, func() (int, error) { return 1234, nil }, logw, in)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		s.serve(l)
-	}()
-	t.Cleanup(func() {
+	logw, _ := shim.OpenLog("", shim.LogOptions{})
+	s := newCtr(slog.New(slog.DiscardHandler), testID, 1234, func() (int, error) { return 1234, nil }, logw, in)
+	servePod(t, l, s)
+	t.Cleanup(func() { // before servePod's: it waits for the sessions
 		s.fan.close()
 		in.release()
-		l.Close()
-		<-done
 	})
 	return s, sock
 }
 
-// attachAsync runs Attach on a goroutine; the channel gets its result.
-func attachAsync(sock string, streams AttachStreams) <-chan error {
+// attachAsync runs shim.Attach on a goroutine; the channel gets its result.
+func attachAsync(sock string, streams shim.AttachStreams) <-chan error {
 	errc := make(chan error, 1)
-	go func() { errc <- Attach(context.Background(), sock, streams) }()
+	go func() { errc <- shim.Attach(context.Background(), sock, testID, streams) }()
 	return errc
 }
 
-func waitSubs(t *testing.T, s *server, n int) {
+func waitSubs(t *testing.T, s *ctr, n int) {
 	t.Helper()
 	waitUntil(t, strconv.Itoa(n)+" attached clients", func() bool {
 		s.fan.mu.Lock()
@@ -96,20 +92,20 @@ func TestAttachStdin(t *testing.T) {
 
 	var out1, out2 syncBuffer
 	in1r, in1w := io.Pipe()
-	e1 := attachAsync(sock, AttachStreams{Stdin: in1r, Stdout: &out1})
-	e2 := attachAsync(sock, AttachStreams{Stdin: strings.NewReader("two\n"), Stdout: &out2})
+	e1 := attachAsync(sock, shim.AttachStreams{Stdin: in1r, Stdout: &out1})
+	e2 := attachAsync(sock, shim.AttachStreams{Stdin: strings.NewReader("two\n"), Stdout: &out2})
 	waitSubs(t, s, 2)
 	_, _ = io.WriteString(in1w, "one\n")
 	in1w.Close()
 	// Both sessions see the output.
-	_, _ = s.fan.writer(attachStdout).Write([]byte("echo\n"))
+	_, _ = s.fan.writer(shim.FrameStdout).Write([]byte("echo\n"))
 	waitUntil(t, "both clients to see the output", func() bool {
 		return out1.String() == "echo\n" && out2.String() == "echo\n"
 	})
 	s.fan.close()
 	for _, e := range []<-chan error{e1, e2} {
 		if err := recv(t, "attach to end", e); err != nil {
-			t.Errorf("Attach = %v", err)
+			t.Errorf("shim.Attach = %v", err)
 		}
 	}
 	// Neither session's end closed the container's stdin.
@@ -153,14 +149,14 @@ func TestAttachStdinOnce(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			quiet := make(chan error, 1)
-			go func() { quiet <- Attach(ctx, sock, AttachStreams{Stdout: io.Discard}) }()
+			go func() { quiet <- shim.Attach(ctx, sock, testID, shim.AttachStreams{Stdout: io.Discard}) }()
 			waitSubs(t, s, 1)
 
 			inr, inw := io.Pipe()
 			ctx1, cancel1 := context.WithCancel(context.Background())
 			defer cancel1()
 			first := make(chan error, 1)
-			go func() { first <- Attach(ctx1, sock, AttachStreams{Stdin: inr, Stdout: io.Discard}) }()
+			go func() { first <- shim.Attach(ctx1, sock, testID, shim.AttachStreams{Stdin: inr, Stdout: io.Discard}) }()
 			waitSubs(t, s, 2)
 			_, _ = io.WriteString(inw, "hello\n")
 			waitUntil(t, "the input to reach the container", func() bool { return read.String() == "hello\n" })
@@ -183,7 +179,7 @@ func TestAttachStdinOnce(t *testing.T) {
 			}
 			cancel()
 			if err := recv(t, "the output-only attach to end", quiet); !errors.Is(err, context.Canceled) {
-				t.Errorf("output-only Attach = %v, want Canceled", err)
+				t.Errorf("output-only shim.Attach = %v, want Canceled", err)
 			}
 		})
 	}
@@ -219,7 +215,7 @@ func openTerminal(t *testing.T) (master, slave *os.File) {
 // terminalStdio is what the shim makes of a container on a terminal.
 func terminalStdio(master *os.File, once bool) *stdio {
 	c := &created{term: master}
-	return c.stdio(Config{Stdin: true, StdinOnce: once, TTY: true})
+	return c.stdio(ctrConfig{CreateOptions: shim.CreateOptions{Stdin: true, StdinOnce: once, TTY: true}})
 }
 
 // TestAttachTerminal: input reaches the terminal, a resize sets its size,
@@ -229,9 +225,9 @@ func TestAttachTerminal(t *testing.T) {
 	s, sock := newStdioServer(t, terminalStdio(master, true))
 
 	inr, inw := io.Pipe()
-	sizes := make(chan TerminalSize, 1)
-	sizes <- TerminalSize{Width: 91, Height: 27}
-	errc := attachAsync(sock, AttachStreams{Stdin: inr, Stdout: io.Discard, Resize: sizes})
+	sizes := make(chan shim.TerminalSize, 1)
+	sizes <- shim.TerminalSize{Width: 91, Height: 27}
+	errc := attachAsync(sock, shim.AttachStreams{Stdin: inr, Stdout: io.Discard, Resize: sizes})
 	waitSubs(t, s, 1)
 	waitUntil(t, "the terminal size", func() bool {
 		ws, err := unix.IoctlGetWinsize(int(slave.Fd()), unix.TIOCGWINSZ)
@@ -261,7 +257,7 @@ func TestAttachTerminal(t *testing.T) {
 	}
 	s.fan.close()
 	if err := recv(t, "attach to end", errc); err != nil {
-		t.Errorf("Attach = %v", err)
+		t.Errorf("shim.Attach = %v", err)
 	}
 }
 
@@ -279,7 +275,7 @@ func TestAttachOldClient(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	if _, err := c.Write([]byte(`{"op":"attach"}` + "\n")); err != nil {
+	if _, err := c.Write([]byte(`{"op":"attach","id":"c1"}` + "\n")); err != nil {
 		t.Fatal(err)
 	}
 	waitSubs(t, s, 1)
@@ -305,7 +301,7 @@ func TestAttachStdinOnceBlocked(t *testing.T) {
 	inr, inw := io.Pipe()
 	defer inw.Close()
 	errc := make(chan error, 1)
-	go func() { errc <- Attach(ctx, sock, AttachStreams{Stdin: inr, Stdout: io.Discard}) }()
+	go func() { errc <- shim.Attach(ctx, sock, testID, shim.AttachStreams{Stdin: inr, Stdout: io.Discard}) }()
 	waitSubs(t, s, 1)
 	// More than a pipe holds, written in the background: the shim's
 	// write blocks once the pipe is full.

@@ -1,0 +1,316 @@
+package runtime
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/containerd/errdefs"
+	"golang.org/x/sys/unix"
+
+	"github.com/crin-dev/crin/internal/runtime/shim"
+)
+
+// SandboxIDAnnotation is the spec annotation naming a container's pod:
+// the oci backend runs one shim for all the containers that carry the
+// same value (a container without it gets a shim of its own).
+const SandboxIDAnnotation = "io.kubernetes.cri.sandbox-id"
+
+// shimDirPrefix starts the name of a pod shim's dir in StateDir; no
+// container id starts with '.', so it never meets a container's dir.
+const shimDirPrefix = ".pod-"
+
+// createAttempts bounds how often Create tries a pod's shim again when the
+// one it found was exiting or died.
+const createAttempts = 3
+
+// podLocks serialize, per shim dir, starting a pod's shim and removing its
+// dir, so that two creates in one pod start one shim.
+type podLocks struct {
+	mu    sync.Mutex
+	locks map[string]*podLock
+}
+
+type podLock struct {
+	sync.Mutex
+	users int
+}
+
+func (p *podLocks) lock(key string) func() {
+	p.mu.Lock()
+	if p.locks == nil {
+		p.locks = make(map[string]*podLock)
+	}
+	l := p.locks[key]
+	if l == nil {
+		l = &podLock{}
+		p.locks[key] = l
+	}
+	l.users++
+	p.mu.Unlock()
+	l.Lock()
+	return func() {
+		l.Unlock()
+		p.mu.Lock()
+		if l.users--; l.users == 0 {
+			delete(p.locks, key)
+		}
+		p.mu.Unlock()
+	}
+}
+
+// shimDirOf is the dir of the shim of the pod req's container belongs to.
+func (o *OCI) shimDirOf(req CreateRequest) string {
+	pod := req.Spec.Annotations[SandboxIDAnnotation]
+	if CheckID(pod) != nil {
+		pod = req.ID
+	}
+	return filepath.Join(o.cfg.StateDir, shimDirPrefix+pod)
+}
+
+// shimDirFor reads which shim supervises the container whose state dir
+// is dir: the dir named in its shim.dir file, or, without one, dir itself
+// (a container made before shims were per pod).
+func shimDirFor(dir string) string {
+	data, err := os.ReadFile(filepath.Join(dir, shim.ShimDirFile))
+	if err != nil || len(data) == 0 {
+		return dir
+	}
+	return string(data)
+}
+
+// liveShim returns the pid of the shim serving shimDir, or 0.
+func liveShim(shimDir string) int {
+	pid := readPid(filepath.Join(shimDir, shim.ShimPidFile))
+	if pid > 0 && alive(pid) && isShimOf(pid, shimDir) {
+		return pid
+	}
+	return 0
+}
+
+// createInShim asks the pod's shim to create (and, with opts.Start,
+// start) container id, starting the shim when the pod has none. A shim
+// that is exiting (its last container was just deleted) or died is waited
+// for and replaced.
+func (o *OCI) createInShim(ctx context.Context, id, shimDir string, opts shim.CreateOptions) (shim.Response, error) {
+	creq := shim.Request{Op: shim.OpCreate, ID: id, Create: &opts}
+	var lastErr error
+	for range createAttempts {
+		pid, err := o.ensureShim(ctx, shimDir)
+		if err != nil {
+			return shim.Response{}, err
+		}
+		resp, err := o.callCreate(ctx, shimDir, creq)
+		if resp.ShimExiting {
+			o.stopShim(ctx, pid)
+		}
+		switch {
+		case err == nil:
+			return resp, nil
+		case errors.Is(err, shim.ErrShimExiting):
+		case errors.Is(err, shim.ErrShimGone) && ctx.Err() == nil:
+			// It died, maybe midway: undo what it may have begun.
+			if _, derr := o.run(ctx, runOpts{}, "delete", "--force", id); derr != nil && !isRuntimeNotExist(derr) {
+				return resp, fmt.Errorf("%w (and deleting what it began failed: %w)", err, derr)
+			}
+		default:
+			return resp, err
+		}
+		lastErr = err
+		o.stopShim(ctx, pid)
+	}
+	return shim.Response{}, lastErr
+}
+
+// signalPending "signals" a container the runtime does not know yet:
+// SIGKILL records it as killed (exit 137) so it never starts; other
+// signals have nothing to reach.
+func (o *OCI) signalPending(id, dir string, sig syscall.Signal) error {
+	if sig != syscall.SIGKILL {
+		return nil
+	}
+	if _, err := shim.ReadExit(dir); err == nil {
+		return nil
+	}
+	e := shim.Exit{ExitCode: 128 + int32(sig), Signal: int(sig), FinishedAt: time.Now()}
+	if err := shim.WriteExit(dir, e); err != nil {
+		return fmt.Errorf("signal container %s: %w", id, err)
+	}
+	return nil
+}
+
+// callCreate sends the create request. When ctx ends first it still waits
+// up to createGrace for the answer, so the rollback knows what to undo (a
+// runtime create cannot be interrupted cleanly).
+func (o *OCI) callCreate(ctx context.Context, shimDir string, req shim.Request) (shim.Response, error) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), DefaultCreateTimeout)
+	defer cancel()
+	stop := context.AfterFunc(ctx, func() { time.AfterFunc(createGrace, cancel) })
+	defer stop()
+	resp, err := shim.Do(cctx, shim.SocketPath(shimDir), req)
+	if err == nil && ctx.Err() != nil {
+		err = fmt.Errorf("wait for shim: %w", ctx.Err())
+	}
+	return resp, err
+}
+
+// ensureShim returns the pid of the pod's live shim, starting one when
+// there is none.
+func (o *OCI) ensureShim(ctx context.Context, shimDir string) (int, error) {
+	unlock := o.pods.lock(shimDir)
+	defer unlock()
+	if pid := liveShim(shimDir); pid > 0 {
+		return pid, nil
+	}
+	return o.launchShim(ctx, shimDir)
+}
+
+// launchShim starts crin-shim for shimDir in a session of its own and
+// waits for it to serve its socket. crind reaps it when it exits; after
+// a crind restart, init does.
+func (o *OCI) launchShim(ctx context.Context, shimDir string) (int, error) {
+	if err := os.MkdirAll(shimDir, 0o700); err != nil {
+		return 0, fmt.Errorf("make shim dir: %w", err)
+	}
+	null, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
+	if err != nil {
+		return 0, err
+	}
+	defer null.Close()
+	logf, err := os.OpenFile(filepath.Join(shimDir, shim.ShimLogFile), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		return 0, fmt.Errorf("open shim log: %w", err)
+	}
+	defer logf.Close()
+	r, w, err := os.Pipe()
+	if err != nil {
+		return 0, err
+	}
+	defer r.Close()
+	cfg := shim.Config{Dir: shimDir, Runtime: o.cfg.Binary, RuntimeRoot: o.cfg.Root, OOMScoreAdj: o.cfg.OOMScoreAdj}
+	cmd := exec.Command(o.cfg.ShimBinary, cfg.Args()...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = null, logf, logf
+	cmd.ExtraFiles = []*os.File{w}
+	cmd.Dir = shimDir
+	cmd.SysProcAttr = &unix.SysProcAttr{Setsid: true}
+	err = cmd.Start()
+	w.Close()
+	if err != nil {
+		return 0, fmt.Errorf("start shim: %w", err)
+	}
+	go func() { _ = cmd.Wait() }()
+
+	_ = r.SetReadDeadline(time.Now().Add(30 * time.Second))
+	stop := context.AfterFunc(ctx, func() { _ = r.SetReadDeadline(time.Now()) })
+	defer stop()
+	data, err := io.ReadAll(io.LimitReader(r, 1<<20))
+	var hs shim.Handshake
+	if err == nil {
+		err = json.Unmarshal(bytes.TrimSpace(data), &hs)
+	}
+	switch {
+	case err == nil && hs.Error != "":
+		err = errors.New(hs.Error)
+	case err == nil && hs.ShimPid != cmd.Process.Pid:
+		err = fmt.Errorf("handshake %q", data)
+	}
+	if err != nil {
+		_ = cmd.Process.Kill()
+		if ctx.Err() != nil {
+			err = ctx.Err()
+		}
+		return 0, fmt.Errorf("start shim: %w", err)
+	}
+	return hs.ShimPid, nil
+}
+
+// dropFromShim has the container's shim let go of the exited container
+// (the shim deleted it from the runtime when it exited) and, when that
+// was its last, waits for the shim to exit and removes its dir. Without a
+// live shim, or when the shim's delete failed, the runtime delete is run
+// here.
+func (o *OCI) dropFromShim(ctx context.Context, id, dir string) error {
+	shimDir := shimDirFor(dir)
+	pid := readPid(filepath.Join(dir, shim.ShimPidFile))
+	deleted := false
+	if pid > 0 && alive(pid) && isShimOf(pid, shimDir) {
+		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		resp, err := shim.Do(sctx, shim.SocketPath(shimDir), shim.Request{Op: shim.OpDelete, ID: id})
+		cancel()
+		deleted = err == nil
+		switch {
+		case resp.ShimExiting:
+			o.stopShim(ctx, pid)
+		case shimDir == dir && errdefs.IsInvalidArgument(err):
+			// A shim from before OpDelete serves this container alone.
+			return o.dropLegacy(ctx, id, dir, pid)
+		case err != nil && !errors.Is(err, shim.ErrShimGone) && !errdefs.IsNotFound(err):
+			o.log.WarnContext(ctx, "delete: shim", "container_id", id, "error", err)
+		}
+	}
+	if !deleted {
+		if _, err := o.run(ctx, runOpts{}, "delete", "--force", id); err != nil && !isRuntimeNotExist(err) {
+			return err
+		}
+	}
+	if shimDir != dir {
+		o.removeDeadShimDir(shimDir)
+	}
+	return nil
+}
+
+// removeDeadShimDir removes shimDir unless a shim serves it. A shim
+// removes its own dir when it exits; this covers one that died, or never
+// got to serve (crind killed while starting it). The pod's next shim
+// makes the dir again.
+func (o *OCI) removeDeadShimDir(shimDir string) {
+	unlock := o.pods.lock(shimDir)
+	defer unlock()
+	if liveShim(shimDir) == 0 {
+		_ = os.Remove(shim.SocketPath(shimDir))
+		_ = os.RemoveAll(shimDir)
+	}
+}
+
+// removeDeadShimDirs removes the dirs of every pod shim that is not
+// running (at start-up: what a crind killed while it started a shim, or
+// a shim killed while crind was down, left).
+func (o *OCI) removeDeadShimDirs() {
+	ents, err := os.ReadDir(o.cfg.StateDir)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		if e.IsDir() && strings.HasPrefix(e.Name(), shimDirPrefix) {
+			o.removeDeadShimDir(filepath.Join(o.cfg.StateDir, e.Name()))
+		}
+	}
+}
+
+// dropLegacy removes a container whose shim serves it alone.
+func (o *OCI) dropLegacy(ctx context.Context, id, dir string, pid int) error {
+	if _, err := o.run(ctx, runOpts{}, "delete", "--force", id); err != nil && !isRuntimeNotExist(err) {
+		return err
+	}
+	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	_, err := shim.Call(sctx, shim.SocketPath(dir), id, shim.OpShutdown)
+	cancel()
+	if err != nil && !errors.Is(err, shim.ErrShimGone) {
+		o.log.WarnContext(ctx, "delete: shim shutdown", "container_id", id, "error", err)
+	}
+	o.stopShim(ctx, pid)
+	if sock := shim.SocketPath(dir); !strings.HasPrefix(sock, dir+string(filepath.Separator)) {
+		_ = os.Remove(sock)
+	}
+	return nil
+}

@@ -1,0 +1,382 @@
+package shimd
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/crin-dev/crin/internal/runtime/shim"
+)
+
+// ctrConfig is one container of the shim.
+type ctrConfig struct {
+	ID          string
+	Dir         string // the container's state dir and bundle
+	Runtime     string
+	RuntimeRoot string
+	shim.CreateOptions
+}
+
+func containerConfig(cfg shim.Config, id string, o shim.CreateOptions) ctrConfig {
+	return ctrConfig{ID: id, Dir: o.Bundle, Runtime: cfg.Runtime, RuntimeRoot: cfg.RuntimeRoot, CreateOptions: o}
+}
+
+// newContainer creates the container cfg describes ("<runtime> create"),
+// and supervises it from then on: its output goes to its CRI log and to
+// attached clients, its exit is recorded (bg counts the goroutine doing
+// that), after which the runtime deletes it.
+func newContainer(ctx context.Context, log *slog.Logger, cfg ctrConfig, rp *reaper, bg *sync.WaitGroup) (*ctr, error) {
+	// The container's shim.pid names the shim that supervises it, so
+	// crind tells its death from its pod's next shim.
+	if err := os.WriteFile(filepath.Join(cfg.Dir, shim.ShimPidFile), []byte(strconv.Itoa(os.Getpid())), 0o600); err != nil {
+		return nil, fmt.Errorf("write shim pid: %w", err)
+	}
+	logw, err := shim.OpenLog(cfg.LogPath, shim.LogOptions{OnError: func(err error) { log.Warn("container log", "error", err) }})
+	if err != nil {
+		return nil, err
+	}
+	startedAt := time.Now()
+	c, err := create(ctx, cfg, rp)
+	if err != nil {
+		_ = logw.Close()
+		// Not this shim's: crind may try again with another.
+		_ = os.Remove(filepath.Join(cfg.Dir, shim.ShimPidFile))
+		return nil, err
+	}
+	log.Info("container created", "pid", c.pid, "started", cfg.Start)
+	in := c.stdio(cfg)
+	cc := newCtr(log, cfg.ID, c.pid, func() (int, error) { return startContainer(cfg, rp, c.pid) }, logw, in)
+	if cfg.Start {
+		cc.state, cc.startedAt = shim.StateRunning, startedAt
+	}
+	cc.release = func() {
+		in.release()
+		if c.term != nil {
+			_ = c.term.Close()
+		}
+		_ = logw.Close()
+	}
+	ioDone := copyOutput(log, logw, cc.fan, c)
+	oom := newOOMWatch(log, c.pid)
+	bg.Add(1)
+	rp.watch(c.pid, func(ws unix.WaitStatus) {
+		go func() {
+			defer bg.Done()
+			recordExit(log, cfg, cc, oom, ws, c.pid, ioDone)
+			deleteExited(log, cfg, cc, rp)
+		}()
+	})
+	return cc, nil
+}
+
+// copyOutput copies both streams into the log, and to attached clients,
+// until every process holding the pipes is gone; the returned channel
+// closes then. A terminal's output is all stdout.
+func copyOutput(log *slog.Logger, logw *shim.LogWriter, fan *fanout, c *created) <-chan struct{} {
+	done := make(chan struct{})
+	if c.term != nil {
+		go func() {
+			defer close(done)
+			if err := logw.Copy(shim.StreamStdout, io.TeeReader(hangupReader{c.term}, fan.writer(shim.FrameStdout))); err != nil {
+				log.Warn("copy terminal output", "error", err)
+			}
+		}()
+		return done
+	}
+	go func() {
+		defer close(done)
+		errc := make(chan error, 1)
+		go func() { errc <- logw.Copy(shim.StreamStderr, io.TeeReader(c.stderr, fan.writer(shim.FrameStderr))) }()
+		if err := logw.Copy(shim.StreamStdout, io.TeeReader(c.stdout, fan.writer(shim.FrameStdout))); err != nil {
+			log.Warn("copy stdout", "error", err)
+		}
+		if err := <-errc; err != nil {
+			log.Warn("copy stderr", "error", err)
+		}
+		_ = c.stdout.Close()
+		_ = c.stderr.Close()
+	}()
+	return done
+}
+
+// oomWatch remembers the container's OOM kill counter at create time.
+type oomWatch struct {
+	file string // empty when there is no counter to read
+	base uint64
+}
+
+func newOOMWatch(log *slog.Logger, pid int) oomWatch {
+	file, err := oomCounterFile(pid)
+	if err != nil {
+		log.Warn("no oom counter", "error", err)
+		return oomWatch{}
+	}
+	base, err := readOOMKills(file)
+	if err != nil {
+		log.Warn("read oom counter", "error", err)
+		return oomWatch{}
+	}
+	return oomWatch{file: file, base: base}
+}
+
+// killed reports whether the kernel OOM-killed a process of the container
+// since create. It must run before the runtime deletes the cgroup.
+func (w oomWatch) killed() bool {
+	if w.file == "" {
+		return false
+	}
+	n, err := readOOMKills(w.file)
+	return err == nil && n > w.base
+}
+
+// recordExit writes the exit file once the output drained (or ioDrainWait
+// passed) and then tells the waiters, so a waiter sees the whole log.
+func recordExit(log *slog.Logger, cfg ctrConfig, cc *ctr, oom oomWatch, ws unix.WaitStatus, pid int, ioDone <-chan struct{}) {
+	finished := time.Now()
+	code, sig := exitCode(ws)
+	e := shim.Exit{Pid: pid, ExitCode: code, Signal: sig, StartedAt: cc.startedTime(), FinishedAt: finished, OOMKilled: oom.killed()}
+	select {
+	case <-ioDone:
+	case <-time.After(ioDrainWait):
+		log.Warn("container output still open after exit")
+	}
+	// Attached clients have seen all the output there is to see; input
+	// has nowhere to go (this also unblocks a client's write to a full
+	// stdin pipe).
+	cc.stdio.release()
+	cc.fan.close()
+	if err := shim.WriteExit(cfg.Dir, e); err != nil {
+		log.Error("record exit", "error", err)
+	}
+	log.Info("container exited", "exit_code", e.ExitCode, "oom_killed", e.OOMKilled)
+	cc.setExited(e)
+}
+
+// deleteExited runs "<runtime> delete" for the exited container (which
+// also kills what is left of it where its PID namespace is shared), so
+// that removing it later costs no runtime command; shim.OpDelete waits for it.
+func deleteExited(log *slog.Logger, cfg ctrConfig, cc *ctr, rp *reaper) {
+	defer close(cc.deleted)
+	off := logSize(cfg)
+	ws, err := rp.runFor(deleteTimeout, runtimeArgv(cfg, "delete", "--force", cfg.ID), cfg.Dir)
+	if err == nil && (!ws.Exited() || ws.ExitStatus() != 0) {
+		msg := runtimeError(cfg, off, "")
+		if msg == "" || !strings.Contains(msg, "does not exist") {
+			if msg == "" {
+				msg = fmt.Sprintf("exit status %d", ws.ExitStatus())
+			}
+			err = fmt.Errorf("%s delete: %s", filepath.Base(cfg.Runtime), msg)
+		}
+	}
+	if err != nil {
+		log.Warn("delete exited container from the runtime", "error", err)
+		cc.deleteErr = err
+	}
+}
+
+type created struct {
+	pid            int
+	stdout, stderr *os.File // nil with a terminal
+	stdin          *os.File // the stdin pipe's write end; nil without
+	term           *os.File // the terminal's master; nil without
+}
+
+// stdio is the container's input as the attach server sees it.
+func (c *created) stdio(cfg ctrConfig) *stdio {
+	s := &stdio{in: c.stdin, term: c.term, once: cfg.StdinOnce}
+	if c.term != nil {
+		if cfg.Stdin {
+			s.in = c.term
+		}
+		s.resize = func(w, h uint16) error { return setTerminalSize(c.term, w, h) }
+		s.eof = func() error { return sendTerminalEOF(c.term) }
+	}
+	return s
+}
+
+// runtimeArgv is the runtime command line with the global flags.
+func runtimeArgv(cfg ctrConfig, args ...string) []string {
+	return append([]string{cfg.Runtime, "--root", cfg.RuntimeRoot,
+		"--log", filepath.Join(cfg.Dir, shim.RuntimeLog), "--log-format", "json"}, args...)
+}
+
+// logSize is where the next runtime log messages will start.
+func logSize(cfg ctrConfig) int64 {
+	fi, err := os.Stat(filepath.Join(cfg.Dir, shim.RuntimeLog))
+	if err != nil {
+		return 0
+	}
+	return fi.Size()
+}
+
+// runtimeError reads what the runtime logged since offset.
+func runtimeError(cfg ctrConfig, offset int64, extra string) string {
+	var msgs []string
+	if f, err := os.Open(filepath.Join(cfg.Dir, shim.RuntimeLog)); err == nil {
+		data, _ := io.ReadAll(io.NewSectionReader(f, offset, 1<<20))
+		_ = f.Close()
+		if m := shim.ParseRuntimeLog(data); m != "" {
+			msgs = append(msgs, m)
+		}
+	}
+	if extra = strings.TrimSpace(extra); extra != "" {
+		msgs = append(msgs, extra)
+	}
+	return strings.Join(msgs, "; ")
+}
+
+// create runs "runtime create" with the container's stdout and stderr on
+// pipes the shim keeps (and its stdin on one too with cfg.Stdin), or, with
+// cfg.TTY, receives the container's terminal from the runtime on a console
+// socket; the container's init stays behind as the shim's child.
+func create(ctx context.Context, cfg ctrConfig, rp *reaper) (_ *created, retErr error) {
+	var closers []*os.File
+	defer func() {
+		if retErr != nil {
+			for _, f := range closers {
+				_ = f.Close()
+			}
+		}
+	}()
+	pipe := func() (r, w *os.File, err error) {
+		r, w, err = os.Pipe()
+		if err == nil {
+			closers = append(closers, r, w)
+		}
+		return r, w, err
+	}
+	outR, outW, err := pipe()
+	if err != nil {
+		return nil, err
+	}
+	errR, errW, err := pipe()
+	if err != nil {
+		return nil, err
+	}
+	c := &created{}
+	var stdinR *os.File // nil: /dev/null
+	if cfg.Stdin && !cfg.TTY {
+		if stdinR, c.stdin, err = pipe(); err != nil {
+			return nil, err
+		}
+	}
+	var console *consoleSocket
+	if cfg.TTY {
+		if console, err = listenConsole(shim.ConsoleSocketPath(cfg.Dir)); err != nil {
+			return nil, err
+		}
+		defer console.close()
+	}
+
+	off := logSize(cfg)
+	pidFile := filepath.Join(cfg.Dir, shim.InitPidFile)
+	runErr := runCreate(cfg, rp, pidFile, console, [3]*os.File{stdinR, outW, errW})
+	outW.Close()
+	errW.Close()
+	if stdinR != nil {
+		stdinR.Close()
+	}
+	if runErr != nil {
+		return nil, createFailed(ctx, cfg, rp, off, errR, runErr)
+	}
+	if console != nil {
+		// The runtime sent the terminal before create returned.
+		if c.term, err = console.receive(5 * time.Second); err != nil {
+			forceDelete(cfg, rp)
+			return nil, fmt.Errorf("receive the container's terminal: %w", err)
+		}
+		closers = append(closers, c.term)
+		// The container's stdio is the terminal; the pipes only
+		// carried the runtime's own output.
+		outR.Close()
+		errR.Close()
+	} else {
+		c.stdout, c.stderr = outR, errR
+	}
+	data, err := os.ReadFile(pidFile)
+	if err == nil {
+		c.pid, err = strconv.Atoi(strings.TrimSpace(string(data)))
+	}
+	if err != nil || c.pid <= 0 {
+		forceDelete(cfg, rp)
+		return nil, fmt.Errorf("read init pid: %v", err)
+	}
+	return c, nil
+}
+
+// runCreate runs "runtime create" ("runtime run --detach" with
+// cfg.Start) with stdio as the container's stdin, stdout and stderr, and
+// the console socket when there is one.
+func runCreate(cfg ctrConfig, rp *reaper, pidFile string, console *consoleSocket, stdio [3]*os.File) error {
+	args := []string{"create", "--bundle", cfg.Dir, "--pid-file", pidFile}
+	if cfg.Start {
+		args = []string{"run", "--detach", "--bundle", cfg.Dir, "--pid-file", pidFile}
+	}
+	if console != nil {
+		args = append(args, "--console-socket", console.path)
+	}
+	ws, err := rp.runFor(createTimeout, runtimeArgv(cfg, append(args, cfg.ID)...), cfg.Dir, stdio[:]...)
+	if err != nil {
+		return err
+	}
+	if !ws.Exited() || ws.ExitStatus() != 0 {
+		return fmt.Errorf("%s %s: %s", filepath.Base(cfg.Runtime), args[0], describeStatus(ws))
+	}
+	return nil
+}
+
+func describeStatus(ws unix.WaitStatus) string {
+	if ws.Signaled() {
+		return "killed by " + unix.SignalName(ws.Signal())
+	}
+	return fmt.Sprintf("exit status %d", ws.ExitStatus())
+}
+
+// createFailed removes what a failed "runtime create" may have left and
+// returns its error with what the runtime said: in its log since offset,
+// or on stderr, which is the container's stderr pipe errR.
+func createFailed(_ context.Context, cfg ctrConfig, rp *reaper, offset int64, errR *os.File, runErr error) error {
+	_ = errR.SetReadDeadline(time.Now().Add(time.Second))
+	stderr, _ := io.ReadAll(io.LimitReader(errR, 64<<10))
+	msg := runtimeError(cfg, offset, string(stderr))
+	forceDelete(cfg, rp)
+	if msg == "" {
+		return runErr
+	}
+	op := "create"
+	if cfg.Start {
+		op = "run"
+	}
+	return fmt.Errorf("%s %s: %s", filepath.Base(cfg.Runtime), op, msg)
+}
+
+// forceDelete removes the container from the runtime after a failed create.
+func forceDelete(cfg ctrConfig, rp *reaper) {
+	_, _ = rp.runFor(30*time.Second, runtimeArgv(cfg, "delete", "--force", cfg.ID), cfg.Dir)
+}
+
+// startContainer runs "runtime start"; the reaper collects it.
+func startContainer(cfg ctrConfig, rp *reaper, pid int) (int, error) {
+	off := logSize(cfg)
+	ws, err := rp.runFor(startTimeout, runtimeArgv(cfg, "start", cfg.ID), cfg.Dir)
+	if err != nil {
+		return 0, err
+	}
+	if !ws.Exited() || ws.ExitStatus() != 0 {
+		msg := runtimeError(cfg, off, "")
+		if msg == "" {
+			msg = describeStatus(ws)
+		}
+		return 0, fmt.Errorf("%s start: %s", filepath.Base(cfg.Runtime), msg)
+	}
+	return pid, nil
+}

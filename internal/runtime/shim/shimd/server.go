@@ -1,0 +1,157 @@
+package shimd
+
+import (
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/containerd/errdefs"
+
+	"github.com/crin-dev/crin/internal/runtime/shim"
+)
+
+// starter starts the created container and returns its init pid.
+type starter func() (int, error)
+
+// ctr is the shim's view of one of its containers.
+type ctr struct {
+	id    string
+	log   *slog.Logger
+	start starter
+	logw  *shim.LogWriter
+	fan   *fanout // the container's output, for attached clients
+	stdio *stdio  // the container's input; nil when it has none
+	// release closes what the shim holds of the container (its log,
+	// input, terminal) once it is dropped.
+	release func()
+
+	// startMu serializes start requests.
+	startMu sync.Mutex
+
+	// mu guards the fields below.
+	mu        sync.Mutex
+	state     string
+	pid       int
+	startedAt time.Time
+	exit      *shim.Exit
+
+	exited chan struct{} // closed once exit is set
+	// deleted is closed once the shim ran "<runtime> delete" after the
+	// exit; deleteErr is what that returned.
+	deleted   chan struct{}
+	deleteErr error
+}
+
+// newCtr makes the shim's record of a created container; in is its input
+// (nil when the container has no stdin and no terminal).
+func newCtr(log *slog.Logger, id string, pid int, start starter, logw *shim.LogWriter, in *stdio) *ctr {
+	return &ctr{
+		id:      id,
+		log:     log,
+		start:   start,
+		logw:    logw,
+		fan:     newFanout(),
+		stdio:   in,
+		release: func() {},
+		state:   shim.StateCreated,
+		pid:     pid,
+		exited:  make(chan struct{}),
+		deleted: make(chan struct{}),
+	}
+}
+
+// setExited records how the container ended and wakes every waiter.
+func (s *ctr) setExited(e shim.Exit) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.exit != nil {
+		return
+	}
+	s.state = shim.StateStopped
+	s.exit = &e
+	close(s.exited)
+}
+
+// startedTime reports when start was requested (zero if never).
+func (s *ctr) startedTime() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.startedAt
+}
+
+func (s *ctr) currentState() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.state
+}
+
+// dispatch answers the ops about one container that need no more than
+// the request line: state, wait, start, reopen_log. done closes when the
+// client gives up (it closed its end).
+func (s *ctr) dispatch(op string, done <-chan struct{}) shim.Response {
+	var err error
+	switch op {
+	case shim.OpState:
+		return s.snapshot()
+	case shim.OpWait:
+		select {
+		case <-s.exited:
+		case <-done:
+		}
+		return s.snapshot()
+	case shim.OpStart:
+		err = s.doStart()
+	case shim.OpReopenLog:
+		err = s.logw.Reopen()
+	default:
+		err = fmt.Errorf("unknown op %q: %w", op, errdefs.ErrInvalidArgument)
+	}
+	if err != nil {
+		return errorResponse(err)
+	}
+	return s.snapshot()
+}
+
+func (s *ctr) snapshot() shim.Response {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := shim.Response{State: s.state, Pid: s.pid, StartedAt: s.startedAt}
+	if s.exit != nil {
+		e := *s.exit
+		r.Exit = &e
+	}
+	return r
+}
+
+func (s *ctr) doStart() error {
+	s.startMu.Lock()
+	defer s.startMu.Unlock()
+	s.mu.Lock()
+	if s.state != shim.StateCreated {
+		st := s.state
+		s.mu.Unlock()
+		return fmt.Errorf("container is %s, not created: %w", st, errdefs.ErrFailedPrecondition)
+	}
+	s.startedAt = time.Now()
+	s.mu.Unlock()
+
+	_, err := s.start()
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err != nil {
+		if s.exit == nil {
+			s.startedAt = time.Time{}
+		}
+		return err
+	}
+	if s.state == shim.StateCreated {
+		s.state = shim.StateRunning
+	}
+	return nil
+}
+
+func errorResponse(err error) shim.Response {
+	return shim.Response{Error: err.Error(), Code: shim.ErrorCode(err)}
+}
