@@ -32,6 +32,8 @@ import (
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 
+	// Initialised early: turns heap profiling off unless asked for.
+	_ "github.com/crin-dev/crin/cmd/crind/internal/memprofile"
 	"github.com/crin-dev/crin/internal/cni"
 	"github.com/crin-dev/crin/internal/config"
 	"github.com/crin-dev/crin/internal/cri"
