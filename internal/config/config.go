@@ -13,7 +13,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -243,8 +242,6 @@ func Parse(b []byte, c *Config) error {
 	return c.Validate()
 }
 
-var runtimeName = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,62}$`)
-
 // Validate checks every value and fills in derived defaults (runtime roots).
 func (c *Config) Validate() error {
 	var errs []error
@@ -321,7 +318,7 @@ func (c *Config) validateServing(bad func(key string, val any, why string)) {
 func (c *Config) validateRuntimes(bad func(key string, val any, why string)) {
 	for name, r := range c.Runtimes {
 		key := "runtimes." + name
-		if !runtimeName.MatchString(name) {
+		if !isClassName(name) {
 			bad(key, name, "runtime names are letters, digits, '_', '.', '-'")
 		}
 		switch r.Type {
