@@ -103,6 +103,7 @@ func run(args []string) error {
 	slog.SetDefault(log)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	tuneGoRuntime(ctx, cfg, log)
 	return serve(ctx, cfg, log)
 }
 

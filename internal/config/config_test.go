@@ -51,7 +51,19 @@ func TestParse(t *testing.T) {
 		wantErr []string // substrings of the error; nil means valid
 		check   func(*testing.T, *Config)
 	}{
-		{name: "empty file", toml: ""},
+		{name: "empty file", toml: "", check: func(t *testing.T, c *Config) {
+			if c.GCPercent != DefaultGCPercent || c.MemoryLimitBytes != 0 {
+				t.Errorf("gc_percent, memory_limit_bytes = %d, %d; want %d, 0", c.GCPercent, c.MemoryLimitBytes, DefaultGCPercent)
+			}
+		}},
+		{name: "go runtime settings", toml: "gc_percent = 0\nmemory_limit_bytes = 33554432\n", check: func(t *testing.T, c *Config) {
+			if c.GCPercent != 0 || c.MemoryLimitBytes != 32<<20 {
+				t.Errorf("gc_percent, memory_limit_bytes = %d, %d", c.GCPercent, c.MemoryLimitBytes)
+			}
+		}},
+		{name: "negative gc_percent", toml: "gc_percent = -1\n", wantErr: []string{"gc_percent", "negative"}},
+		{name: "memory limit too small", toml: "memory_limit_bytes = 1048576\n", wantErr: []string{"memory_limit_bytes", "16 MiB"}},
+		{name: "negative memory limit", toml: "memory_limit_bytes = -5\n", wantErr: []string{"memory_limit_bytes"}},
 		{name: "mirror and runtime", toml: `
 default_runtime = "fast"
 [runtimes.fast]
