@@ -19,11 +19,11 @@ type goRuntime struct {
 	setLimit     bool
 }
 
-// goRuntimeFrom maps gc_percent and memory_limit_bytes onto the runtime
-// settings. The environment variables, when set, win: the runtime has
+// goRuntimeFrom maps [go_runtime] gc_percent and memory_limit_bytes onto
+// the runtime settings. The environment variables, when set, win: the runtime has
 // already applied them. gc_percent 0 and memory_limit_bytes 0 leave Go's
 // defaults.
-func goRuntimeFrom(cfg *config.Config, lookupEnv func(string) (string, bool)) goRuntime {
+func goRuntimeFrom(cfg config.GoRuntime, lookupEnv func(string) (string, bool)) goRuntime {
 	set := func(key string) bool { v, ok := lookupEnv(key); return ok && v != "" }
 	var g goRuntime
 	if !set("GOGC") && cfg.GCPercent > 0 {
@@ -35,9 +35,9 @@ func goRuntimeFrom(cfg *config.Config, lookupEnv func(string) (string, bool)) go
 	return g
 }
 
-// tuneGoRuntime applies gc_percent and memory_limit_bytes (docs/memory.md).
+// tuneGoRuntime applies [go_runtime] (docs/memory.md).
 func tuneGoRuntime(ctx context.Context, cfg *config.Config, log *slog.Logger) {
-	g := goRuntimeFrom(cfg, os.LookupEnv)
+	g := goRuntimeFrom(cfg.GoRuntime, os.LookupEnv)
 	if g.setGCPercent {
 		debug.SetGCPercent(g.gcPercent)
 	}

@@ -28,8 +28,7 @@ func TestGoRuntimeFrom(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			cfg := config.Default()
-			cfg.GCPercent, cfg.MemoryLimitBytes = tt.gcPercent, tt.limit
+			cfg := config.GoRuntime{GCPercent: tt.gcPercent, MemoryLimitBytes: tt.limit}
 			lookup := func(k string) (string, bool) { v, ok := tt.env[k]; return v, ok }
 			if got := goRuntimeFrom(cfg, lookup); got != tt.want {
 				t.Errorf("goRuntimeFrom = %+v, want %+v", got, tt.want)

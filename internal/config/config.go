@@ -36,22 +36,27 @@ type Config struct {
 	LogLevel string `toml:"log_level" comment:"debug, info, warn or error"`
 	// DefaultRuntime is the runtime handler used when a pod names none.
 	DefaultRuntime string `toml:"default_runtime" comment:"runtime handler used when a pod names none"`
-	// GCPercent is crind's own Go garbage collection target (GOGC): how
-	// far, in percent of the live heap, the heap grows before the next
+
+	CRI       CRI                `toml:"cri"`
+	Runtimes  map[string]Runtime `toml:"runtimes"`
+	CNI       CNI                `toml:"cni"`
+	Registry  Registry           `toml:"registry"`
+	Image     Image              `toml:"image"`
+	NRI       NRI                `toml:"nri"`
+	GoRuntime GoRuntime          `toml:"go_runtime"`
+}
+
+// GoRuntime tunes crind's own Go runtime (docs/memory.md).
+type GoRuntime struct {
+	// GCPercent is the garbage collection target (GOGC): how far, in
+	// percent of the live heap, the heap grows before the next
 	// collection. 0 keeps Go's default (100). The GOGC environment
-	// variable, when set, wins. See docs/memory.md.
+	// variable, when set, wins.
 	GCPercent int `toml:"gc_percent" comment:"crind's own Go GC target (GOGC), in percent of the live heap; 0: Go's default (100); env GOGC wins"`
-	// MemoryLimitBytes is a soft limit on crind's own Go runtime memory
+	// MemoryLimitBytes is a soft limit on the Go runtime's memory
 	// (GOMEMLIMIT): near it the collector runs more often. 0 sets none.
 	// The GOMEMLIMIT environment variable, when set, wins.
 	MemoryLimitBytes int64 `toml:"memory_limit_bytes" comment:"soft limit on crind's own Go runtime memory (GOMEMLIMIT), in bytes; 0: none; env GOMEMLIMIT wins"`
-
-	CRI      CRI                `toml:"cri"`
-	Runtimes map[string]Runtime `toml:"runtimes"`
-	CNI      CNI                `toml:"cni"`
-	Registry Registry           `toml:"registry"`
-	Image    Image              `toml:"image"`
-	NRI      NRI                `toml:"nri"`
 }
 
 // CRI configures the CRI server.
@@ -170,7 +175,6 @@ func Default() *Config {
 		State:          "/run/crin",
 		LogLevel:       "info",
 		DefaultRuntime: "runc",
-		GCPercent:      DefaultGCPercent,
 		CRI: CRI{
 			Socket:         "/run/crin/crin.sock",
 			MetricsAddress: "127.0.0.1:9781",
@@ -197,18 +201,19 @@ func Default() *Config {
 			MaxManifestBytes:       4 << 20,
 			MaxConfigBytes:         4 << 20,
 		},
-		NRI: defaultNRI(),
+		NRI:       defaultNRI(),
+		GoRuntime: GoRuntime{GCPercent: DefaultGCPercent},
 	}
 }
 
-// DefaultGCPercent is gc_percent's default: crind's live heap is a few
+// DefaultGCPercent is go_runtime.gc_percent's default: crind's live heap is a few
 // MiB, so Go's 100 lets as much again in garbage stay resident between
 // collections. 25 keeps about 2.3 MiB less resident at 30 pods, for about
 // 4 times as many collections of a small heap: some 2 ms more CPU per pod
 // lifecycle, no latency seen (docs/memory.md).
 const DefaultGCPercent = 25
 
-// minMemoryLimit is the smallest memory_limit_bytes taken: crind's Go
+// minMemoryLimit is the smallest go_runtime.memory_limit_bytes taken: crind's Go
 // runtime needs about 8 MiB idle, and a limit below what it needs keeps
 // the collector running all the time.
 const minMemoryLimit = 16 << 20
@@ -285,11 +290,12 @@ func (c *Config) Validate() error {
 
 // validateMemory checks the Go runtime settings.
 func (c *Config) validateMemory(bad func(key string, val any, why string)) {
-	if c.GCPercent < 0 {
-		bad("gc_percent", c.GCPercent, "must not be negative (0: Go's default)")
+	g := c.GoRuntime
+	if g.GCPercent < 0 {
+		bad("go_runtime.gc_percent", g.GCPercent, "must not be negative (0: Go's default)")
 	}
-	if c.MemoryLimitBytes < 0 || (c.MemoryLimitBytes > 0 && c.MemoryLimitBytes < minMemoryLimit) {
-		bad("memory_limit_bytes", c.MemoryLimitBytes, fmt.Sprintf("must be 0 (none) or at least %d (16 MiB): a smaller limit keeps the collector running", minMemoryLimit))
+	if g.MemoryLimitBytes < 0 || (g.MemoryLimitBytes > 0 && g.MemoryLimitBytes < minMemoryLimit) {
+		bad("go_runtime.memory_limit_bytes", g.MemoryLimitBytes, fmt.Sprintf("must be 0 (none) or at least %d (16 MiB): a smaller limit keeps the collector running", minMemoryLimit))
 	}
 }
 

@@ -52,18 +52,18 @@ func TestParse(t *testing.T) {
 		check   func(*testing.T, *Config)
 	}{
 		{name: "empty file", toml: "", check: func(t *testing.T, c *Config) {
-			if c.GCPercent != DefaultGCPercent || c.MemoryLimitBytes != 0 {
-				t.Errorf("gc_percent, memory_limit_bytes = %d, %d; want %d, 0", c.GCPercent, c.MemoryLimitBytes, DefaultGCPercent)
+			if c.GoRuntime.GCPercent != DefaultGCPercent || c.GoRuntime.MemoryLimitBytes != 0 {
+				t.Errorf("go_runtime = %+v, want gc_percent %d", c.GoRuntime, DefaultGCPercent)
 			}
 		}},
-		{name: "go runtime settings", toml: "gc_percent = 0\nmemory_limit_bytes = 33554432\n", check: func(t *testing.T, c *Config) {
-			if c.GCPercent != 0 || c.MemoryLimitBytes != 32<<20 {
-				t.Errorf("gc_percent, memory_limit_bytes = %d, %d", c.GCPercent, c.MemoryLimitBytes)
+		{name: "go runtime settings", toml: "[go_runtime]\ngc_percent = 0\nmemory_limit_bytes = 33554432\n", check: func(t *testing.T, c *Config) {
+			if c.GoRuntime != (GoRuntime{MemoryLimitBytes: 32 << 20}) {
+				t.Errorf("go_runtime = %+v", c.GoRuntime)
 			}
 		}},
-		{name: "negative gc_percent", toml: "gc_percent = -1\n", wantErr: []string{"gc_percent", "negative"}},
-		{name: "memory limit too small", toml: "memory_limit_bytes = 1048576\n", wantErr: []string{"memory_limit_bytes", "16 MiB"}},
-		{name: "negative memory limit", toml: "memory_limit_bytes = -5\n", wantErr: []string{"memory_limit_bytes"}},
+		{name: "negative gc_percent", toml: "[go_runtime]\ngc_percent = -1\n", wantErr: []string{"go_runtime.gc_percent", "negative"}},
+		{name: "memory limit too small", toml: "[go_runtime]\nmemory_limit_bytes = 1048576\n", wantErr: []string{"go_runtime.memory_limit_bytes", "16 MiB"}},
+		{name: "negative memory limit", toml: "[go_runtime]\nmemory_limit_bytes = -5\n", wantErr: []string{"go_runtime.memory_limit_bytes"}},
 		{name: "mirror and runtime", toml: `
 default_runtime = "fast"
 [runtimes.fast]
