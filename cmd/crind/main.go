@@ -262,6 +262,7 @@ func serviceOptions(cfg *config.Config, log *slog.Logger) cri.Options {
 		CDISpecDirs:        cfg.CRI.CDISpecDirs,
 		RdtClass:           cfg.CRI.RdtResolver(),
 		StatsPeriod:        time.Duration(cfg.CRI.StatsPeriod),
+		ReleaseMemoryAfter: time.Duration(cfg.GoRuntime.ReleaseAfter),
 	}
 }
 

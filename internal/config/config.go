@@ -57,6 +57,10 @@ type GoRuntime struct {
 	// (GOMEMLIMIT): near it the collector runs more often. 0 sets none.
 	// The GOMEMLIMIT environment variable, when set, wins.
 	MemoryLimitBytes int64 `toml:"memory_limit_bytes" comment:"soft limit on crind's own Go runtime memory (GOMEMLIMIT), in bytes; 0: none; env GOMEMLIMIT wins"`
+	// ReleaseAfter is how long pod and container lifecycle work must
+	// have been quiet before the heap's free pages are returned to the OS
+	// (a forced collection); 0 never does.
+	ReleaseAfter Duration `toml:"release_after" comment:"after pod/container lifecycle work has been quiet this long, return the Go heap's free pages to the OS (one forced collection); 0: never"`
 }
 
 // CRI configures the CRI server.
@@ -202,7 +206,7 @@ func Default() *Config {
 			MaxConfigBytes:         4 << 20,
 		},
 		NRI:       defaultNRI(),
-		GoRuntime: GoRuntime{GCPercent: DefaultGCPercent},
+		GoRuntime: GoRuntime{GCPercent: DefaultGCPercent, ReleaseAfter: Duration(2 * time.Second)},
 	}
 }
 
@@ -296,6 +300,9 @@ func (c *Config) validateMemory(bad func(key string, val any, why string)) {
 	}
 	if g.MemoryLimitBytes < 0 || (g.MemoryLimitBytes > 0 && g.MemoryLimitBytes < minMemoryLimit) {
 		bad("go_runtime.memory_limit_bytes", g.MemoryLimitBytes, fmt.Sprintf("must be 0 (none) or at least %d (16 MiB): a smaller limit keeps the collector running", minMemoryLimit))
+	}
+	if g.ReleaseAfter < 0 {
+		bad("go_runtime.release_after", time.Duration(g.ReleaseAfter), "must not be negative (0: never)")
 	}
 }
 
