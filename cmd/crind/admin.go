@@ -60,6 +60,9 @@ func newAdminHandler(plugins pluginLister, owners ownerSource) http.Handler {
 		}
 		writeAdminJSON(w, http.StatusOK, m)
 	})
+	if pprofEnabled() {
+		mountPprof(mux)
+	}
 	mux.HandleFunc("GET /", func(w http.ResponseWriter, r *http.Request) {
 		writeAdminError(w, http.StatusNotFound, fmt.Sprintf("no admin endpoint %s %s (endpoints: GET /v1/nri/plugins, GET /v1/containers/{id}/nri-owners)", r.Method, r.URL.Path))
 	})

@@ -32,6 +32,8 @@ import (
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 
+	// Initialised early: turns heap profiling off unless asked for.
+	_ "github.com/crin-dev/crin/cmd/crind/internal/memprofile"
 	"github.com/crin-dev/crin/internal/cni"
 	"github.com/crin-dev/crin/internal/config"
 	"github.com/crin-dev/crin/internal/cri"
@@ -101,6 +103,7 @@ func run(args []string) error {
 	slog.SetDefault(log)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	tuneGoRuntime(ctx, cfg, log)
 	return serve(ctx, cfg, log)
 }
 
@@ -259,6 +262,7 @@ func serviceOptions(cfg *config.Config, log *slog.Logger) cri.Options {
 		CDISpecDirs:        cfg.CRI.CDISpecDirs,
 		RdtClass:           cfg.CRI.RdtResolver(),
 		StatsPeriod:        time.Duration(cfg.CRI.StatsPeriod),
+		ReleaseMemoryAfter: time.Duration(cfg.GoRuntime.ReleaseAfter),
 	}
 }
 

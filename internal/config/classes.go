@@ -40,13 +40,18 @@ type RdtClass struct {
 	Schemata []string `toml:"schemata,omitempty"`
 }
 
-var (
-	className   = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,62}$`)
-	closID      = regexp.MustCompile(`^[a-zA-Z0-9_.-]{1,64}$`)
-	schemataRow = regexp.MustCompile(`^[A-Za-z0-9_]+:[^\n]+$`)
-	// annotationKey is a Kubernetes annotation key: [DNS prefix/]name.
-	annotationKey = regexp.MustCompile(`^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$`)
+// The patterns below are compiled where a config is validated, not at
+// package init: crind checks its config once, and a package-level regexp
+// would stay on the heap for the daemon's life (docs/memory.md).
+const (
+	schemataRowPattern = `^[A-Za-z0-9_]+:[^\n]+$`
+	// annotationKeyPattern is a Kubernetes annotation key: [DNS prefix/]name.
+	annotationKeyPattern = `^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$`
 )
+
+// isClassName reports whether s is a class (or runtime) name: 1 to 63
+// letters, digits, '_', '.', '-', starting with a letter or digit.
+func isClassName(s string) bool { return isName(s, 63, true) }
 
 // blockioLists names every device list of a class with its key.
 func (b *BlockioClass) lists() []struct {
@@ -72,7 +77,7 @@ func (c *CRI) validateClasses(bad func(key string, val any, why string)) {
 	for _, name := range sortedKeys(c.BlockioClasses) {
 		key := "cri.blockio_classes." + name
 		b := c.BlockioClasses[name]
-		if !className.MatchString(name) {
+		if !isClassName(name) {
 			bad(key, name, "class names are letters, digits, '_', '.', '-'")
 		}
 		for _, w := range []struct {
@@ -91,16 +96,20 @@ func (c *CRI) validateClasses(bad func(key string, val any, why string)) {
 			}
 		}
 	}
+	var schemataRow *regexp.Regexp
 	for _, name := range sortedKeys(c.RdtClasses) {
 		key := "cri.rdt_classes." + name
 		r := c.RdtClasses[name]
-		if !className.MatchString(name) {
+		if !isClassName(name) {
 			bad(key, name, "class names are letters, digits, '_', '.', '-'")
 		}
-		if r.ClosID != "" && (!closID.MatchString(r.ClosID) || r.ClosID == "." || r.ClosID == "..") {
+		if r.ClosID != "" && (!isName(r.ClosID, 64, false) || r.ClosID == "." || r.ClosID == "..") {
 			bad(key+".clos_id", r.ClosID, "must be a resctrl group name (letters, digits, '_', '.', '-')")
 		}
 		for i, row := range r.Schemata {
+			if schemataRow == nil {
+				schemataRow = regexp.MustCompile(schemataRowPattern)
+			}
 			if !schemataRow.MatchString(row) {
 				bad(fmt.Sprintf("%s.schemata[%d]", key, i), row, `must be one schemata line "RESOURCE:id=value;..."`)
 			}

@@ -51,7 +51,20 @@ func TestParse(t *testing.T) {
 		wantErr []string // substrings of the error; nil means valid
 		check   func(*testing.T, *Config)
 	}{
-		{name: "empty file", toml: ""},
+		{name: "empty file", toml: "", check: func(t *testing.T, c *Config) {
+			if c.GoRuntime != (GoRuntime{GCPercent: DefaultGCPercent, ReleaseAfter: Duration(2 * time.Second)}) {
+				t.Errorf("go_runtime = %+v, want gc_percent %d", c.GoRuntime, DefaultGCPercent)
+			}
+		}},
+		{name: "go runtime settings", toml: "[go_runtime]\ngc_percent = 0\nmemory_limit_bytes = 33554432\nrelease_after = \"0s\"\n", check: func(t *testing.T, c *Config) {
+			if c.GoRuntime != (GoRuntime{MemoryLimitBytes: 32 << 20}) {
+				t.Errorf("go_runtime = %+v", c.GoRuntime)
+			}
+		}},
+		{name: "negative gc_percent", toml: "[go_runtime]\ngc_percent = -1\n", wantErr: []string{"go_runtime.gc_percent", "negative"}},
+		{name: "memory limit too small", toml: "[go_runtime]\nmemory_limit_bytes = 1048576\n", wantErr: []string{"go_runtime.memory_limit_bytes", "16 MiB"}},
+		{name: "negative memory limit", toml: "[go_runtime]\nmemory_limit_bytes = -5\n", wantErr: []string{"go_runtime.memory_limit_bytes"}},
+		{name: "negative release_after", toml: "[go_runtime]\nrelease_after = \"-1s\"\n", wantErr: []string{"go_runtime.release_after"}},
 		{name: "mirror and runtime", toml: `
 default_runtime = "fast"
 [runtimes.fast]

@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"time"
 
@@ -146,7 +147,7 @@ func (n *NRI) validate(bad func(key string, val any, why string)) {
 			bad(fmt.Sprintf("nri.default_validator.required_plugins[%d]", i), name, err.Error())
 		}
 	}
-	if a := n.DefaultValidator.TolerateMissingPluginsAnnotation; a != "" && !annotationKey.MatchString(a) {
+	if a := n.DefaultValidator.TolerateMissingPluginsAnnotation; a != "" && !regexp.MustCompile(annotationKeyPattern).MatchString(a) {
 		bad("nri.default_validator.tolerate_missing_plugins_annotation", a, "must be an annotation key ([prefix/]name: letters, digits, '-', '_', '.')")
 	}
 }

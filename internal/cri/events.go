@@ -117,6 +117,7 @@ func (s *Service) emitContainer(typ runtimeapi.ContainerEventType, c *container)
 	sb := s.sandboxes[podID]
 	s.mu.RUnlock()
 	s.events.publish(event{typ: typ, id: id, sb: sb, at: time.Now()})
+	s.kickRelease()
 }
 
 // emitSandbox publishes a lifecycle event of a pod: kubelet takes the
@@ -124,6 +125,39 @@ func (s *Service) emitContainer(typ runtimeapi.ContainerEventType, c *container)
 // It takes no lock but the broker's.
 func (s *Service) emitSandbox(typ runtimeapi.ContainerEventType, sb *sandbox) {
 	s.events.publish(event{typ: typ, id: sb.rec.ID, sb: sb, at: time.Now()})
+	s.kickRelease()
+}
+
+// kickRelease tells runRelease that lifecycle work happened. It never
+// blocks; with Options.ReleaseMemoryAfter zero the channel is nil and
+// nothing is sent.
+func (s *Service) kickRelease() {
+	select {
+	case s.releaseKick <- struct{}{}:
+	default:
+	}
+}
+
+// runRelease calls release once lifecycle events have been quiet for
+// quiet after a burst of them: a burst of pod and container work leaves
+// the Go heap with free pages the runtime's background scavenger returns
+// to the OS only slowly (debug.FreeOSMemory, docs/memory.md). Kubelet's
+// relists and stats polls are no events, so a node that only polls is
+// released once after its last lifecycle change.
+func runRelease(ctx context.Context, kick <-chan struct{}, quiet time.Duration, release func()) {
+	t := time.NewTimer(quiet)
+	t.Stop()
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-kick:
+			t.Reset(quiet)
+		case <-t.C:
+			release()
+		}
+	}
 }
 
 // GetContainerEvents streams container and pod lifecycle events (created,

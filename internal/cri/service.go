@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -101,6 +102,10 @@ type Options struct {
 	// StatsPeriod is how often writable layers are measured and CPU
 	// sampled (sampler.go); zero means DefaultStatsPeriod.
 	StatsPeriod time.Duration
+	// ReleaseMemoryAfter is how long pod and container lifecycle events
+	// must have been quiet before the Go heap's free pages are returned to
+	// the OS (runRelease); zero never does.
+	ReleaseMemoryAfter time.Duration
 }
 
 // Service implements the CRI RuntimeService and ImageService.
@@ -153,6 +158,9 @@ type Service struct {
 	sampler *sampler
 	// events fans container events out to GetContainerEvents (events.go).
 	events *broker
+	// releaseKick wakes runRelease (events.go); nil when
+	// Options.ReleaseMemoryAfter is zero.
+	releaseKick chan struct{}
 }
 
 // sandbox is a pod crind knows. See nri.go for the lock order and why it
@@ -224,6 +232,10 @@ func New(ctx context.Context, o Options) (*Service, error) {
 		sampler:     newSampler(o.StatsPeriod, o.Images),
 		events:      newBroker(eventBuffer),
 	}
+	if o.ReleaseMemoryAfter > 0 {
+		// Made before recovery: its exit monitors may emit events.
+		s.releaseKick = make(chan struct{}, 1)
+	}
 	if s.opts.NSDir == "" {
 		s.opts.NSDir = filepath.Join(filepath.Dir(o.NetNSDir), "ns")
 	}
@@ -262,6 +274,9 @@ func New(ctx context.Context, o Options) (*Service, error) {
 		return nil, fmt.Errorf("recover state: %w", err)
 	}
 	s.goOwned(func() { s.runSampler(s.ctx) })
+	if s.releaseKick != nil {
+		s.goOwned(func() { runRelease(s.ctx, s.releaseKick, o.ReleaseMemoryAfter, debug.FreeOSMemory) })
+	}
 	return s, nil
 }
 

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
 	"runtime"
 	"slices"
 	"strings"
@@ -16,15 +15,12 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// validContainerID bounds the container ids used as directory names.
-var validContainerID = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`)
-
 // maxMountData is the longest overlay option string mount(2) takes: the
 // kernel copies one page, including the terminating NUL.
 const maxMountData = 4095
 
 func checkContainerID(id string) error {
-	if !validContainerID.MatchString(id) {
+	if !isDirName(id, 128) {
 		return fmt.Errorf("container id %q: want 1-128 of [A-Za-z0-9_.-], not starting with a dot: %w", id, errdefs.ErrInvalidArgument)
 	}
 	return nil

@@ -6,7 +6,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"syscall"
@@ -30,11 +29,8 @@ type volumeRecord struct {
 	Layers  []string `json:"layers"` // diff ids, bottom first
 }
 
-// validVolumeName bounds the volume names used as directory names.
-var validVolumeName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
-
 func checkVolumeName(name string) error {
-	if !validVolumeName.MatchString(name) {
+	if !isDirName(name, 64) {
 		return fmt.Errorf("volume name %q: want 1-64 of [A-Za-z0-9_.-], not starting with a dot: %w", name, errdefs.ErrInvalidArgument)
 	}
 	return nil
