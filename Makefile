@@ -9,12 +9,14 @@ LDFLAGS := -X main.version=$(VERSION)
 # links text/template, whose reflection keeps every exported method in the
 # binary): about 7 MiB less mapped binary, see docs/memory.md.
 CRIND_BUILD := CGO_ENABLED=0 $(GO) build -tags grpcnotrace
+# crin-shim and crin-logger, one per pod or container, are pure Go too: no
+# dynamic loader and libc in each (a shim's PSS 1389 -> 1098 KiB, 10 shims).
 
 build:
 	$(CRIND_BUILD) -ldflags "$(LDFLAGS)" -o bin/crind ./cmd/crind
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/crinctl ./cmd/crinctl
-	$(GO) build -ldflags "-s -w" -o bin/crin-shim ./cmd/crin-shim
-	$(GO) build -ldflags "-s -w" -o bin/crin-logger ./cmd/crin-logger
+	CGO_ENABLED=0 $(GO) build -ldflags "-s -w" -o bin/crin-shim ./cmd/crin-shim
+	CGO_ENABLED=0 $(GO) build -ldflags "-s -w" -o bin/crin-logger ./cmd/crin-logger
 	CGO_ENABLED=0 $(GO) build -ldflags "-s -w" -o bin/crin-pause ./cmd/crin-pause
 
 deps:

@@ -202,6 +202,7 @@ func (o *OCI) launchShim(ctx context.Context, shimDir string) (int, error) {
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = null, logf, logf
 	cmd.ExtraFiles = []*os.File{w}
 	cmd.Dir = shimDir
+	cmd.Env = shim.Env()
 	cmd.SysProcAttr = &unix.SysProcAttr{Setsid: true}
 	err = cmd.Start()
 	w.Close()

@@ -1,6 +1,25 @@
 package shim
 
-import "strconv"
+import (
+	"os"
+	"strconv"
+)
+
+// UnsetEnv names, in a shim's environment, the variables crind set for the
+// shim process alone; the shim unsets them (and UnsetEnv) as it starts, so
+// the runtime commands it runs inherit crind's environment.
+const UnsetEnv = "CRIN_SHIM_UNSET"
+
+// Env is the environment crind starts a shim with: its own, plus
+// GOMAXPROCS=1 unless it sets GOMAXPROCS itself (a shim waits on pipes,
+// sockets and children; each further P costs it about 180 KiB).
+func Env() []string {
+	env := os.Environ()
+	if _, set := os.LookupEnv("GOMAXPROCS"); !set {
+		env = append(env, "GOMAXPROCS=1", UnsetEnv+"=GOMAXPROCS")
+	}
+	return env
+}
 
 // Config is what one shim process needs; the oci backend passes it as
 // flags. The containers come later, one OpCreate each.

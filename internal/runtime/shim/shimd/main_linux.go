@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"strconv"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -193,9 +194,15 @@ func listen(sock string) (net.Listener, error) {
 // collection) would leave most of a shim's resident memory to garbage.
 const shimGCPercent = 25
 
-// tuneGC sets the shim's GC target unless GOGC is set.
+// tuneGC sets the shim's GC target unless GOGC is set, and unsets the
+// variables crind set only for the shim itself (shim.UnsetEnv), so the
+// runtime commands it runs do not inherit them.
 func tuneGC() {
 	if os.Getenv("GOGC") == "" {
 		debug.SetGCPercent(shimGCPercent)
 	}
+	for _, name := range strings.Fields(os.Getenv(shim.UnsetEnv)) {
+		_ = os.Unsetenv(name)
+	}
+	_ = os.Unsetenv(shim.UnsetEnv)
 }
