@@ -316,6 +316,14 @@ func (o *OCI) Signal(ctx context.Context, id string, sig syscall.Signal, opts Si
 	if _, err := shim.ReadExit(dir); err == nil {
 		return nil
 	}
+	// The shim signals the init through a pidfd, without a runtime
+	// command; it leaves "all" of a container sharing a PID namespace,
+	// and anything when it is gone, to the runtime.
+	if _, err := shim.Do(ctx, shim.SocketPath(shimDirFor(dir)), shim.Request{Op: shim.OpKill, ID: id, Signal: int(sig), All: opts.All}); err == nil {
+		return nil
+	} else if !errors.Is(err, shim.ErrUnsupported) && !errors.Is(err, shim.ErrShimGone) && !errdefs.IsNotFound(err) && !errdefs.IsInvalidArgument(err) {
+		return fmt.Errorf("signal container %s: %w", id, err)
+	}
 	args := []string{"kill"}
 	if opts.All {
 		args = append(args, "--all")

@@ -250,8 +250,11 @@ func (o *OCI) dropFromShim(ctx context.Context, id, dir string) error {
 		cancel()
 		deleted = err == nil
 		switch {
-		case resp.ShimExiting:
-			o.stopShim(ctx, pid)
+		case resp.ShimExiting && err == nil:
+			// It exits and removes its dir by itself: not waited for
+			// here. A create in the pod before it is gone is refused
+			// by it, and waits for it then (createInShim).
+			return nil
 		case shimDir == dir && errdefs.IsInvalidArgument(err):
 			// A shim from before OpDelete serves this container alone.
 			return o.dropLegacy(ctx, id, dir, pid)

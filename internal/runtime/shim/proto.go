@@ -28,6 +28,12 @@ const (
 	// container exits) and drops it. When it was the shim's last
 	// container, the shim exits after answering (Response.ShimExiting).
 	OpDelete = "delete"
+	// OpKill sends Request.Signal to the container's init (to all its
+	// processes with Request.All, which the shim does only when the
+	// container has a PID namespace of its own: killing its init ends
+	// them all; otherwise it answers CodeUnsupported and the client runs
+	// "<runtime> kill --all"). A container that exited is not an error.
+	OpKill = "kill"
 )
 
 // States a shim reports.
@@ -47,6 +53,8 @@ const (
 	// last container was deleted); the client waits for it to go and
 	// starts a new one.
 	CodeShimExiting = "shim_exiting"
+	// CodeUnsupported refuses an op this shim cannot do itself.
+	CodeUnsupported = "unsupported"
 )
 
 // Request is one call on the control socket: a single JSON line.
@@ -57,6 +65,9 @@ type Request struct {
 	ID string `json:"id,omitempty"`
 	// Create describes the container to create, with OpCreate.
 	Create *CreateOptions `json:"create,omitempty"`
+	// Signal and All are OpKill's.
+	Signal int  `json:"signal,omitempty"`
+	All    bool `json:"all,omitempty"`
 	// Stdin asks, with OpAttach, for the session's input to reach the
 	// container's stdin.
 	Stdin bool `json:"stdin,omitempty"`
@@ -130,6 +141,9 @@ type Handshake struct {
 // never started). It is errdefs.ErrUnavailable.
 var ErrShimGone = fmt.Errorf("shim not running: %w", errdefs.ErrUnavailable)
 
+// ErrUnsupported reports an op the shim left to the client.
+var ErrUnsupported = fmt.Errorf("not done by the shim: %w", errdefs.ErrNotImplemented)
+
 // ErrShimExiting reports a create refused by a shim that is exiting.
 var ErrShimExiting = fmt.Errorf("shim is exiting: %w", errdefs.ErrUnavailable)
 
@@ -194,6 +208,8 @@ func codeError(code, msg string) error {
 		kind = errdefs.ErrAlreadyExists
 	case CodeShimExiting:
 		return fmt.Errorf("%s: %w", msg, ErrShimExiting)
+	case CodeUnsupported:
+		return fmt.Errorf("%s: %w", msg, ErrUnsupported)
 	default:
 		return errors.New(msg)
 	}
@@ -213,6 +229,8 @@ func ErrorCode(err error) string {
 		return CodeAlreadyExists
 	case errors.Is(err, ErrShimExiting):
 		return CodeShimExiting
+	case errors.Is(err, ErrUnsupported):
+		return CodeUnsupported
 	}
 	return ""
 }

@@ -131,6 +131,11 @@ func (p *pod) dispatch(req shim.Request, c net.Conn) (shim.Response, *ctr, attac
 		return resp, cc, sess
 	case shim.OpDelete:
 		return p.remove(cc), nil, attachSession{}
+	case shim.OpKill:
+		if err := cc.kill(req.Signal, req.All); err != nil {
+			return errorResponse(err), nil, attachSession{}
+		}
+		return cc.snapshot(), nil, attachSession{}
 	case shim.OpWait:
 		// The caller gives up by closing its end; notice that so an
 		// abandoned wait does not hold a goroutine until the exit.

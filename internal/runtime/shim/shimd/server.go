@@ -1,12 +1,14 @@
 package shimd
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
 	"time"
 
 	"github.com/containerd/errdefs"
+	"golang.org/x/sys/unix"
 
 	"github.com/crin-dev/crin/internal/runtime/shim"
 )
@@ -23,8 +25,12 @@ type ctr struct {
 	fan   *fanout // the container's output, for attached clients
 	stdio *stdio  // the container's input; nil when it has none
 	// release closes what the shim holds of the container (its log,
-	// input, terminal) once it is dropped.
+	// input, terminal, pidfd) once it is dropped.
 	release func()
+	// pidfd refers to the container's init (-1: none); privatePID says
+	// the container has a PID namespace of its own (OpKill).
+	pidfd      int
+	privatePID bool
 
 	// startMu serializes start requests.
 	startMu sync.Mutex
@@ -54,6 +60,7 @@ func newCtr(log *slog.Logger, id string, pid int, start starter, logw *shim.LogW
 		fan:     newFanout(),
 		stdio:   in,
 		release: func() {},
+		pidfd:   -1,
 		state:   shim.StateCreated,
 		pid:     pid,
 		exited:  make(chan struct{}),
@@ -154,4 +161,37 @@ func (s *ctr) doStart() error {
 
 func errorResponse(err error) shim.Response {
 	return shim.Response{Error: err.Error(), Code: shim.ErrorCode(err)}
+}
+
+// kill sends sig to the container's init through its pidfd, so a reused
+// pid is never signalled. A container that exited is not an error. all
+// is done here only when killing the init ends every process of the
+// container (a PID namespace of its own); otherwise, as without a pidfd,
+// it is shim.ErrUnsupported and the client asks the runtime.
+func (s *ctr) kill(sig int, all bool) error {
+	// Under mu: closePidfd cannot close the descriptor while it is used.
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.exit != nil:
+		return nil
+	case s.pidfd < 0 || (all && !s.privatePID):
+		return fmt.Errorf("signal container %s: %w", s.id, shim.ErrUnsupported)
+	}
+	err := unix.PidfdSendSignal(s.pidfd, unix.Signal(sig), nil, 0)
+	if err != nil && !errors.Is(err, unix.ESRCH) {
+		return fmt.Errorf("signal container %s: %w", s.id, err)
+	}
+	return nil
+}
+
+// closePidfd closes the init's pidfd once the container is dropped.
+func (s *ctr) closePidfd() {
+	s.mu.Lock()
+	fd := s.pidfd
+	s.pidfd = -1
+	s.mu.Unlock()
+	if fd >= 0 {
+		_ = unix.Close(fd)
+	}
 }
