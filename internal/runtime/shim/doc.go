@@ -23,10 +23,11 @@
 // after removing what the runtime made. With Start it runs "<runtime> run
 // --detach" instead, which creates and starts the container in one command
 // (crind's oci backend always does); OpStart starts a container created
-// without. When the container exits, the shim
-// records the exit, then runs "<runtime> delete" itself, so removing the
-// container later costs no runtime command; OpDelete drops a stopped
-// container. Once the last container is dropped (or the first create
+// without. When the container exits, the shim runs "<runtime> delete"
+// itself, so removing the container later costs no runtime command, and
+// records the exit once that is done; OpDelete drops a stopped container.
+// OpKill signals a container's init through a pidfd, without a runtime
+// command. Once the last container is dropped (or the first create
 // failed), the shim answers that it is exiting and exits; an OpCreate that
 // reaches it then is refused with CodeShimExiting, and the client waits for
 // it to go and starts a new one.
@@ -63,7 +64,8 @@
 // Exit: the exit code is the status, or 128+signal. OOMKilled is set when
 // the oom_kill counter of the container's memory cgroup (v1
 // memory.oom_control, v2 memory.events) grew while it ran; it is read
-// before the runtime deletes the cgroup. The exit is recorded after the
-// output pipes drain (at most two seconds), so a reader of the exit sees
-// the whole log.
+// as the init is reaped, before the runtime deletes the cgroup. The exit
+// is recorded after the output pipes drain (at most two seconds) and the
+// runtime delete is done (at most five), so a reader of the exit sees the
+// whole log and finds nothing left to delete.
 package shim

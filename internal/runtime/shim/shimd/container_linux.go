@@ -75,10 +75,21 @@ func newContainer(ctx context.Context, log *slog.Logger, cfg ctrConfig, rp *reap
 	oom := newOOMWatch(log, c.pid)
 	bg.Add(1)
 	rp.watch(c.pid, func(ws unix.WaitStatus) {
+		code, sig := exitCode(ws)
+		// The OOM counter is read before the runtime delete removes the
+		// cgroup; the delete runs while the output drains, and the exit
+		// is recorded once both are done, so that a RemoveContainer
+		// right after a stop finds the runtime's work done.
+		e := shim.Exit{Pid: c.pid, ExitCode: code, Signal: sig, StartedAt: cc.startedTime(),
+			FinishedAt: time.Now(), OOMKilled: oom.killed()}
+		bg.Add(1)
 		go func() {
 			defer bg.Done()
-			recordExit(log, cfg, cc, oom, ws, c.pid, ioDone)
 			deleteExited(log, cfg, cc, rp)
+		}()
+		go func() {
+			defer bg.Done()
+			recordExit(log, cfg, cc, e, ioDone)
 		}()
 	})
 	return cc, nil
@@ -145,15 +156,18 @@ func (w oomWatch) killed() bool {
 }
 
 // recordExit writes the exit file once the output drained (or ioDrainWait
-// passed) and then tells the waiters, so a waiter sees the whole log.
-func recordExit(log *slog.Logger, cfg ctrConfig, cc *ctr, oom oomWatch, ws unix.WaitStatus, pid int, ioDone <-chan struct{}) {
-	finished := time.Now()
-	code, sig := exitCode(ws)
-	e := shim.Exit{Pid: pid, ExitCode: code, Signal: sig, StartedAt: cc.startedTime(), FinishedAt: finished, OOMKilled: oom.killed()}
+// passed) and the runtime deleted the container (or exitDeleteWait
+// passed), and then tells the waiters, so a waiter sees the whole log.
+func recordExit(log *slog.Logger, cfg ctrConfig, cc *ctr, e shim.Exit, ioDone <-chan struct{}) {
 	select {
 	case <-ioDone:
 	case <-time.After(ioDrainWait):
 		log.Warn("container output still open after exit")
+	}
+	select {
+	case <-cc.deleted:
+	case <-time.After(exitDeleteWait):
+		log.Warn("runtime delete still running after exit")
 	}
 	// Attached clients have seen all the output there is to see; input
 	// has nowhere to go (this also unblocks a client's write to a full

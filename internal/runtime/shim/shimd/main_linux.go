@@ -31,6 +31,9 @@ const (
 	startTimeout  = time.Minute
 	deleteTimeout = time.Minute
 	ioDrainWait   = 2 * time.Second
+	// exitDeleteWait bounds how long an exit waits to be recorded for
+	// the runtime delete that follows it.
+	exitDeleteWait = 5 * time.Second
 	// idleExit is how long a shim that was never asked to create a
 	// container waits before it exits (crind died after starting it).
 	idleExit = time.Minute
