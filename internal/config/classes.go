@@ -11,6 +11,8 @@ import (
 
 	"github.com/containerd/errdefs"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/crin-dev/crin/internal/names"
 )
 
 // BlockioClass is a named set of block I/O limits that an NRI plugin may
@@ -51,7 +53,7 @@ const (
 
 // isClassName reports whether s is a class (or runtime) name: 1 to 63
 // letters, digits, '_', '.', '-', starting with a letter or digit.
-func isClassName(s string) bool { return isName(s, 63, true) }
+func isClassName(s string) bool { return names.Valid(s, 63, true) }
 
 // blockioLists names every device list of a class with its key.
 func (b *BlockioClass) lists() []struct {
@@ -103,7 +105,7 @@ func (c *CRI) validateClasses(bad func(key string, val any, why string)) {
 		if !isClassName(name) {
 			bad(key, name, "class names are letters, digits, '_', '.', '-'")
 		}
-		if r.ClosID != "" && (!isName(r.ClosID, 64, false) || r.ClosID == "." || r.ClosID == "..") {
+		if r.ClosID != "" && (!names.Valid(r.ClosID, 64, false) || r.ClosID == "." || r.ClosID == "..") {
 			bad(key+".clos_id", r.ClosID, "must be a resctrl group name (letters, digits, '_', '.', '-')")
 		}
 		for i, row := range r.Schemata {

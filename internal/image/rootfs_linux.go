@@ -13,6 +13,8 @@ import (
 	"github.com/containerd/errdefs"
 	bolt "go.etcd.io/bbolt"
 	"golang.org/x/sys/unix"
+
+	"github.com/crin-dev/crin/internal/names"
 )
 
 // maxMountData is the longest overlay option string mount(2) takes: the
@@ -20,7 +22,7 @@ import (
 const maxMountData = 4095
 
 func checkContainerID(id string) error {
-	if !isDirName(id, 128) {
+	if !names.Valid(id, 128, true) {
 		return fmt.Errorf("container id %q: want 1-128 of [A-Za-z0-9_.-], not starting with a dot: %w", id, errdefs.ErrInvalidArgument)
 	}
 	return nil

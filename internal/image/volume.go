@@ -11,6 +11,8 @@ import (
 	"syscall"
 
 	"github.com/containerd/errdefs"
+
+	"github.com/crin-dev/crin/internal/names"
 )
 
 // Volume is an image volume: a read-only view of an image's layers mounted
@@ -30,7 +32,7 @@ type volumeRecord struct {
 }
 
 func checkVolumeName(name string) error {
-	if !isDirName(name, 64) {
+	if !names.Valid(name, 64, true) {
 		return fmt.Errorf("volume name %q: want 1-64 of [A-Za-z0-9_.-], not starting with a dot: %w", name, errdefs.ErrInvalidArgument)
 	}
 	return nil

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"net"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -29,21 +27,8 @@ func TestPodShim(t *testing.T) {
 		made[id] = c
 		return c, nil
 	}
-	p := newPod(slog.New(slog.DiscardHandler), create)
-	sock := filepath.Join(t.TempDir(), shim.SocketFile)
-	l, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		p.serve(l)
-	}()
-	t.Cleanup(func() {
-		l.Close()
-		<-done
-	})
+	l, sock := listenTemp(t)
+	p := servePod(t, l, create)
 	mk := func(id string) (shim.Response, error) {
 		return shim.Do(ctx, sock, shim.Request{Op: shim.OpCreate, ID: id, Create: &shim.CreateOptions{Bundle: "/b/" + id}})
 	}

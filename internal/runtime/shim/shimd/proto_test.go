@@ -19,6 +19,24 @@ import (
 // the container.
 func newTestServer(t *testing.T, start starter) (*ctr, string) {
 	t.Helper()
+	return serveCtr(t, start, nil)
+}
+
+// serveCtr serves a pod holding one created container, testID, whose
+// input is in, on a fresh socket.
+func serveCtr(t *testing.T, start starter, in *stdio) (*ctr, string) {
+	t.Helper()
+	l, sock := listenTemp(t)
+	logw, _ := shim.OpenLog("", shim.LogOptions{})
+	s := newCtr(slog.New(slog.DiscardHandler), testID, 1234, start, logw, in)
+	lastPod = servePod(t, l, nil, s)
+	return s, sock
+}
+
+// listenTemp listens on a socket in a fresh dir (short enough for a unix
+// socket address, unlike t.TempDir's).
+func listenTemp(t *testing.T) (net.Listener, string) {
+	t.Helper()
 	dir, err := os.MkdirTemp("", "crin")
 	if err != nil {
 		t.Fatal(err)
@@ -29,10 +47,7 @@ func newTestServer(t *testing.T, start starter) (*ctr, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	logw, _ := shim.OpenLog("", shim.LogOptions{})
-	s := newCtr(slog.New(slog.DiscardHandler), testID, 1234, start, logw, nil)
-	lastPod = servePod(t, l, s)
-	return s, sock
+	return l, sock
 }
 
 // lastPod is the pod newTestServer served last (tests do not run in
@@ -42,11 +57,11 @@ var lastPod *pod
 // testID is the container the test shims serve.
 const testID = "c1"
 
-// servePod serves a pod holding the given containers on l until the test
-// ends.
-func servePod(t *testing.T, l net.Listener, ctrs ...*ctr) *pod {
+// servePod serves a pod holding the given containers, and creating new
+// ones with create, on l until the test ends.
+func servePod(t *testing.T, l net.Listener, create creator, ctrs ...*ctr) *pod {
 	t.Helper()
-	p := newPod(slog.New(slog.DiscardHandler), nil)
+	p := newPod(slog.New(slog.DiscardHandler), create)
 	for _, c := range ctrs {
 		p.ctrs[c.id] = c
 	}

@@ -4,10 +4,8 @@ import (
 	"context"
 	"errors"
 	"io"
-	"log/slog"
 	"net"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -21,19 +19,7 @@ import (
 // newStdioServer serves a created container whose input is in.
 func newStdioServer(t *testing.T, in *stdio) (*ctr, string) {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "crin")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	sock := filepath.Join(dir, shim.SocketFile)
-	l, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	logw, _ := shim.OpenLog("", shim.LogOptions{})
-	s := newCtr(slog.New(slog.DiscardHandler), testID, 1234, func() (int, error) { return 1234, nil }, logw, in)
-	servePod(t, l, s)
+	s, sock := serveCtr(t, func() (int, error) { return 1234, nil }, in)
 	t.Cleanup(func() { // before servePod's: it waits for the sessions
 		s.fan.close()
 		in.release()
