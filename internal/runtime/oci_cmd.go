@@ -47,6 +47,11 @@ func (e *RuntimeError) Error() string {
 
 func (e *RuntimeError) Unwrap() error { return e.Err }
 
+// runtimeLogPrefix starts the name of the file, in StateDir, that a
+// runtime command run by crind logs to (removed after it; at start-up,
+// removeLeftovers removes those of a crind that was killed).
+const runtimeLogPrefix = ".runtime-log-"
+
 // isRuntimeNotExist reports an error of a runtime that does not know the
 // container (runc: "container does not exist", crun: "... No such file").
 func isRuntimeNotExist(err error) bool {
@@ -68,7 +73,7 @@ type runOpts struct {
 // returns its stdout. The error is a *RuntimeError with the runtime's
 // messages.
 func (o *OCI) run(ctx context.Context, opts runOpts, args ...string) ([]byte, error) {
-	logf, err := os.CreateTemp(o.cfg.StateDir, ".runtime-log-*")
+	logf, err := os.CreateTemp(o.cfg.StateDir, runtimeLogPrefix+"*")
 	if err != nil {
 		return nil, fmt.Errorf("%s %s: make log: %w", o.cfg.Name, args[0], err)
 	}

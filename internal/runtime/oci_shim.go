@@ -286,17 +286,21 @@ func (o *OCI) removeDeadShimDir(shimDir string) {
 	}
 }
 
-// removeDeadShimDirs removes the dirs of every pod shim that is not
-// running (at start-up: what a crind killed while it started a shim, or
-// a shim killed while crind was down, left).
-func (o *OCI) removeDeadShimDirs() {
+// removeLeftovers removes, at start-up, what a crind killed at the wrong
+// moment or a shim killed while crind was down left in StateDir: the dirs
+// of pod shims that are not running, and the runtime log files of
+// commands that were running (run's .runtime-log-*).
+func (o *OCI) removeLeftovers() {
 	ents, err := os.ReadDir(o.cfg.StateDir)
 	if err != nil {
 		return
 	}
 	for _, e := range ents {
-		if e.IsDir() && strings.HasPrefix(e.Name(), shimDirPrefix) {
-			o.removeDeadShimDir(filepath.Join(o.cfg.StateDir, e.Name()))
+		switch name := e.Name(); {
+		case e.IsDir() && strings.HasPrefix(name, shimDirPrefix):
+			o.removeDeadShimDir(filepath.Join(o.cfg.StateDir, name))
+		case !e.IsDir() && strings.HasPrefix(name, runtimeLogPrefix):
+			_ = os.Remove(filepath.Join(o.cfg.StateDir, name))
 		}
 	}
 }

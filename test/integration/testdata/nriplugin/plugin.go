@@ -120,7 +120,7 @@ func (p *plugin) configure(cfg *config) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if cfg.Log != "" {
-		f, err := os.OpenFile(cfg.Log, os.O_CREATE|os.O_WRONLY|os.O_APPEND|os.O_SYNC, 0o644)
+		f, err := os.OpenFile(cfg.Log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 		if err != nil {
 			return fmt.Errorf("open log: %w", err)
 		}
