@@ -72,7 +72,7 @@ func (r *Runtime) recordExit(ctx context.Context, id, dir string, m meta, code u
 		e.Signal = int(code - 128)
 	}
 	if m.OOMCounter != "" {
-		if n, err := readOOMKills(m.OOMCounter); err == nil && n > m.OOMBase {
+		if n, err := shim.ReadOOMKills(m.OOMCounter); err == nil && n > m.OOMBase {
 			e.OOMKilled = true
 		}
 	}

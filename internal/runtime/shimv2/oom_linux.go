@@ -1,13 +1,7 @@
 package shimv2
 
 import (
-	"bufio"
-	"bytes"
-	"fmt"
-	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 
 	"github.com/containerd/cgroups/v3"
 )
@@ -27,19 +21,4 @@ func oomCounter(cgroupsPath string) string {
 		return filepath.Join("/sys/fs/cgroup", p, "memory.events")
 	}
 	return filepath.Join("/sys/fs/cgroup/memory", p, "memory.oom_control")
-}
-
-// readOOMKills reads the oom_kill counter of file.
-func readOOMKills(file string) (uint64, error) {
-	data, err := os.ReadFile(file)
-	if err != nil {
-		return 0, err
-	}
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "oom_kill "); ok {
-			return strconv.ParseUint(strings.TrimSpace(v), 10, 64)
-		}
-	}
-	return 0, fmt.Errorf("no oom_kill counter in %s", file)
 }

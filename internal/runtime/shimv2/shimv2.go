@@ -338,7 +338,7 @@ func (r *Runtime) createTask(ctx context.Context, req runtime.CreateRequest, dir
 	m.Pid = int(resp.GetPid())
 	if req.Spec.Linux != nil {
 		m.OOMCounter = oomCounter(req.Spec.Linux.CgroupsPath)
-		if n, err := readOOMKills(m.OOMCounter); err == nil {
+		if n, err := shim.ReadOOMKills(m.OOMCounter); err == nil {
 			m.OOMBase = n
 		}
 	}

@@ -36,30 +36,6 @@ func TestCappedBuffer(t *testing.T) {
 	}
 }
 
-func TestReadOOMKills(t *testing.T) {
-	dir := t.TempDir()
-	for _, tc := range []struct {
-		name, content string
-		want          uint64
-		wantErr       bool
-	}{
-		{name: "v1", content: "oom_kill_disable 0\nunder_oom 0\noom_kill 2\n", want: 2},
-		{name: "v2", content: "low 0\nhigh 0\nmax 5\noom 3\noom_kill 1\noom_group_kill 0\n", want: 1},
-		{name: "old kernel", content: "oom_kill_disable 0\nunder_oom 0\n", wantErr: true},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			p := filepath.Join(dir, tc.name)
-			if err := os.WriteFile(p, []byte(tc.content), 0o600); err != nil {
-				t.Fatal(err)
-			}
-			got, err := readOOMKills(p)
-			if (err != nil) != tc.wantErr || got != tc.want {
-				t.Errorf("readOOMKills = %d, %v; want %d, error %v", got, err, tc.want, tc.wantErr)
-			}
-		})
-	}
-}
-
 func TestMetaRoundTripAndBundleFallback(t *testing.T) {
 	dir := t.TempDir()
 	if _, err := readMeta(dir); !os.IsNotExist(err) {

@@ -137,7 +137,7 @@ func newOOMWatch(log *slog.Logger, pid int) oomWatch {
 		log.Warn("no oom counter", "error", err)
 		return oomWatch{}
 	}
-	base, err := readOOMKills(file)
+	base, err := shim.ReadOOMKills(file)
 	if err != nil {
 		log.Warn("read oom counter", "error", err)
 		return oomWatch{}
@@ -151,7 +151,7 @@ func (w oomWatch) killed() bool {
 	if w.file == "" {
 		return false
 	}
-	n, err := readOOMKills(w.file)
+	n, err := shim.ReadOOMKills(w.file)
 	return err == nil && n > w.base
 }
 

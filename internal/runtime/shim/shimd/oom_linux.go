@@ -1,12 +1,9 @@
 package shimd
 
 import (
-	"bufio"
-	"bytes"
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 )
 
@@ -42,20 +39,4 @@ func oomCounterFile(pid int) (string, error) {
 		}
 	}
 	return "", fmt.Errorf("no memory cgroup for %d", pid)
-}
-
-// readOOMKills returns the oom_kill counter in file.
-func readOOMKills(file string) (uint64, error) {
-	data, err := os.ReadFile(file)
-	if err != nil {
-		return 0, err
-	}
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	for sc.Scan() {
-		k, v, ok := strings.Cut(sc.Text(), " ")
-		if ok && k == "oom_kill" {
-			return strconv.ParseUint(strings.TrimSpace(v), 10, 64)
-		}
-	}
-	return 0, fmt.Errorf("no oom_kill counter in %s", file)
 }
