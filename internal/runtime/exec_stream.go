@@ -84,20 +84,11 @@ func (o *OCI) ExecStream(ctx context.Context, id string, req StreamExecRequest) 
 	if err != nil {
 		return 0, fmt.Errorf("exec in container %s: %w", id, err)
 	}
-	f, err := os.CreateTemp(dir, ".exec-*")
+	procFile, pidFile, logFile, cleanup, err := execFiles(dir, proc)
 	if err != nil {
 		return 0, fmt.Errorf("exec in container %s: %w", id, err)
 	}
-	procFile, pidFile, logFile := f.Name()+".json", f.Name()+".pid", f.Name()+".log"
-	f.Close()
-	defer func() {
-		for _, p := range []string{f.Name(), procFile, pidFile, logFile} {
-			_ = os.Remove(p)
-		}
-	}()
-	if err := os.WriteFile(procFile, proc, 0o600); err != nil {
-		return 0, fmt.Errorf("exec in container %s: %w", id, err)
-	}
+	defer cleanup()
 	argv := []string{"--root", o.cfg.Root, "--log", logFile, "--log-format", "json", "exec"}
 	if req.TTY {
 		argv = append(argv, "--tty")

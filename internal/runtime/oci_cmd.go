@@ -192,20 +192,11 @@ func (o *OCI) Exec(ctx context.Context, id string, req ExecRequest) (ExecResult,
 	if err != nil {
 		return ExecResult{}, fmt.Errorf("exec in container %s: %w", id, err)
 	}
-	f, err := os.CreateTemp(dir, ".exec-*")
+	procFile, pidFile, logFile, cleanup, err := execFiles(dir, proc)
 	if err != nil {
 		return ExecResult{}, fmt.Errorf("exec in container %s: %w", id, err)
 	}
-	procFile, pidFile, logFile := f.Name()+".json", f.Name()+".pid", f.Name()+".log"
-	f.Close()
-	defer func() {
-		for _, p := range []string{f.Name(), procFile, pidFile, logFile} {
-			_ = os.Remove(p)
-		}
-	}()
-	if err := os.WriteFile(procFile, proc, 0o600); err != nil {
-		return ExecResult{}, fmt.Errorf("exec in container %s: %w", id, err)
-	}
+	defer cleanup()
 
 	max := req.MaxOutput
 	if max <= 0 {
@@ -373,4 +364,27 @@ func updateBundle(dir string, res *specs.LinuxResources) error {
 		return err
 	}
 	return os.Rename(tmp, path)
+}
+
+// execFiles writes the process spec proc of an exec into the container's
+// dir and names the files "<runtime> exec" uses with it (the process, its
+// pid file, its log); cleanup removes them all.
+func execFiles(dir string, proc []byte) (procFile, pidFile, logFile string, cleanup func(), err error) {
+	f, err := os.CreateTemp(dir, ".exec-*")
+	if err != nil {
+		return "", "", "", nil, err
+	}
+	base := f.Name()
+	f.Close()
+	procFile, pidFile, logFile = base+".json", base+".pid", base+".log"
+	cleanup = func() {
+		for _, p := range []string{base, procFile, pidFile, logFile} {
+			_ = os.Remove(p)
+		}
+	}
+	if err := os.WriteFile(procFile, proc, 0o600); err != nil {
+		cleanup()
+		return "", "", "", nil, err
+	}
+	return procFile, pidFile, logFile, cleanup, nil
 }
