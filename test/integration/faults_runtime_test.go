@@ -23,18 +23,18 @@ import (
 
 // killedRuntime wraps runc: every create, start, run or delete that the switch
 // file (%[1]q) names starts the real runc, SIGKILLs it part way through
-// (after 0 to 80 ms, varying with the pid) and then SIGKILLs itself, as
-// an OOM kill or an operator's kill of runc would.
+// (after 10 to 90 ms, varying with the pid, unless it finished) and then
+// SIGKILLs itself, as an OOM kill or an operator's kill of runc would.
+// timeout(1) kills its own child: a "kill -9 $pid" of a runc that had
+// already exited could hit a process that reused the pid (pid_max is
+// 32768 here), such as a crind the test just started.
 const killedRuntime = `#!/bin/sh
 op=""
 for a in "$@"; do
 	case "$a" in create|start|run|delete) op="$a"; break;; esac
 done
 if [ -n "$op" ] && grep -qw "$op" %[1]q 2>/dev/null; then
-	runc "$@" &
-	runc=$!
-	sleep 0.0$(( $$ %% 9 ))
-	kill -9 $runc 2>/dev/null
+	timeout -s KILL 0.0$(( $$ %% 9 + 1 )) runc "$@"
 	kill -9 $$
 fi
 exec runc "$@"
