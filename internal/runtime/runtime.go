@@ -34,8 +34,11 @@
 // is pending: Status says created, Update rewrites the bundle, a SIGKILL
 // records it killed, Delete removes the bundle. A failed or cancelled
 // Start deletes the container from the runtime and has the shim drop it;
-// the container is pending again. Signal, Update and Exec
-// run the runtime CLI directly, each command with its own timeout and with
+// the container is pending again. Signal asks the shim, which signals the
+// init through a pidfd; "all" of a container that shares its PID
+// namespace, and a container without a live shim, go to "<runtime> kill".
+// Update and Exec run the runtime CLI directly, each command with its own
+// timeout and with
 // --log-format json so errors carry the runtime's messages (see
 // RuntimeError). Exec kills the exec'd process itself (by the pid the
 // runtime writes) when its timeout expires: killing "runc exec" would leave
