@@ -19,6 +19,7 @@ import (
 	"github.com/crin-dev/crin/internal/oci"
 	"github.com/crin-dev/crin/internal/runtime"
 	"github.com/crin-dev/crin/internal/store"
+	"github.com/crin-dev/crin/internal/trace"
 )
 
 // CreateContainer creates a container in a ready pod: reserve its name,
@@ -114,8 +115,8 @@ func (s *Service) CreateContainer(ctx context.Context, r *runtimeapi.CreateConta
 // postCreateHook relays NRI PostCreateContainer for the created container
 // c; the container stands whatever the plugins say.
 func postCreateHook(ctx context.Context, log *slog.Logger, h nriHooks, sb *sandbox, c *container) {
-	mark(ctx, "store_publish")
-	defer mark(ctx, "nri_post_create")
+	trace.Mark(ctx, "store_publish")
+	defer trace.Mark(ctx, "nri_post_create")
 	c.mu.Lock()
 	view := nriContainerLocked(c)
 	c.mu.Unlock()
@@ -188,8 +189,8 @@ func newContainerRecord(id, name string, sb *sandbox, cfg *runtimeapi.ContainerC
 
 // prepareRootfs mounts the rootfs of container rec from its image.
 func (s *Service) prepareRootfs(ctx context.Context, rec *store.Container, undo *rollback) error {
-	mark(ctx, "lookup_store_put")
-	defer mark(ctx, "rootfs_mount")
+	trace.Mark(ctx, "lookup_store_put")
+	defer trace.Mark(ctx, "rootfs_mount")
 	id := rec.ID
 	rootfs, err := s.opts.Images.PrepareRootfs(ctx, id, rec.ImageID)
 	if err != nil {
@@ -204,8 +205,8 @@ func (s *Service) prepareRootfs(ctx context.Context, rec *store.Container, undo 
 // createInRuntime creates container rec with spec in rt (the runtime of
 // handler), its shim keeping stdin open as cfg asks.
 func (s *Service) createInRuntime(ctx context.Context, rt runtime.Runtime, handler string, rec *store.Container, cfg *runtimeapi.ContainerConfig, spec *specs.Spec, undo *rollback) error {
-	mark(ctx, "nri_idmap_spec_encode")
-	defer mark(ctx, "runtime_create")
+	trace.Mark(ctx, "nri_idmap_spec_encode")
+	defer trace.Mark(ctx, "runtime_create")
 	id := rec.ID
 	if err := rt.Create(ctx, runtime.CreateRequest{
 		ID: id, Spec: spec, LogPath: rec.LogPath,
@@ -222,7 +223,7 @@ func (s *Service) createInRuntime(ctx context.Context, rt runtime.Runtime, handl
 // it. It returns the pod's user namespace too: the caller id-maps the
 // spec's mounts after NRI.
 func (s *Service) containerSpec(ctx context.Context, sb *sandbox, rec *store.Container, cfg *runtimeapi.ContainerConfig, img *image.Image) (*specs.Spec, *oci.UserNS, error) {
-	defer mark(ctx, "spec_build")
+	defer trace.Mark(ctx, "spec_build")
 	pod, podCfg := sb.rec, sb.config
 	imageVolumes, err := s.prepareImageVolumes(ctx, rec, cfg.GetMounts())
 	if err != nil {

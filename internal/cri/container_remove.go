@@ -9,6 +9,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/crin-dev/crin/internal/store"
+	"github.com/crin-dev/crin/internal/trace"
 )
 
 // RemoveContainer removes a container, killing it first if it runs, and
@@ -42,7 +43,7 @@ func (s *Service) removeContainer(ctx context.Context, c *container) error {
 		// must not overtake it.
 		return fmt.Errorf("remove container %s: %w", c.rec.ID, err)
 	}
-	mark(ctx, "stop")
+	trace.Mark(ctx, "stop")
 	c.op.Lock()
 	defer c.op.Unlock()
 	c.mu.Lock()
@@ -57,7 +58,7 @@ func (s *Service) removeContainer(ctx context.Context, c *container) error {
 			return fmt.Errorf("delete container %s: %w", rec.ID, err)
 		}
 	}
-	mark(ctx, "runtime_delete")
+	trace.Mark(ctx, "runtime_delete")
 	// The id-mapped clones hold the rootfs overlay: they go first.
 	if err := s.releaseUserNSDir(ctx, rec.ID, s.usernsCtrDir(rec.SandboxID, rec.ID)); err != nil {
 		return fmt.Errorf("remove container %s: %w", rec.ID, err)
@@ -65,7 +66,7 @@ func (s *Service) removeContainer(ctx context.Context, c *container) error {
 	if err := s.opts.Images.ReleaseRootfs(ctx, rec.ID); err != nil {
 		return fmt.Errorf("release rootfs of %s: %w", rec.ID, err)
 	}
-	mark(ctx, "rootfs_release")
+	trace.Mark(ctx, "rootfs_release")
 	c.mu.Lock()
 	view := nriContainerLocked(c)
 	err := s.opts.Store.DeleteContainer(rec.ID)
@@ -79,15 +80,15 @@ func (s *Service) removeContainer(ctx context.Context, c *container) error {
 	if err := s.opts.Store.Release(store.KindContainer, rec.Name, rec.ID); err != nil {
 		return err
 	}
-	mark(ctx, "store_delete")
+	trace.Mark(ctx, "store_delete")
 	pod := s.podView(rec.SandboxID)
 	s.mu.Lock()
 	delete(s.containers, rec.ID)
 	s.mu.Unlock()
 	s.emitContainer(eventDeleted, c)
 	s.log.InfoContext(ctx, "container removed", "container_id", rec.ID)
-	mark(ctx, "publish_log")
-	defer mark(ctx, "nri_remove")
+	trace.Mark(ctx, "publish_log")
+	defer trace.Mark(ctx, "nri_remove")
 	if h := s.hooks(); h != nil {
 		tctx, cancel := teardownContext(ctx)
 		defer cancel()

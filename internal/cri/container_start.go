@@ -12,6 +12,7 @@ import (
 
 	"github.com/crin-dev/crin/internal/runtime"
 	"github.com/crin-dev/crin/internal/store"
+	"github.com/crin-dev/crin/internal/trace"
 )
 
 // startSettleTimeout bounds finding out what a failed runtime start left
@@ -38,7 +39,7 @@ func (s *Service) StartContainer(ctx context.Context, r *runtimeapi.StartContain
 	if err != nil {
 		return nil, err
 	}
-	mark(ctx, "lookup")
+	trace.Mark(ctx, "lookup")
 	h := s.hooks()
 	if h != nil {
 		c.mu.Lock()
@@ -52,7 +53,7 @@ func (s *Service) StartContainer(ctx context.Context, r *runtimeapi.StartContain
 	if err := checkStartable(c); err != nil {
 		return nil, err
 	}
-	mark(ctx, "nri_start")
+	trace.Mark(ctx, "nri_start")
 
 	// Taken before the start: a process that exits at once must not look
 	// as if it finished before it started.
@@ -64,7 +65,7 @@ func (s *Service) StartContainer(ctx context.Context, r *runtimeapi.StartContain
 			return nil, s.recordStartError(ctx, c, err)
 		}
 	}
-	mark(ctx, "runtime_start")
+	trace.Mark(ctx, "runtime_start")
 
 	c.mu.Lock()
 	if c.removed || rec.State != store.ContainerCreated {
@@ -82,7 +83,7 @@ func (s *Service) StartContainer(ctx context.Context, r *runtimeapi.StartContain
 	rec.StartedAt = startedAt.UnixNano()
 	s.emitContainer(eventStarted, c)
 	perr := s.opts.Store.PutContainer(rec)
-	mark(ctx, "store_running")
+	trace.Mark(ctx, "store_running")
 	var view *api.Container
 	if h != nil {
 		view = nriContainerLocked(c)
@@ -95,13 +96,13 @@ func (s *Service) StartContainer(ctx context.Context, r *runtimeapi.StartContain
 		return nil, perr
 	}
 	s.log.InfoContext(ctx, "container started", "container_id", rec.ID, "pid", pid)
-	mark(ctx, "log")
+	trace.Mark(ctx, "log")
 	if view != nil {
 		if err := h.PostStartContainer(ctx, s.podView(rec.SandboxID), view); err != nil {
 			s.log.WarnContext(ctx, "nri post start container", "container_id", rec.ID, "error", err)
 		}
 	}
-	mark(ctx, "nri_post_start")
+	trace.Mark(ctx, "nri_post_start")
 	return &runtimeapi.StartContainerResponse{}, nil
 }
 

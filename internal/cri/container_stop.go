@@ -15,6 +15,7 @@ import (
 
 	"github.com/crin-dev/crin/internal/runtime"
 	"github.com/crin-dev/crin/internal/store"
+	"github.com/crin-dev/crin/internal/trace"
 )
 
 // StopContainer sends the container its stop signal, waits up to the
@@ -49,7 +50,7 @@ func (s *Service) stopContainer(ctx context.Context, c *container, grace time.Du
 	if err := s.stopProcess(ctx, c, grace); err != nil {
 		return err
 	}
-	defer mark(ctx, "nri_stop")
+	defer trace.Mark(ctx, "nri_stop")
 	return s.deliverStop(ctx, c)
 }
 
@@ -64,7 +65,7 @@ func (s *Service) stopProcess(ctx context.Context, c *container, grace time.Dura
 		return err
 	}
 	log := s.log.With("container_id", id)
-	mark(ctx, "lookup")
+	trace.Mark(ctx, "lookup")
 	switch state {
 	case store.ContainerExited:
 		return nil
@@ -103,8 +104,8 @@ func (s *Service) stopProcess(ctx context.Context, c *container, grace time.Dura
 	if err := rt.Signal(ctx, id, syscall.SIGKILL, runtime.SignalOptions{All: true}); err != nil {
 		return fmt.Errorf("kill container: %w", err)
 	}
-	mark(ctx, "runtime_kill")
-	defer mark(ctx, "wait_exit")
+	trace.Mark(ctx, "runtime_kill")
+	defer trace.Mark(ctx, "wait_exit")
 	select {
 	case <-c.done:
 		log.InfoContext(ctx, "container killed")

@@ -18,6 +18,7 @@ import (
 	"github.com/crin-dev/crin/internal/oci"
 	"github.com/crin-dev/crin/internal/runtime"
 	"github.com/crin-dev/crin/internal/store"
+	"github.com/crin-dev/crin/internal/trace"
 )
 
 // RunPodSandbox creates and starts a pod: reserve its name, write its files,
@@ -74,16 +75,16 @@ func (s *Service) RunPodSandbox(ctx context.Context, r *runtimeapi.RunPodSandbox
 		return nil, err
 	}
 	undo.add("delete record", func(context.Context) error { return s.opts.Store.DeleteSandbox(id) })
-	mark(ctx, "store_reserve")
+	trace.Mark(ctx, "store_reserve")
 	if err := s.preparePodDir(rec, cfg, &undo); err != nil {
 		return nil, err
 	}
-	mark(ctx, "pod_dir")
+	trace.Mark(ctx, "pod_dir")
 	spec, err := s.setUpPodNamespaces(ctx, rt, rec, cfg, userns, &undo)
 	if err != nil {
 		return nil, err
 	}
-	mark(ctx, "cni_add_infra")
+	trace.Mark(ctx, "cni_add_infra")
 	showPins(spec, rec)
 	linux := oci.NRIPodLinux(spec)
 	if linux != nil {
@@ -95,12 +96,12 @@ func (s *Service) RunPodSandbox(ctx context.Context, r *runtimeapi.RunPodSandbox
 	if err := s.runPodHook(ctx, view, &undo, &seen); err != nil {
 		return nil, err
 	}
-	mark(ctx, "nri_run")
+	trace.Mark(ctx, "nri_run")
 	rec.State = store.SandboxReady
 	if err := s.opts.Store.PutSandbox(rec); err != nil {
 		return nil, err
 	}
-	mark(ctx, "store_ready")
+	trace.Mark(ctx, "store_ready")
 	if err := ctx.Err(); err != nil {
 		// kubelet gave up: it will retry, so do not leave a pod it never saw.
 		return nil, fmt.Errorf("run pod sandbox: %w", err)
@@ -129,7 +130,7 @@ func (s *Service) setUpPodNamespaces(ctx context.Context, rt runtime.Runtime, re
 				return nil, err
 			}
 		}
-		mark(ctx, "namespaces")
+		trace.Mark(ctx, "namespaces")
 		return spec, s.setUpPodNetwork(ctx, rec, cfg, userns, undo)
 	}
 	if err := s.setUpPodNetwork(ctx, rec, cfg, userns, undo); err != nil {
@@ -237,7 +238,7 @@ func (s *Service) setUpPodNetwork(ctx context.Context, rec *store.Sandbox, cfg *
 		return fmt.Errorf("create network namespace: %w", err)
 	}
 	undo.add("remove netns", func(context.Context) error { return cni.RemoveNetNS(rec.NetNS) })
-	mark(ctx, "netns")
+	trace.Mark(ctx, "netns")
 	pod := cniPod(rec, cfg)
 	res, err := s.opts.Network.Setup(ctx, pod)
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/crin-dev/crin/internal/cni"
 	"github.com/crin-dev/crin/internal/runtime"
 	"github.com/crin-dev/crin/internal/store"
+	"github.com/crin-dev/crin/internal/trace"
 )
 
 // StopPodSandbox stops every container of the pod (each gets its NRI
@@ -58,13 +59,13 @@ func (s *Service) stopSandboxLocked(ctx context.Context, sb *sandbox) error {
 			return fmt.Errorf("stop container %s: %w", c.rec.ID, err)
 		}
 	}
-	mark(ctx, "containers")
+	trace.Mark(ctx, "containers")
 	rec := sb.rec
 	log := s.log.With("pod_id", rec.ID)
 	if err := s.deliverPodStop(ctx, sb); err != nil {
 		return err
 	}
-	mark(ctx, "nri_stop_pod")
+	trace.Mark(ctx, "nri_stop_pod")
 	if rec.State == store.SandboxReady && !rec.NoInfra {
 		rt, ok := s.opts.Runtimes[rec.RuntimeHandler]
 		if !ok {
@@ -77,12 +78,12 @@ func (s *Service) stopSandboxLocked(ctx context.Context, sb *sandbox) error {
 	if err := s.unpinPodNamespaces(rec); err != nil {
 		return err
 	}
-	mark(ctx, "infra_unpin")
+	trace.Mark(ctx, "infra_unpin")
 	if rec.NetNS != "" && !rec.NetworkTornDown {
 		if err := s.opts.Network.Teardown(ctx, cniPod(rec, sb.config)); err != nil {
 			return fmt.Errorf("tear down pod network: %w", err)
 		}
-		mark(ctx, "cni_del")
+		trace.Mark(ctx, "cni_del")
 		if err := cni.RemoveNetNS(rec.NetNS); err != nil {
 			return err
 		}
@@ -90,7 +91,7 @@ func (s *Service) stopSandboxLocked(ctx context.Context, sb *sandbox) error {
 		rec.NetworkTornDown = true
 		sb.mu.Unlock()
 	}
-	mark(ctx, "netns_remove")
+	trace.Mark(ctx, "netns_remove")
 	if rec.State != store.SandboxNotReady {
 		sb.mu.Lock()
 		rec.State = store.SandboxNotReady
@@ -98,7 +99,7 @@ func (s *Service) stopSandboxLocked(ctx context.Context, sb *sandbox) error {
 		log.InfoContext(ctx, "pod sandbox stopped")
 		s.emitSandbox(eventStopped, sb)
 	}
-	defer mark(ctx, "store_not_ready")
+	defer trace.Mark(ctx, "store_not_ready")
 	return s.opts.Store.PutSandbox(rec)
 }
 

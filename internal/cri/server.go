@@ -14,6 +14,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/crin-dev/crin/internal/trace"
 )
 
 // Metrics are the per-RPC metrics of the CRI server and the panic counter
@@ -22,7 +24,7 @@ type Metrics struct {
 	latency *prometheus.HistogramVec
 	errors  *prometheus.CounterVec
 	panics  *prometheus.CounterVec
-	phases  *prometheus.HistogramVec // crin_cri_phase_seconds, see trace.go
+	phases  *prometheus.HistogramVec // crin_cri_phase_seconds, see package trace
 }
 
 // NewMetrics registers the CRI server's metrics on reg.
@@ -43,8 +45,16 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"server", "rpc"}),
 	}
 	reg.MustRegister(m.latency, m.errors, m.panics)
-	m.phases = phaseHistogram(reg)
+	m.phases = trace.Histogram(reg)
 	return m
+}
+
+// phasesOrNil is the phase histogram of m, nil without metrics.
+func (m *Metrics) phasesOrNil() *prometheus.HistogramVec {
+	if m == nil {
+		return nil
+	}
+	return m.phases
 }
 
 func (m *Metrics) observe(rpc string, d time.Duration, code codes.Code) {
@@ -106,7 +116,7 @@ func Interceptor(log *slog.Logger, m *Metrics) grpc.UnaryServerInterceptor {
 		if log.Enabled(ctx, slog.LevelDebug) {
 			log.DebugContext(ctx, "request", "payload", debugPayload(req))
 		}
-		ctx = m.trace(ctx, rpc)
+		ctx = trace.Start(ctx, m.phasesOrNil(), rpc)
 		resp, err := callUnary(ctx, log, m, rpc, req, h)
 		d := time.Since(start)
 		if err != nil {

@@ -21,6 +21,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/crin-dev/crin/internal/runtime/shim"
+	"github.com/crin-dev/crin/internal/trace"
 )
 
 // Default timeouts of the oci backend.
@@ -207,6 +208,11 @@ func (o *OCI) startPending(ctx context.Context, id, dir string) (int, error) {
 	opts.Bundle, opts.Start = dir, true
 	shimDir := shimDirFor(dir)
 	resp, err := o.createInShim(ctx, id, shimDir, opts)
+	if err == nil {
+		// The phase trace of the StartContainer call: the runtime's own
+		// command, and the rest of the way through the shim.
+		trace.Split(ctx, "shim", "runtime_run", time.Duration(resp.RuntimeNanos))
+	}
 	if err != nil {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()

@@ -120,6 +120,7 @@ func printTargets(w io.Writer, rs []*Result, fl *floor) {
 	} else {
 		fmt.Fprintln(w, "Create+Start against the floor: floor not measured")
 	}
+	inSituFloor(w, me)
 	if peer != nil && me.Parallel != nil && peer.Parallel != nil && me.Parallel.MedianMs > 0 && peer.Parallel.MedianMs > 0 {
 		r := me.Parallel.MedianMs / peer.Parallel.MedianMs
 		fmt.Fprintf(w, "%d pods in parallel, median %.1f ms / %s %.1f ms = %.2fx (target <= %.2fx): %s\n",
@@ -153,4 +154,29 @@ func lifecycleTargets(w io.Writer, me, peer *Result) {
 	fmt.Fprintf(w, "step p50, %s - %s (ms): %s\n", me.Name, peer.Name, strings.Join(diffs, ", "))
 	fmt.Fprintf(w, "slowest step against %s: %s %+.1f ms (target <= +%.0f ms): %s\n",
 		peer.Name, worstStep, worst, targetStepSlowerMs, verdict(worst <= targetStepSlowerMs))
+}
+
+// inSituFloor reports Create+Start against the runtime's own command on
+// crind's own bundle: the runtime_run phase of StartContainer (the
+// `runc run --detach` crin-shim runs, timed by the shim), as means.
+func inSituFloor(w io.Writer, me *Result) {
+	var create, start, run float64
+	for _, r := range me.Phases {
+		switch r.RPC {
+		case "CreateContainer":
+			create = r.MeanMs
+		case "StartContainer":
+			start = r.MeanMs
+			for _, p := range r.Phases {
+				if p.Phase == "runtime_run" {
+					run = p.MeanMs
+				}
+			}
+		}
+	}
+	if run <= 0 {
+		return
+	}
+	fmt.Fprintf(w, "Create+Start mean %.1f ms / the runtime's own run on crind's bundle (StartContainer's runtime_run) mean %.1f ms = %.2fx (for the floor target, same bundle)\n",
+		create+start, run, (create+start)/run)
 }

@@ -107,6 +107,9 @@ type Response struct {
 	// leaves them false, so a client sends it nothing.
 	Stdin bool `json:"stdin,omitempty"`
 	TTY   bool `json:"tty,omitempty"`
+	// RuntimeNanos answers OpCreate: how long the runtime command that
+	// created (and started) the container took, for the phase trace.
+	RuntimeNanos int64 `json:"runtime_nanos,omitempty"`
 	// ShimExiting answers OpDelete (and OpShutdown): the shim has no
 	// container left and exits once it has answered.
 	ShimExiting bool   `json:"shim_exiting,omitempty"`

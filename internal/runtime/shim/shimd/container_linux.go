@@ -47,6 +47,7 @@ func newContainer(ctx context.Context, log *slog.Logger, cfg ctrConfig, rp *reap
 	}
 	startedAt := time.Now()
 	c, err := create(ctx, cfg, rp)
+	took := time.Since(startedAt)
 	if err != nil {
 		_ = logw.Close()
 		// Not this shim's: crind may try again with another.
@@ -56,6 +57,7 @@ func newContainer(ctx context.Context, log *slog.Logger, cfg ctrConfig, rp *reap
 	log.Info("container created", "pid", c.pid, "started", cfg.Start)
 	in := c.stdio(cfg)
 	cc := newCtr(log, cfg.ID, c.pid, func() (int, error) { return startContainer(cfg, rp, c.pid) }, logw, in)
+	cc.took = took
 	if cfg.Start {
 		cc.state, cc.startedAt = shim.StateRunning, startedAt
 	}

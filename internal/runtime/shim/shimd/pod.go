@@ -210,7 +210,9 @@ func (p *pod) createOp(req shim.Request) shim.Response {
 		return resp
 	}
 	p.ctrs[req.ID] = cc
-	return cc.snapshot()
+	resp := cc.snapshot()
+	resp.RuntimeNanos = cc.took.Nanoseconds()
+	return resp
 }
 
 // emptyLocked marks the shim exiting when it holds no container; p.mu is

@@ -31,6 +31,8 @@ type ctr struct {
 	// the container has a PID namespace of its own (OpKill).
 	pidfd      int
 	privatePID bool
+	// took is how long the runtime command that created it took.
+	took time.Duration
 
 	// startMu serializes start requests.
 	startMu sync.Mutex
