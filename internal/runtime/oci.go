@@ -501,41 +501,23 @@ func statusOfExit(e shim.Exit) Status {
 	}
 }
 
-// Wait blocks on the shim until the container exits. It also holds a
-// pidfd on the shim, so a shim that dies (SIGKILL, crash) ends the wait at
-// once: the container is then killed and recorded as ReasonShimDied (see
-// shimDied). Without a shim it polls the recorded exit and the runtime's
-// state.
+// Wait blocks on the shim until the container exits. A shim that dies
+// (SIGKILL, crash) ends the wait at once: the kernel closes its end of the
+// wait's connection, and the container is then killed and recorded as
+// ReasonShimDied (see shimDied). Without a shim it polls the recorded exit
+// and the runtime's state.
 func (o *OCI) Wait(ctx context.Context, id string) (Status, error) {
-	dir, err := o.known(id)
-	if err != nil {
+	if _, err := o.known(id); err != nil {
 		return Status{}, err
 	}
-	wctx, cancel := context.WithCancel(ctx)
-	if w := watchShim(dir); w != nil {
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			if w.wait(wctx) == nil {
-				cancel() // the shim died: stop waiting on its socket
-			}
-		}()
-		defer func() {
-			cancel()
-			<-done
-			w.Close()
-		}()
-	} else {
-		defer cancel()
-	}
-	resp, err := o.call(wctx, id, shim.OpWait)
+	resp, err := o.call(ctx, id, shim.OpWait)
 	if err == nil {
 		return statusOf(resp), nil
 	}
 	if ctx.Err() != nil {
 		return Status{}, fmt.Errorf("wait for container %s: %w", id, ctx.Err())
 	}
-	if !errors.Is(err, shim.ErrShimGone) && wctx.Err() == nil {
+	if !errors.Is(err, shim.ErrShimGone) {
 		return Status{}, fmt.Errorf("wait for container %s: %w", id, err)
 	}
 	tick := time.NewTicker(500 * time.Millisecond)
@@ -554,23 +536,6 @@ func (o *OCI) Wait(ctx context.Context, id string) (Status, error) {
 		case <-tick.C:
 		}
 	}
-}
-
-// watchShim opens a pidfd on the live shim of the container in dir; nil
-// when there is none or pidfds cannot be used (Wait then relies on the
-// shim's socket closing).
-func watchShim(dir string) *pidWatch {
-	pid := readPid(filepath.Join(dir, shim.ShimPidFile))
-	w, err := openPidWatch(pid)
-	if err != nil {
-		return nil
-	}
-	// Checked after opening: the pidfd cannot move to another process.
-	if !isShimOf(pid, shimDirFor(dir)) {
-		w.Close()
-		return nil
-	}
-	return w
 }
 
 // Delete kills the container if it lives, has its shim drop it (the shim

@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -83,78 +82,6 @@ func waitPidfd(ctx context.Context, pid int, d time.Duration) (gone, ok bool) {
 	err = rc.Read(func(uintptr) bool { return !alive(pid) })
 	return err == nil, true
 }
-
-// pidWatch is a pidfd on a process that is not crind's child (a shim, a
-// container's init). Unlike a pid, it cannot come to name a later process
-// that reuses the number: once the process exits it stays readable.
-type pidWatch struct {
-	f  *os.File
-	rc syscall.RawConn
-}
-
-// openPidWatch opens a pidfd on pid. A process that is already gone (or
-// was never there) is errProcessGone; other errors mean pidfds cannot be
-// used here (Linux before 5.3).
-func openPidWatch(pid int) (*pidWatch, error) {
-	if pid <= 0 {
-		return nil, errProcessGone
-	}
-	fd, err := unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK)
-	if errors.Is(err, unix.ESRCH) {
-		return nil, errProcessGone
-	}
-	if err != nil {
-		return nil, fmt.Errorf("pidfd_open %d: %w", pid, err)
-	}
-	f := os.NewFile(uintptr(fd), fmt.Sprintf("pidfd:%d", pid))
-	rc, err := f.SyscallConn()
-	if err != nil {
-		f.Close()
-		return nil, fmt.Errorf("pidfd %d: %w", pid, err)
-	}
-	return &pidWatch{f: f, rc: rc}, nil
-}
-
-var errProcessGone = errors.New("process is gone")
-
-// exited reports, without blocking, whether the process has exited (a
-// zombie has: the kernel makes the pidfd readable at exit, not at reaping).
-func (w *pidWatch) exited() bool {
-	gone := false
-	_ = w.rc.Control(func(fd uintptr) {
-		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
-		for {
-			n, err := unix.Poll(fds, 0)
-			if errors.Is(err, unix.EINTR) {
-				continue
-			}
-			gone = err == nil && n > 0
-			return
-		}
-	})
-	return gone
-}
-
-// wait blocks until the process exits (nil) or ctx ends (ctx's error). It
-// sleeps in Go's poller, so an exit wakes it at once.
-func (w *pidWatch) wait(ctx context.Context) error {
-	if w.exited() {
-		return nil
-	}
-	_ = w.f.SetReadDeadline(time.Time{}) // an earlier wait's ctx may have set one
-	stop := context.AfterFunc(ctx, func() { _ = w.f.SetReadDeadline(time.Now()) })
-	defer stop()
-	err := w.rc.Read(func(uintptr) bool { return w.exited() })
-	if err != nil {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		return fmt.Errorf("wait on pidfd: %w", err)
-	}
-	return nil
-}
-
-func (w *pidWatch) Close() { _ = w.f.Close() }
 
 // zombieExit reads how a zombie pid ended (its wait status, from
 // /proc/<pid>/stat) if the process is still a zombie nobody reaped yet.

@@ -25,8 +25,9 @@
 // for a success: the first Status or Wait that finds it, for each of the
 // pod's containers, kills what is left of the container, deletes it from
 // the runtime and writes the exit record itself with exit code 255 and
-// ReasonShimDied. Wait holds a pidfd on the shim, so a waiter learns of the
-// death at once.
+// ReasonShimDied. A Wait is a request on the shim's socket, which the
+// kernel closes when the shim dies, so a waiter learns of the death at
+// once.
 //
 // Create writes the bundle only. Start asks the pod's shim to create and
 // start the container (one request, one "<runtime> run --detach"); when
