@@ -21,7 +21,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/crin-dev/crin/internal/runtime/shim"
-	"github.com/crin-dev/crin/internal/trace"
 )
 
 // Default timeouts of the oci backend.
@@ -176,79 +175,6 @@ func (o *OCI) Create(ctx context.Context, req CreateRequest) (retErr error) {
 	}
 	o.log.DebugContext(ctx, "container bundle written", "container_id", req.ID)
 	return nil
-}
-
-// createFile, in a container's state dir, holds the shim.CreateOptions its
-// Start sends.
-const createFile = "create.json"
-
-// pending reports whether the container in dir was created but never
-// started: the runtime does not know it, no shim has taken it (a shim
-// writes the container's shim.pid when it takes it, and removes it again
-// when the runtime refused it).
-func pending(dir string) bool {
-	if _, err := os.Stat(filepath.Join(dir, createFile)); err != nil {
-		return false
-	}
-	_, err := os.Stat(filepath.Join(dir, shim.ShimPidFile))
-	return errors.Is(err, fs.ErrNotExist)
-}
-
-// startPending has the pod's shim create and start the pending container
-// in dir; on error nothing of it runs and it is pending again.
-func (o *OCI) startPending(ctx context.Context, id, dir string) (int, error) {
-	data, err := os.ReadFile(filepath.Join(dir, createFile))
-	if err != nil {
-		return 0, err
-	}
-	var opts shim.CreateOptions
-	if err := json.Unmarshal(data, &opts); err != nil {
-		return 0, fmt.Errorf("decode %s: %w", createFile, err)
-	}
-	opts.Bundle, opts.Start = dir, true
-	shimDir := shimDirFor(dir)
-	resp, err := o.createInShim(ctx, id, shimDir, opts)
-	if err == nil {
-		// The phase trace of the StartContainer call: the runtime's own
-		// command, and the rest of the way through the shim.
-		trace.Split(ctx, "shim", "runtime_run", time.Duration(resp.RuntimeNanos))
-	}
-	if err != nil {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		defer cancel()
-		o.rollbackCreate(rctx, id, dir, shimDir)
-		return 0, err
-	}
-	return resp.Pid, nil
-}
-
-// rollbackCreate undoes a failed or cancelled start of a pending
-// container: it is deleted from the runtime and the shim drops it; its
-// bundle stays, pending again.
-func (o *OCI) rollbackCreate(ctx context.Context, id, dir, shimDir string) {
-	if _, err := o.run(ctx, runOpts{}, "delete", "--force", id); err != nil && !isRuntimeNotExist(err) {
-		o.log.WarnContext(ctx, "rollback start: runtime delete", "container_id", id, "error", err)
-	}
-	if pid := readPid(filepath.Join(dir, shim.ShimPidFile)); pid > 0 && alive(pid) && isShimOf(pid, shimDir) {
-		// The delete above killed the container; once the shim recorded
-		// that, it lets go of it.
-		deadline := time.Now().Add(deleteStopWait)
-		for {
-			sctx, cancel := context.WithTimeout(ctx, time.Second)
-			resp, err := shim.Do(sctx, shim.SocketPath(shimDir), shim.Request{Op: shim.OpDelete, ID: id})
-			cancel()
-			if resp.ShimExiting {
-				o.stopShim(ctx, pid)
-			}
-			if err == nil || !errdefs.IsFailedPrecondition(err) || time.Now().After(deadline) {
-				break
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
-	for _, f := range []string{shim.ShimPidFile, shim.ExitFile, shim.InitPidFile} {
-		_ = os.Remove(filepath.Join(dir, f))
-	}
 }
 
 func (o *OCI) removeDir(ctx context.Context, id, dir string) {

@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/containerd/errdefs"
@@ -132,23 +131,6 @@ func (o *OCI) createInShim(ctx context.Context, id, shimDir string, opts shim.Cr
 	return shim.Response{}, lastErr
 }
 
-// signalPending "signals" a container the runtime does not know yet:
-// SIGKILL records it as killed (exit 137) so it never starts; other
-// signals have nothing to reach.
-func (o *OCI) signalPending(id, dir string, sig syscall.Signal) error {
-	if sig != syscall.SIGKILL {
-		return nil
-	}
-	if _, err := shim.ReadExit(dir); err == nil {
-		return nil
-	}
-	e := shim.Exit{ExitCode: 128 + int32(sig), Signal: int(sig), FinishedAt: time.Now()}
-	if err := shim.WriteExit(dir, e); err != nil {
-		return fmt.Errorf("signal container %s: %w", id, err)
-	}
-	return nil
-}
-
 // callCreate sends the create request. When ctx ends first it still waits
 // up to createGrace for the answer, so the rollback knows what to undo (a
 // runtime create cannot be interrupted cleanly).
@@ -236,10 +218,10 @@ func (o *OCI) launchShim(ctx context.Context, shimDir string) (int, error) {
 }
 
 // dropFromShim has the container's shim let go of the exited container
-// (the shim deleted it from the runtime when it exited) and, when that
-// was its last, waits for the shim to exit and removes its dir. Without a
-// live shim, or when the shim's delete failed, the runtime delete is run
-// here.
+// (the shim deleted it from the runtime when it exited); when that was
+// its last, the shim exits and removes its dir by itself. Without a live
+// shim, or when the shim's delete failed, the runtime delete is run here,
+// and a dead shim's dir is removed.
 func (o *OCI) dropFromShim(ctx context.Context, id, dir string) error {
 	shimDir := shimDirFor(dir)
 	pid := readPid(filepath.Join(dir, shim.ShimPidFile))

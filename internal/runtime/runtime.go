@@ -48,8 +48,8 @@
 // Delete kills a live container (SIGKILL to all its processes), waits for
 // its exit to be recorded, has the shim drop it (the shim ran "<runtime>
 // delete" when it exited; without a live shim Delete runs "<runtime>
-// delete --force" itself), waits for the shim to exit when that was its
-// last container, and removes the state dir.
+// delete --force" itself) and removes the state dir. When it was the
+// shim's last container, the shim exits by itself.
 //
 // Shim sockets are path-based: StateDir/.pod-<pod id>/shim.sock, or a
 // derived name in /run/crin-shim when that path would not fit a unix
