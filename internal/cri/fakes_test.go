@@ -52,6 +52,11 @@ type fakeRuntime struct {
 	// withoutInfra offers the podsWithoutInfra capability, as the oci
 	// backend does; unset, every pod gets an infra container.
 	withoutInfra bool
+	// podShims are the pods whose shim runs (runtime.PodShims, see
+	// podshim_test.go), with the error StartPodShim gives, if any.
+	podShims     map[string]bool
+	podShimErr   error
+	podShimStart int
 }
 
 func (f *fakeRuntime) PodsWithoutInfra() bool {
@@ -78,6 +83,7 @@ type fakeCtr struct {
 	st   runtime.Status
 	exit chan struct{}
 	res  *specs.LinuxResources
+	pod  string // the spec's runtime.SandboxIDAnnotation
 }
 
 var _ runtime.Runtime = (*fakeRuntime)(nil)
@@ -98,7 +104,8 @@ func (f *fakeRuntime) Create(ctx context.Context, req runtime.CreateRequest) err
 	if f.createErr != nil {
 		return f.createErr
 	}
-	f.ctrs[req.ID] = &fakeCtr{st: runtime.Status{State: runtime.StateCreated}, exit: make(chan struct{})}
+	f.ctrs[req.ID] = &fakeCtr{st: runtime.Status{State: runtime.StateCreated}, exit: make(chan struct{}),
+		pod: req.Spec.Annotations[runtime.SandboxIDAnnotation]}
 	return nil
 }
 

@@ -68,6 +68,7 @@ func (s *Service) destroySandbox(ctx context.Context, rec *store.Sandbox) error 
 			return fmt.Errorf("delete infra container: %w", err)
 		}
 	}
+	s.releasePodShim(ctx, rec)
 	if err := s.removePodCgroup(rec); err != nil {
 		// Not fatal: an emptied cgroup directory costs nothing, and a pod
 		// that cannot be removed would be retried by kubelet forever.

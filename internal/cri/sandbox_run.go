@@ -80,11 +80,14 @@ func (s *Service) RunPodSandbox(ctx context.Context, r *runtimeapi.RunPodSandbox
 		return nil, err
 	}
 	trace.Mark(ctx, "pod_dir")
+	waitShim := s.startPodShim(ctx, rt, rec, &undo)
 	spec, err := s.setUpPodNamespaces(ctx, rt, rec, cfg, userns, &undo)
 	if err != nil {
 		return nil, err
 	}
 	trace.Mark(ctx, "cni_add_infra")
+	waitShim()
+	trace.Mark(ctx, "pod_shim")
 	showPins(spec, rec)
 	linux := oci.NRIPodLinux(spec)
 	if linux != nil {
@@ -512,5 +515,48 @@ func showPins(spec *specs.Spec, rec *store.Sandbox) {
 		if p != "" && n.Path == "" {
 			spec.Linux.Namespaces[i].Path = p
 		}
+	}
+}
+
+// startPodShim starts the shim of a pod without an infra process (on a
+// backend that runs one per pod, runtime.PodShims) in the background,
+// while RunPodSandbox sets up the pod's namespaces and network, so that
+// its first StartContainer is one request to it and one runtime command.
+// It returns the wait for that start, which RunPodSandbox's success path
+// and its undo both call. A failure is only logged: the first container's
+// start starts the shim then. A pod with an infra process gets its shim
+// with the infra process.
+func (s *Service) startPodShim(ctx context.Context, rt runtime.Runtime, rec *store.Sandbox, undo *rollback) (wait func()) {
+	ps, ok := rt.(runtime.PodShims)
+	if !ok || !rec.NoInfra {
+		return func() {}
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := ps.StartPodShim(ctx, rec.ID); err != nil && ctx.Err() == nil {
+			s.log.WarnContext(ctx, "start pod shim ahead of its containers", "pod_id", rec.ID, "error", err)
+		}
+	}()
+	wait = func() { <-done }
+	undo.add("release pod shim", func(ctx context.Context) error {
+		wait()
+		return ps.ReleasePodShim(ctx, rec.ID)
+	})
+	return wait
+}
+
+// releasePodShim makes the shim of a pod without an infra process exit
+// if it holds no container (StopPodSandbox, RemovePodSandbox, recovery of
+// a half-made pod): a pod that never got a container would otherwise keep
+// the shim RunPodSandbox started until its idle timeout. A failure is
+// logged: the shim still exits when idle.
+func (s *Service) releasePodShim(ctx context.Context, rec *store.Sandbox) {
+	ps, ok := s.opts.Runtimes[rec.RuntimeHandler].(runtime.PodShims)
+	if !ok || !rec.NoInfra {
+		return
+	}
+	if err := ps.ReleasePodShim(ctx, rec.ID); err != nil {
+		s.log.WarnContext(ctx, "release pod shim", "pod_id", rec.ID, "error", err)
 	}
 }

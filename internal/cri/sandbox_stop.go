@@ -75,6 +75,7 @@ func (s *Service) stopSandboxLocked(ctx context.Context, sb *sandbox) error {
 			return err
 		}
 	}
+	s.releasePodShim(ctx, rec)
 	if err := s.unpinPodNamespaces(rec); err != nil {
 		return err
 	}

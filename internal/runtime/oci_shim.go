@@ -97,6 +97,63 @@ func liveShim(shimDir string) int {
 	return 0
 }
 
+// podShimDir is the dir of pod podID's shim.
+func (o *OCI) podShimDir(podID string) (string, error) {
+	if err := CheckID(podID); err != nil {
+		return "", fmt.Errorf("pod id: %w", err)
+	}
+	return filepath.Join(o.cfg.StateDir, shimDirPrefix+podID), nil
+}
+
+// StartPodShim starts pod podID's shim unless one runs, so that starting
+// the pod's first container is one request to it and one runtime command.
+// RunPodSandbox calls it while the pod's network is set up.
+func (o *OCI) StartPodShim(ctx context.Context, podID string) error {
+	dir, err := o.podShimDir(podID)
+	if err != nil {
+		return err
+	}
+	_, err = o.ensureShim(ctx, dir)
+	return err
+}
+
+// ReleasePodShim makes pod podID's shim exit, and waits for it, when it
+// holds no container (the pod was stopped or removed before it got one);
+// a shim that holds a container stays, and one already exiting after its
+// last container is not waited for. Neither is an error. A dead shim's dir
+// is removed.
+func (o *OCI) ReleasePodShim(ctx context.Context, podID string) error {
+	dir, err := o.podShimDir(podID)
+	if err != nil {
+		return err
+	}
+	unlock := o.pods.lock(dir)
+	defer unlock()
+	pid := liveShim(dir)
+	if pid > 0 {
+		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		resp, err := shim.Do(sctx, shim.SocketPath(dir), shim.Request{Op: shim.OpRelease})
+		cancel()
+		switch {
+		case err == nil && resp.ShimExiting:
+			o.stopShim(ctx, pid)
+		case errors.Is(err, shim.ErrShimExiting), errors.Is(err, shim.ErrShimGone):
+			return nil // it exits by itself: its last container is gone
+		case errdefs.IsFailedPrecondition(err):
+			return nil // it holds a container
+		default:
+			// A shim from before OpRelease, or one that did not answer:
+			// it exits with its last container, or when idle.
+			return fmt.Errorf("release pod shim: %w", err)
+		}
+	}
+	if liveShim(dir) == 0 {
+		_ = os.Remove(shim.SocketPath(dir))
+		_ = os.RemoveAll(dir)
+	}
+	return nil
+}
+
 // createInShim asks the pod's shim to create (and, with opts.Start,
 // start) container id, starting the shim when the pod has none. A shim
 // that is exiting (its last container was just deleted) or died is waited

@@ -107,6 +107,21 @@ type Runtime interface {
 	Features(ctx context.Context) (*features.Features, error)
 }
 
+// PodShims is the optional capability of a backend that runs one process
+// for all of a pod's containers (the oci backend's crin-shim), found by
+// type assertion on a Runtime. The backend starts that process itself
+// when a container of the pod starts and finds none.
+type PodShims interface {
+	// StartPodShim starts the pod's shim ahead of its first container.
+	// A failure costs only time: the container's start tries again.
+	StartPodShim(ctx context.Context, podID string) error
+	// ReleasePodShim makes the pod's shim exit, and waits for it, if it
+	// holds no container; otherwise it does nothing.
+	ReleasePodShim(ctx context.Context, podID string) error
+}
+
+var _ PodShims = (*OCI)(nil)
+
 // CreateRequest describes a container to create.
 type CreateRequest struct {
 	ID string

@@ -97,8 +97,8 @@ func shimsNaming(id string) []string {
 }
 
 // checkNoInfra fails unless pod has no infra process and shims crin-shim
-// processes (its one shim while it has containers, none without):
-// nothing runs in its cgroup but its containers' processes.
+// processes (its one shim, from RunPodSandbox until its last container is
+// removed): nothing runs in its cgroup but its containers' processes.
 func (d *daemon) checkNoInfra(t *testing.T, pod string, shims int) {
 	t.Helper()
 	if pid := d.podPid(t, pod); pid != 0 {
@@ -125,8 +125,8 @@ func nsLink(t *testing.T, kind, pin string) string {
 }
 
 // TestNoInfraPod runs a pod the way kubelet asks for one that does not
-// share its PID namespace: it has no infra process and no shim of its
-// own before it has containers and one for all its containers, its
+// share its PID namespace: it has no infra process and one shim, started
+// by RunPodSandbox, for all its containers, its
 // containers share its pinned IPC and UTS namespaces (and the
 // hostname), its IP serves, it stays READY across a crind killed with
 // SIGKILL and its containers keep joining it, and removal leaves no pins.
@@ -136,7 +136,7 @@ func TestNoInfraPod(t *testing.T) {
 	d.pull(t, ref)
 	podCfg := noInfraPodConfig("noinfra")
 	pod := d.runPod(t, podCfg)
-	d.checkNoInfra(t, pod, 0)
+	d.checkNoInfra(t, pod, 1)
 
 	web := d.runContainer(t, pod, podCfg, noInfraContainerConfig("web", ref, "sh", "-c",
 		"mkdir -p /tmp/www && echo hello-from-noinfra > /tmp/www/index.html && exec httpd -f -p 8080 -h /tmp/www"))
@@ -260,7 +260,7 @@ func TestNoInfraUserNamespacePod(t *testing.T) {
 	// namespace owns.
 	podCfg.Linux.Sysctls = map[string]string{"kernel.shm_rmid_forced": "1"}
 	pod := d.runPod(t, podCfg)
-	d.checkNoInfra(t, pod, 0)
+	d.checkNoInfra(t, pod, 1)
 
 	cfg := containerConfig("app", ref, "sleep", "600")
 	cfg.Linux.SecurityContext = &runtimeapi.LinuxContainerSecurityContext{NamespaceOptions: ns,

@@ -16,18 +16,19 @@ import (
 )
 
 // TestOneShimPerPod: on the oci backend a pod's containers share one
-// crin-shim. It starts with the pod's first container, supervises each
-// (output, exit codes), outlives the exit and removal of some of them,
-// and exits once the last is removed; the pod's next container starts a
-// new one.
+// crin-shim. RunPodSandbox starts it, ahead of the pod's first container;
+// it supervises each (output, exit codes), outlives the exit and removal
+// of some of them, and exits once the last is removed; the pod's next
+// container starts a new one.
 func TestOneShimPerPod(t *testing.T) {
 	d := startDaemon(t, daemonOptions{})
 	ref, _ := busybox(t)
 	d.pull(t, ref)
 	podCfg := noInfraPodConfig("oneshim")
 	pod := d.runPod(t, podCfg)
-	if got := shimsNaming(pod); len(got) != 0 {
-		t.Fatalf("shims of a pod without containers: %v", got)
+	ahead := shimsNaming(pod)
+	if len(ahead) != 1 {
+		t.Fatalf("shims of a pod without containers: %v, want the one RunPodSandbox started", ahead)
 	}
 
 	cfgs := []*runtimeapi.ContainerConfig{
@@ -40,8 +41,8 @@ func TestOneShimPerPod(t *testing.T) {
 		ids = append(ids, d.runContainer(t, pod, podCfg, c))
 	}
 	shims := shimsNaming(pod)
-	if len(shims) != 1 {
-		t.Fatalf("shims of a pod with %d containers: %v, want 1", len(ids), shims)
+	if len(shims) != 1 || shims[0] != ahead[0] {
+		t.Fatalf("shims of a pod with %d containers: %v, want the one started with the pod, %s", len(ids), shims, ahead[0])
 	}
 	for _, id := range ids {
 		if got := d.shimPid(t, id); shims[0] != strconv.Itoa(got) {
@@ -93,6 +94,29 @@ func TestOneShimPerPod(t *testing.T) {
 	waitLog(t, logPath(podCfg, nextCfg), "from-next")
 	if got := shimsNaming(pod); len(got) != 1 || got[0] == shims[0] || got[0] != strconv.Itoa(d.shimPid(t, next)) {
 		t.Errorf("shims after a new container: %v (old %s)", got, shims[0])
+	}
+	// cleanupAll removes the pod and checks for leaks.
+}
+
+// TestPodShimReleased: the shim RunPodSandbox starts for a pod without an
+// infra process goes with StopPodSandbox when the pod never got a
+// container (internal/cri's TestPodShimAhead covers RunPodSandbox's
+// rollback).
+func TestPodShimReleased(t *testing.T) {
+	d := startDaemon(t, daemonOptions{})
+	podCfg := noInfraPodConfig("released")
+	pod := d.runPod(t, podCfg)
+	if got := shimsNaming(pod); len(got) != 1 {
+		t.Fatalf("shims of a new pod: %v, want 1", got)
+	}
+	if _, err := d.rs.StopPodSandbox(ctxT(t), &runtimeapi.StopPodSandboxRequest{PodSandboxId: pod}); err != nil {
+		t.Fatalf("StopPodSandbox: %v", err)
+	}
+	if got := shimsNaming(pod); len(got) != 0 {
+		t.Errorf("shims after StopPodSandbox of a pod that had no container: %v, want none", got)
+	}
+	if _, err := os.Stat(filepath.Join(d.state, "c", ".pod-"+pod)); !os.IsNotExist(err) {
+		t.Errorf("the pod shim's dir is left after StopPodSandbox: %v", err)
 	}
 	// cleanupAll removes the pod and checks for leaks.
 }

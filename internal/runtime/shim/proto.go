@@ -34,6 +34,11 @@ const (
 	// them all; otherwise it answers CodeUnsupported and the client runs
 	// "<runtime> kill --all"). A container that exited is not an error.
 	OpKill = "kill"
+	// OpRelease makes a shim that holds no container exit (its pod was
+	// stopped or removed before it got one, see the oci backend's
+	// StartPodShim); one that holds a container answers
+	// CodeFailedPrecondition and stays.
+	OpRelease = "release"
 )
 
 // States a shim reports.
@@ -61,7 +66,7 @@ const (
 type Request struct {
 	Op string `json:"op"`
 	// ID names the container the request is about: a shim serves every
-	// container of a pod. Every op but OpShutdown needs it.
+	// container of a pod. Every op but OpShutdown and OpRelease needs it.
 	ID string `json:"id,omitempty"`
 	// Create describes the container to create, with OpCreate.
 	Create *CreateOptions `json:"create,omitempty"`
@@ -110,7 +115,7 @@ type Response struct {
 	// RuntimeNanos answers OpCreate: how long the runtime command that
 	// created (and started) the container took, for the phase trace.
 	RuntimeNanos int64 `json:"runtime_nanos,omitempty"`
-	// ShimExiting answers OpDelete (and OpShutdown): the shim has no
+	// ShimExiting answers OpDelete (and OpShutdown, OpRelease): the shim has no
 	// container left and exits once it has answered.
 	ShimExiting bool   `json:"shim_exiting,omitempty"`
 	Error       string `json:"error,omitempty"`

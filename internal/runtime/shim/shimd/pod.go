@@ -120,6 +120,8 @@ func (p *pod) dispatch(req shim.Request, c net.Conn) (shim.Response, *ctr, attac
 		return p.createOp(req), nil, attachSession{}
 	case shim.OpShutdown:
 		return p.shutdown(), nil, attachSession{}
+	case shim.OpRelease:
+		return p.releaseIfEmpty(), nil, attachSession{}
 	}
 	cc, err := p.lookup(req.ID)
 	if err != nil {
@@ -263,6 +265,18 @@ func (p *pod) shutdown() shim.Response {
 	for id, cc := range p.ctrs {
 		delete(p.ctrs, id)
 		cc.release()
+	}
+	p.exiting = true
+	return shim.Response{ShimExiting: true}
+}
+
+// releaseIfEmpty answers OpRelease: a shim that holds no container (one
+// being created included) exits.
+func (p *pod) releaseIfEmpty() shim.Response {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if n := len(p.ctrs); n > 0 {
+		return errorResponse(fmt.Errorf("shim holds %d containers: %w", n, errdefs.ErrFailedPrecondition))
 	}
 	p.exiting = true
 	return shim.Response{ShimExiting: true}

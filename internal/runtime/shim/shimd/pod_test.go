@@ -52,6 +52,7 @@ func TestPodShim(t *testing.T) {
 		{"unknown id", shim.Request{Op: shim.OpState, ID: "zz"}, errdefs.IsNotFound},
 		{"delete running", shim.Request{Op: shim.OpDelete, ID: "a"}, errdefs.IsFailedPrecondition},
 		{"shutdown with live containers", shim.Request{Op: shim.OpShutdown}, errdefs.IsFailedPrecondition},
+		{"release with containers", shim.Request{Op: shim.OpRelease}, errdefs.IsFailedPrecondition},
 	}
 	for _, r := range refusals {
 		if _, err := shim.Do(ctx, sock, r.req); !r.is(err) {
@@ -116,5 +117,25 @@ func TestPodShimIdle(t *testing.T) {
 	resp := p.createOp(shim.Request{Op: shim.OpCreate, ID: "a", Create: &shim.CreateOptions{Bundle: "/b"}})
 	if resp.Code != shim.CodeShimExiting {
 		t.Errorf("create after idle exit = %+v, want refused as exiting", resp)
+	}
+}
+
+// TestPodShimRelease: a shim started ahead of its pod's first container
+// exits when released empty, and refuses creates from then on.
+func TestPodShimRelease(t *testing.T) {
+	ctx := context.Background()
+	l, sock := listenTemp(t)
+	p := servePod(t, l, nil)
+	resp, err := shim.Do(ctx, sock, shim.Request{Op: shim.OpRelease})
+	if err != nil || !resp.ShimExiting {
+		t.Fatalf("release = %+v, %v; want the shim exiting", resp, err)
+	}
+	select {
+	case <-p.quit:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a released shim did not quit")
+	}
+	if resp := p.createOp(shim.Request{Op: shim.OpCreate, ID: "a", Create: &shim.CreateOptions{Bundle: "/b"}}); resp.Code != shim.CodeShimExiting {
+		t.Errorf("create after release = %+v, want refused as exiting", resp)
 	}
 }
