@@ -65,13 +65,15 @@ func (s *Service) CreateContainer(ctx context.Context, r *runtimeapi.CreateConta
 	if err != nil {
 		return nil, err
 	}
-	if err := s.opts.Store.Reserve(store.KindContainer, name, id); err != nil {
-		return nil, fmt.Errorf("config.metadata: %w", err)
-	}
-	undo.add("release name", func(context.Context) error { return s.opts.Store.Release(store.KindContainer, name, id) })
-	if err := s.opts.Store.PutContainer(rec); err != nil {
+	// The name and the record, in state creating, in one write: a crind
+	// killed at any later point finds them on restart and undoes the rest.
+	if err := s.opts.Store.ReserveContainer(rec); err != nil {
+		if errdefs.IsAlreadyExists(err) {
+			return nil, fmt.Errorf("config.metadata: %w", err)
+		}
 		return nil, err
 	}
+	undo.add("release name", func(context.Context) error { return s.opts.Store.Release(store.KindContainer, name, id) })
 	undo.add("delete record", func(context.Context) error { return s.opts.Store.DeleteContainer(id) })
 
 	if err := s.prepareRootfs(ctx, rec, &undo); err != nil {
@@ -101,6 +103,7 @@ func (s *Service) CreateContainer(ctx context.Context, r *runtimeapi.CreateConta
 	if err := s.opts.Store.PutContainer(rec); err != nil {
 		return nil, err
 	}
+	rec.Spec = nil // stored; Store.ContainerSpec reads it back
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("create container: %w", err)
 	}
@@ -209,7 +212,7 @@ func (s *Service) createInRuntime(ctx context.Context, rt runtime.Runtime, handl
 	defer trace.Mark(ctx, "runtime_create")
 	id := rec.ID
 	if err := rt.Create(ctx, runtime.CreateRequest{
-		ID: id, Spec: spec, LogPath: rec.LogPath,
+		ID: id, Spec: spec, SpecJSON: rec.Spec, LogPath: rec.LogPath,
 		Stdin: cfg.GetStdin(), StdinOnce: cfg.GetStdinOnce(),
 	}); err != nil {
 		return fmt.Errorf("create container: %w", err)
@@ -313,7 +316,7 @@ func recordSpec(rec *store.Container, spec *specs.Spec) error {
 // publishContainer makes the created container rec visible and tells
 // event subscribers.
 func (s *Service) publishContainer(rec *store.Container, cfg *runtimeapi.ContainerConfig, spec *specs.Spec) *container {
-	c := &container{rec: rec, config: cfg, base: nriContainerBase(rec, cfg, spec), done: make(chan struct{})}
+	c := &container{rec: rec, config: cfg, base: nriContainerBase(rec, cfg, spec), user: processUser(spec), done: make(chan struct{})}
 	s.mu.Lock()
 	delete(s.pendingCtrs, rec.ID)
 	s.containers[rec.ID] = c

@@ -42,12 +42,12 @@ func TestCreateContainerWithImageVolume(t *testing.T) {
 	if ms[0].GetImage() != nil {
 		t.Errorf("host mount reported with an image: %v", ms[0])
 	}
-	c, err := h.getContainer(id)
+	raw, err := h.opts.Store.ContainerSpec(id)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var spec specs.Spec
-	if err := json.Unmarshal(c.rec.Spec, &spec); err != nil {
+	if err := json.Unmarshal(raw, &spec); err != nil {
 		t.Fatal(err)
 	}
 	want := filepath.Join(h.images.dir, id+"-volumes", "1")

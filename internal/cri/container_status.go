@@ -6,6 +6,7 @@ import (
 	"maps"
 	"strings"
 
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/crin-dev/crin/internal/store"
@@ -196,33 +197,24 @@ func statusAnnotations(rec *store.Container, cfg *runtimeapi.ContainerConfig) ma
 
 // userLocked is the identity the container's process runs as, from the
 // final OCI spec (after NRI adjustments): kubelet reports it as the
-// container's effective uid, gid and groups. Parsed once; c.mu is held.
-func (c *container) userLocked() *runtimeapi.ContainerUser {
-	if c.user != nil || len(c.rec.Spec) == 0 {
-		return c.user
-	}
-	var spec struct {
-		Process *struct {
-			User struct {
-				UID            uint32   `json:"uid"`
-				GID            uint32   `json:"gid"`
-				AdditionalGids []uint32 `json:"additionalGids"`
-			} `json:"user"`
-		} `json:"process"`
-	}
-	if err := json.Unmarshal(c.rec.Spec, &spec); err != nil || spec.Process == nil {
+// container's effective uid, gid and groups. c.mu is held.
+func (c *container) userLocked() *runtimeapi.ContainerUser { return c.user }
+
+// processUser is the identity spec's process runs as (nil without a
+// process), as ContainerStatus reports it.
+func processUser(spec *specs.Spec) *runtimeapi.ContainerUser {
+	if spec == nil || spec.Process == nil {
 		return nil
 	}
 	u := spec.Process.User
 	groups := make([]int64, 0, len(u.AdditionalGids)+1)
 	groups = append(groups, int64(u.GID))
 	for _, g := range u.AdditionalGids {
-		if int64(g) != int64(u.GID) {
+		if g != u.GID {
 			groups = append(groups, int64(g))
 		}
 	}
-	c.user = &runtimeapi.ContainerUser{Linux: &runtimeapi.LinuxContainerUser{
+	return &runtimeapi.ContainerUser{Linux: &runtimeapi.LinuxContainerUser{
 		Uid: int64(u.UID), Gid: int64(u.GID), SupplementalGroups: groups,
 	}}
-	return c.user
 }

@@ -104,8 +104,11 @@ func (f *fakeRuntime) Create(ctx context.Context, req runtime.CreateRequest) err
 	if f.createErr != nil {
 		return f.createErr
 	}
-	f.ctrs[req.ID] = &fakeCtr{st: runtime.Status{State: runtime.StateCreated}, exit: make(chan struct{}),
-		pod: req.Spec.Annotations[runtime.SandboxIDAnnotation]}
+	c := &fakeCtr{st: runtime.Status{State: runtime.StateCreated}, exit: make(chan struct{})}
+	if req.Spec != nil {
+		c.pod = req.Spec.Annotations[runtime.SandboxIDAnnotation]
+	}
+	f.ctrs[req.ID] = c
 	return nil
 }
 

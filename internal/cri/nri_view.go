@@ -102,13 +102,13 @@ func nriContainerBase(rec *store.Container, cfg *runtimeapi.ContainerConfig, spe
 	return c
 }
 
-// decodeSpec decodes a record's spec (nil when absent or corrupt).
-func decodeSpec(rec *store.Container) *specs.Spec {
-	if len(rec.Spec) == 0 {
+// decodeSpec decodes a stored spec (nil when absent or corrupt).
+func decodeSpec(raw []byte) *specs.Spec {
+	if len(raw) == 0 {
 		return nil
 	}
 	sp := &specs.Spec{}
-	if json.Unmarshal(rec.Spec, sp) != nil {
+	if json.Unmarshal(raw, sp) != nil {
 		return nil
 	}
 	return sp

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/containerd/errdefs"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
@@ -159,7 +160,11 @@ func (s *Service) recoverContainer(ctx context.Context, rec *store.Container) er
 		}
 		return s.opts.Store.Release(store.KindContainer, rec.Name, rec.ID)
 	}
-	c := &container{rec: rec, config: cfg, base: nriContainerBase(rec, cfg, decodeSpec(rec)), done: make(chan struct{})}
+	spec, err := s.recoveredSpec(ctx, rec)
+	if err != nil {
+		return err
+	}
+	c := &container{rec: rec, config: cfg, base: nriContainerBase(rec, cfg, spec), user: processUser(spec), done: make(chan struct{})}
 	s.containers[rec.ID] = c
 	if rec.State == store.ContainerExited {
 		close(c.done)
@@ -261,4 +266,24 @@ func (s *Service) removeOrphans(ctx context.Context) {
 			}
 		}
 	}
+}
+
+// recoveredSpec decodes the stored spec of container rec (nil when it
+// has none or it is corrupt). A record written before specs were stored
+// apart carries its own: it is moved to the store's specs, so it is no
+// longer rewritten with each record nor kept in memory.
+func (s *Service) recoveredSpec(ctx context.Context, rec *store.Container) (*specs.Spec, error) {
+	if len(rec.Spec) > 0 {
+		spec := decodeSpec(rec.Spec)
+		if err := s.opts.Store.PutContainer(rec); err != nil {
+			return nil, err
+		}
+		rec.Spec = nil
+		return spec, nil
+	}
+	raw, err := s.opts.Store.ContainerSpec(rec.ID)
+	if err != nil {
+		s.log.WarnContext(ctx, "read container spec", "container_id", rec.ID, "error", err)
+	}
+	return decodeSpec(raw), nil
 }

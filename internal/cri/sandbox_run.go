@@ -59,21 +59,21 @@ func (s *Service) RunPodSandbox(ctx context.Context, r *runtimeapi.RunPodSandbox
 	// network and netns are gone, as in a normal removal.
 	var seen podHookUndo
 	undo.add("nri remove pod sandbox", seen.removePod)
-	if err := s.opts.Store.Reserve(store.KindSandbox, name, id); err != nil {
-		return nil, fmt.Errorf("metadata: %w", err)
-	}
-	undo.add("release name", func(context.Context) error { return s.opts.Store.Release(store.KindSandbox, name, id) })
-
 	rec, err := s.newSandboxRecord(id, name, handler, cfg)
 	if err != nil {
 		return nil, err
 	}
 	rec.NoInfra = !podNeedsInfra(rt, cfg)
-	// The record goes in first, in state creating: a crind killed at any
-	// later point finds it on restart and undoes the rest.
-	if err := s.opts.Store.PutSandbox(rec); err != nil {
+	// The name and the record, in state creating, go in first and in one
+	// write: a crind killed at any later point finds them on restart and
+	// undoes the rest.
+	if err := s.opts.Store.ReserveSandbox(rec); err != nil {
+		if errdefs.IsAlreadyExists(err) {
+			return nil, fmt.Errorf("metadata: %w", err)
+		}
 		return nil, err
 	}
+	undo.add("release name", func(context.Context) error { return s.opts.Store.Release(store.KindSandbox, name, id) })
 	undo.add("delete record", func(context.Context) error { return s.opts.Store.DeleteSandbox(id) })
 	trace.Mark(ctx, "store_reserve")
 	if err := s.preparePodDir(rec, cfg, &undo); err != nil {

@@ -210,7 +210,8 @@ type container struct {
 	// stopNotify is made by whoever delivers NRI StopContainer for the
 	// container and closed when that is done (exactly-once delivery).
 	stopNotify chan struct{}
-	// user is the process identity parsed from rec.Spec (userLocked).
+	// user is the identity the process runs as, from the final spec
+	// (userLocked); immutable.
 	user *runtimeapi.ContainerUser
 }
 

@@ -120,11 +120,11 @@ func TestCreateContainerCDI(t *testing.T) {
 	if err != nil {
 		t.Fatalf("CreateContainer with a defined CDI device: %v", err)
 	}
-	c, err := h.getContainer(resp.ContainerId)
+	raw, err := h.opts.Store.ContainerSpec(resp.ContainerId)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(string(c.rec.Spec), "VENDOR_DEV=one") {
+	if !strings.Contains(string(raw), "VENDOR_DEV=one") {
 		t.Errorf("the device's edits are not in the spec")
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/containerd/errdefs"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
 	"github.com/crin-dev/crin/internal/runtime/shim"
@@ -154,13 +155,15 @@ func (o *OCI) Create(ctx context.Context, req CreateRequest) (retErr error) {
 			o.removeDir(context.WithoutCancel(ctx), req.ID, dir)
 		}
 	}()
-	spec, err := json.Marshal(req.Spec)
-	if err != nil {
-		return fmt.Errorf("create container %s: encode spec: %w", req.ID, err)
+	spec := req.SpecJSON
+	if spec == nil {
+		if spec, err = json.Marshal(req.Spec); err != nil {
+			return fmt.Errorf("create container %s: encode spec: %w", req.ID, err)
+		}
 	}
 	opts, err := json.Marshal(shim.CreateOptions{
 		Bundle: dir, LogPath: req.LogPath, Stdin: req.Stdin, StdinOnce: req.StdinOnce,
-		TTY: req.Spec.Process != nil && req.Spec.Process.Terminal, Start: true,
+		TTY: req.Spec.Process != nil && req.Spec.Process.Terminal, Start: true, PrivatePID: privatePID(req.Spec),
 	})
 	if err != nil {
 		return fmt.Errorf("create container %s: encode options: %w", req.ID, err)
@@ -545,4 +548,18 @@ func readPid(path string) int {
 		return 0
 	}
 	return pid
+}
+
+// privatePID reports whether spec gives the container a new PID namespace
+// (not one joined by path, nor the host's).
+func privatePID(spec *specs.Spec) bool {
+	if spec.Linux == nil {
+		return false
+	}
+	for _, ns := range spec.Linux.Namespaces {
+		if ns.Type == specs.PIDNamespace {
+			return ns.Path == ""
+		}
+	}
+	return false
 }

@@ -52,9 +52,12 @@ func (o *OCI) startPending(ctx context.Context, id, dir string) (int, error) {
 	shimDir := shimDirFor(dir)
 	resp, err := o.createInShim(ctx, id, shimDir, opts)
 	if err == nil {
-		// The phase trace of the StartContainer call: the runtime's own
-		// command, and the rest of the way through the shim.
-		trace.Split(ctx, "shim", "runtime_run", time.Duration(resp.RuntimeNanos))
+		// The phase trace of the StartContainer call: crind's side and
+		// the way to the shim, the shim's own work, the runtime's own
+		// command.
+		run := time.Duration(resp.RuntimeNanos)
+		trace.Split(ctx, "shim_call", trace.Phase{Name: "shim_work", D: time.Duration(resp.HandleNanos) - run},
+			trace.Phase{Name: "runtime_run", D: run})
 	}
 	if err != nil {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)

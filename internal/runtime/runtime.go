@@ -128,6 +128,9 @@ type CreateRequest struct {
 	// Spec is written as config.json in the bundle. Spec.Root.Path must be
 	// an absolute path to a prepared rootfs.
 	Spec *specs.Spec
+	// SpecJSON, when set, is Spec already encoded (the caller stored it
+	// so): a backend writes it as is instead of encoding Spec again.
+	SpecJSON []byte
 	// LogPath is the CRI log file the shim writes stdout and stderr to, in
 	// the CRI format. Empty means the output is discarded. With a
 	// terminal (Spec.Process.Terminal) all output is stdout.

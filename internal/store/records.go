@@ -87,7 +87,10 @@ type Container struct {
 	// ImageDigest is the image's repo digest ("sha256:..."), if it has one.
 	ImageDigest string `json:"image_digest,omitempty"`
 	// Spec is the final OCI spec the container was created with (after NRI
-	// adjustments); NRI plugins are shown the container from it.
+	// adjustments); NRI plugins are shown the container from it. Set for
+	// the PutContainer that stores it (in a bucket of its own, see
+	// Store.ContainerSpec), else nil; records written before that carry
+	// it here.
 	Spec json.RawMessage `json:"spec,omitempty"`
 	// NRIOwners tells which NRI plugin set which field of the container
 	// (nri.OwnersTable's form); nil when no plugin adjusted it.

@@ -18,6 +18,9 @@ var (
 	bucketContainers = []byte("containers")
 	bucketNames      = []byte("names")
 	bucketCleanups   = []byte("cleanups")
+	// bucketSpecs holds each container's final OCI spec, written once
+	// (PutContainer): its record is rewritten at every state change.
+	bucketSpecs = []byte("specs")
 )
 
 // Kind says which name space a reservation lives in.
@@ -42,7 +45,7 @@ func Open(path string) (*Store, error) {
 		return nil, fmt.Errorf("open store %s: %w", path, err)
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bucketSandboxes, bucketContainers, bucketNames, bucketCleanups} {
+		for _, b := range [][]byte{bucketSandboxes, bucketContainers, bucketNames, bucketCleanups, bucketSpecs} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}
@@ -78,16 +81,39 @@ func nameKey(k Kind, name string) []byte { return []byte(string(k) + "/" + name)
 // Reserve records that name belongs to id. Reserving a name for the id that
 // holds it is a no-op; another holder is a *NameConflictError.
 func (s *Store) Reserve(k Kind, name, id string) error {
-	return s.db.Update(func(tx *bolt.Tx) error {
-		b := tx.Bucket(bucketNames)
-		if cur := b.Get(nameKey(k, name)); cur != nil {
-			if string(cur) == id {
-				return nil
-			}
-			return &NameConflictError{Kind: k, Name: name, Holder: string(cur)}
+	return s.db.Update(func(tx *bolt.Tx) error { return reserve(tx, k, name, id) })
+}
+
+func reserve(tx *bolt.Tx, k Kind, name, id string) error {
+	b := tx.Bucket(bucketNames)
+	if cur := b.Get(nameKey(k, name)); cur != nil {
+		if string(cur) == id {
+			return nil
 		}
-		return b.Put(nameKey(k, name), []byte(id))
+		return &NameConflictError{Kind: k, Name: name, Holder: string(cur)}
+	}
+	return b.Put(nameKey(k, name), []byte(id))
+}
+
+// ReserveSandbox reserves r.Name for r.ID, as Reserve does, and writes r,
+// in one transaction (one write to disk): a name conflict writes nothing.
+func (s *Store) ReserveSandbox(r *Sandbox) error {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return fmt.Errorf("encode %s %s: %w", bucketSandboxes, r.ID, err)
+	}
+	return s.db.Update(func(tx *bolt.Tx) error {
+		if err := reserve(tx, KindSandbox, r.Name, r.ID); err != nil {
+			return err
+		}
+		return tx.Bucket(bucketSandboxes).Put([]byte(r.ID), b)
 	})
+}
+
+// ReserveContainer is ReserveSandbox for a container record (which is
+// written as PutContainer writes it).
+func (s *Store) ReserveContainer(r *Container) error {
+	return s.putContainer(r, func(tx *bolt.Tx) error { return reserve(tx, KindContainer, r.Name, r.ID) })
 }
 
 // Release frees name if id holds it.
@@ -156,11 +182,61 @@ func (s *Store) DeleteSandbox(id string) error { return del(s.db, bucketSandboxe
 // Sandboxes returns every sandbox record.
 func (s *Store) Sandboxes() ([]*Sandbox, error) { return all[Sandbox](s.db, bucketSandboxes) }
 
-// PutContainer writes (creates or replaces) a container record.
-func (s *Store) PutContainer(r *Container) error { return put(s.db, bucketContainers, r.ID, r) }
+// PutContainer writes (creates or replaces) a container record. Its Spec,
+// when set, goes to a bucket of its own in the same transaction, and the
+// record is written without it: a caller sets Spec for the one write that
+// stores it and then lets it go (ContainerSpec reads it back), so the
+// records it rewrites at each state change stay small, and so does its
+// memory.
+func (s *Store) PutContainer(r *Container) error { return s.putContainer(r, nil) }
 
-// DeleteContainer removes a container record; a missing one is not an error.
-func (s *Store) DeleteContainer(id string) error { return del(s.db, bucketContainers, id) }
+// putContainer writes r, after first in the same transaction, if set.
+func (s *Store) putContainer(r *Container, first func(*bolt.Tx) error) error {
+	rec := *r
+	rec.Spec = nil
+	b, err := json.Marshal(&rec)
+	if err != nil {
+		return fmt.Errorf("encode %s %s: %w", bucketContainers, r.ID, err)
+	}
+	return s.db.Update(func(tx *bolt.Tx) error {
+		if first != nil {
+			if err := first(tx); err != nil {
+				return err
+			}
+		}
+		if len(r.Spec) > 0 {
+			if err := tx.Bucket(bucketSpecs).Put([]byte(r.ID), r.Spec); err != nil {
+				return err
+			}
+		}
+		return tx.Bucket(bucketContainers).Put([]byte(r.ID), b)
+	})
+}
+
+// ContainerSpec returns container id's spec as PutContainer stored it
+// (a record written before specs had a bucket carries its own, and
+// Containers returns it there); nil when it has none.
+func (s *Store) ContainerSpec(id string) ([]byte, error) {
+	var out []byte
+	err := s.db.View(func(tx *bolt.Tx) error {
+		if v := tx.Bucket(bucketSpecs).Get([]byte(id)); v != nil {
+			out = append([]byte(nil), v...)
+		}
+		return nil
+	})
+	return out, err
+}
+
+// DeleteContainer removes a container record and its spec; a missing one
+// is not an error.
+func (s *Store) DeleteContainer(id string) error {
+	return s.db.Update(func(tx *bolt.Tx) error {
+		if err := tx.Bucket(bucketSpecs).Delete([]byte(id)); err != nil {
+			return err
+		}
+		return tx.Bucket(bucketContainers).Delete([]byte(id))
+	})
+}
 
 // Containers returns every container record.
 func (s *Store) Containers() ([]*Container, error) { return all[Container](s.db, bucketContainers) }

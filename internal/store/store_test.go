@@ -3,10 +3,12 @@ package store
 import (
 	"errors"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/containerd/errdefs"
 	"github.com/google/go-cmp/cmp"
+	bolt "go.etcd.io/bbolt"
 )
 
 func open(t *testing.T) (*Store, string) {
@@ -99,7 +101,86 @@ func TestRecordsSurviveReopen(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	spec := c.Spec
+	c.Spec = nil // stored apart, see TestSpecWrittenOnce
 	if diff := cmp.Diff([]*Container{c}, cs); diff != "" {
 		t.Errorf("containers (-want +got):\n%s", diff)
+	}
+	if got, err := s2.ContainerSpec("c1"); err != nil || string(got) != string(spec) {
+		t.Errorf("spec of c1 = %s, %v; want %s", got, err, spec)
+	}
+}
+
+// TestSpecWrittenOnce: a container's spec is stored by the put that
+// carries it, survives the rewrites of its record that do not, and goes
+// with the record; a record from before the specs bucket keeps its own.
+func TestSpecWrittenOnce(t *testing.T) {
+	s, _ := open(t)
+	spec := []byte(`{"ociVersion":"1.2.0"}`)
+	c := &Container{ID: "c1", State: ContainerCreated, Spec: spec}
+	if err := s.PutContainer(c); err != nil {
+		t.Fatal(err)
+	}
+	if c.Spec == nil {
+		t.Error("PutContainer cleared the caller's Spec")
+	}
+	c.Spec, c.State = nil, ContainerRunning
+	if err := s.PutContainer(c); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.ContainerSpec("c1"); err != nil || string(got) != string(spec) {
+		t.Errorf("spec after a rewrite = %s, %v; want %s", got, err, spec)
+	}
+	err := s.db.View(func(tx *bolt.Tx) error {
+		if v := tx.Bucket(bucketContainers).Get([]byte("c1")); strings.Contains(string(v), "ociVersion") {
+			t.Errorf("the record carries the spec: %s", v)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.DeleteContainer("c1"); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.ContainerSpec("c1"); err != nil || got != nil {
+		t.Errorf("spec after delete = %s, %v; want none", got, err)
+	}
+
+	legacy := []byte(`{"id":"old","state":"running","spec":{"ociVersion":"1.0.2"}}`)
+	err = s.db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketContainers).Put([]byte("old"), legacy) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := s.Containers()
+	if err != nil || len(cs) != 1 || string(cs[0].Spec) != `{"ociVersion":"1.0.2"}` {
+		t.Errorf("legacy record read as %+v, %v; want its own spec", cs, err)
+	}
+}
+
+// TestReserveAndPut: the name and the record go in together, and a name
+// conflict writes neither.
+func TestReserveAndPut(t *testing.T) {
+	s, _ := open(t)
+	if err := s.ReserveSandbox(&Sandbox{ID: "p1", Name: "web"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.ReserveContainer(&Container{ID: "c1", Name: "app", Spec: []byte(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	var conflict *NameConflictError
+	if err := s.ReserveSandbox(&Sandbox{ID: "p2", Name: "web"}); !errors.As(err, &conflict) || conflict.Holder != "p1" {
+		t.Errorf("second pod named web: %v, want a conflict with p1", err)
+	}
+	if err := s.ReserveContainer(&Container{ID: "c2", Name: "app"}); !errdefs.IsAlreadyExists(err) {
+		t.Errorf("second container named app: %v, want AlreadyExists", err)
+	}
+	sbs, _ := s.Sandboxes()
+	cs, _ := s.Containers()
+	if len(sbs) != 1 || sbs[0].ID != "p1" || len(cs) != 1 || cs[0].ID != "c1" {
+		t.Errorf("records after the conflicts: %d pods, %d containers; want p1 and c1 only", len(sbs), len(cs))
+	}
+	if spec, _ := s.ContainerSpec("c1"); string(spec) != "{}" {
+		t.Errorf("spec of c1 = %q, want {}", spec)
 	}
 }

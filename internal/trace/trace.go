@@ -7,8 +7,8 @@
 // overlap and add up to the call's time up to its last mark; the rest of
 // the RPC's latency (crin_cri_request_duration_seconds) is the interceptor
 // and whatever follows the last mark. Split divides the time since the
-// previous mark with a phase measured elsewhere (the OCI runtime command a
-// shim ran). bench/cmd/crilat prints the mean per phase. Where no trace was
+// previous mark with phases measured elsewhere (the shim's own work and
+// the OCI runtime command it ran). bench/cmd/crilat prints the mean per phase. Where no trace was
 // started (no metrics, or a handler called directly, as in unit tests),
 // Mark and Split do nothing.
 package trace
@@ -63,26 +63,42 @@ func start(ctx context.Context, h *prometheus.HistogramVec, rpc string, at time.
 // Mark ends phase: the time since the previous mark of ctx's trace.
 func Mark(ctx context.Context, phase string) {
 	if t, ok := ctx.Value(key{}).(*phases); ok {
-		t.split(phase, "", 0, time.Now())
+		t.split(before(phase), time.Now())
 	}
 }
 
-// Split ends two phases at once: of the time since the previous mark, the
-// last d (measured elsewhere) is phase, the rest before.
-func Split(ctx context.Context, before, phase string, d time.Duration) {
+// Phase is a phase measured elsewhere (by a shim), for Split.
+type Phase struct {
+	Name string
+	D    time.Duration
+}
+
+// Split ends several phases at once: of the time since the previous
+// mark, the last parts are tail's phases (measured elsewhere, in order),
+// the rest before them is phase before. A tail longer than the time since
+// the mark is cut to fit, its first phases first.
+func Split(ctx context.Context, before string, tail ...Phase) {
 	if t, ok := ctx.Value(key{}).(*phases); ok {
-		t.split(before, phase, d, time.Now())
+		t.split(append([]Phase{{Name: before}}, tail...), time.Now())
 	}
 }
 
-func (t *phases) split(before, phase string, d time.Duration, now time.Time) {
+func before(phase string) []Phase { return []Phase{{Name: phase}} }
+
+// split observes ps[0] as the time since the last mark minus the others,
+// each capped so that none is negative.
+func (t *phases) split(ps []Phase, now time.Time) {
 	t.mu.Lock()
 	total := now.Sub(t.last)
 	t.last = now
 	t.mu.Unlock()
-	d = min(max(d, 0), total)
-	t.h.WithLabelValues(t.rpc, before).Observe((total - d).Seconds())
-	if phase != "" {
-		t.h.WithLabelValues(t.rpc, phase).Observe(d.Seconds())
+	left := max(total, 0)
+	for i := len(ps) - 1; i > 0; i-- {
+		ps[i].D = min(max(ps[i].D, 0), left)
+		left -= ps[i].D
+	}
+	ps[0].D = left
+	for _, p := range ps {
+		t.h.WithLabelValues(t.rpc, p.Name).Observe(p.D.Seconds())
 	}
 }

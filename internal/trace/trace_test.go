@@ -39,14 +39,20 @@ func TestMarksAndSplit(t *testing.T) {
 	tr := ctx.Value(key{}).(*phases)
 	// Each phase is the time since the previous mark, so they add up; a
 	// split gives its measured part to its phase and the rest to before.
-	tr.split("lookup", "", 0, at.Add(3*time.Millisecond))
-	tr.split("shim", "runc_run", 20*time.Millisecond, at.Add(30*time.Millisecond))
-	tr.split("lookup", "", 0, at.Add(31*time.Millisecond))
-	tr.split("shim", "runc_run", time.Hour, at.Add(32*time.Millisecond)) // capped at the time since the mark
+	tr.split(before("lookup"), at.Add(3*time.Millisecond))
+	tr.split([]Phase{{Name: "shim"}, {"runc_run", 20 * time.Millisecond}}, at.Add(30*time.Millisecond))
+	tr.split(before("lookup"), at.Add(31*time.Millisecond))
+	tr.split([]Phase{{Name: "shim"}, {"runc_run", time.Hour}}, at.Add(32*time.Millisecond)) // capped at the time since the mark
+	// Three at once: the tail is cut to fit from its last phase back.
+	tr.split([]Phase{{Name: "call"}, {"work", 2 * time.Millisecond}, {"run", 5 * time.Millisecond}}, at.Add(40*time.Millisecond))
+	tr.split([]Phase{{Name: "call"}, {"work", 2 * time.Millisecond}, {"run", 5 * time.Millisecond}}, at.Add(46*time.Millisecond))
 	want := map[string][2]float64{
 		"StartContainer/lookup":   {0.004, 2},
 		"StartContainer/shim":     {0.007, 2},
 		"StartContainer/runc_run": {0.021, 2},
+		"StartContainer/call":     {0.001, 2},
+		"StartContainer/work":     {0.003, 2},
+		"StartContainer/run":      {0.010, 2},
 	}
 	got := sums(t, reg)
 	if len(got) != len(want) {
@@ -86,7 +92,7 @@ func TestStart(t *testing.T) {
 					t.Fatalf("trace %q without a histogram", tr.rpc)
 				}
 				Mark(ctx, "lookup") // no-ops, must not panic
-				Split(ctx, "a", "b", time.Second)
+				Split(ctx, "a", Phase{"b", time.Second})
 				return
 			}
 			if !ok || tr.rpc != tc.want {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -78,6 +79,7 @@ func measureMemory(ctx context.Context, c *client, o runOptions) (Memory, error)
 	if m.DaemonLoaded, err = readMem(o.pid); err != nil {
 		return m, err
 	}
+	memHook(ctx, o.pid)
 	shims, err := findProcs(o.shimComm, o.match)
 	if err != nil {
 		return m, err
@@ -244,4 +246,21 @@ func findProcs(comm, match string) ([]int, error) {
 		pids = append(pids, pid)
 	}
 	return pids, nil
+}
+
+// memHook runs $CRILAT_MEM_HOOK, when set, with the daemon's pid in
+// $CRILAT_PID while the K pods run, right after the daemon's memory was
+// read: a way to take a heap profile or /proc/PID/smaps at that moment
+// (docs/memory.md).
+func memHook(ctx context.Context, pid int) {
+	hook := os.Getenv("CRILAT_MEM_HOOK")
+	if hook == "" {
+		return
+	}
+	cmd := exec.CommandContext(ctx, "sh", "-c", hook)
+	cmd.Env = append(os.Environ(), fmt.Sprintf("CRILAT_PID=%d", pid))
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Run(); err != nil {
+		fmt.Fprintf(os.Stderr, "crilat: CRILAT_MEM_HOOK: %v\n", err)
+	}
 }

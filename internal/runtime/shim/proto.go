@@ -95,6 +95,10 @@ type CreateOptions struct {
 	// process.terminal must be true): the runtime hands the shim its
 	// master through a console socket.
 	TTY bool `json:"tty,omitempty"`
+	// PrivatePID says the container has a PID namespace of its own
+	// (killing its init ends all its processes; see OpKill). Unset, the
+	// shim leaves a kill of all processes to the runtime.
+	PrivatePID bool `json:"private_pid,omitempty"`
 	// Start starts the container too, in one runtime command
 	// ("<runtime> run --detach"): the answer says running.
 	Start bool `json:"start,omitempty"`
@@ -115,6 +119,9 @@ type Response struct {
 	// RuntimeNanos answers OpCreate: how long the runtime command that
 	// created (and started) the container took, for the phase trace.
 	RuntimeNanos int64 `json:"runtime_nanos,omitempty"`
+	// HandleNanos answers OpCreate: how long the shim took to answer,
+	// from the request read to the answer written, RuntimeNanos included.
+	HandleNanos int64 `json:"handle_nanos,omitempty"`
 	// ShimExiting answers OpDelete (and OpShutdown, OpRelease): the shim has no
 	// container left and exits once it has answered.
 	ShimExiting bool   `json:"shim_exiting,omitempty"`

@@ -2,7 +2,6 @@ package shimd
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -64,7 +63,7 @@ func newContainer(ctx context.Context, log *slog.Logger, cfg ctrConfig, rp *reap
 	if fd, err := unix.PidfdOpen(c.pid, 0); err == nil {
 		cc.pidfd = fd
 	}
-	cc.privatePID = privatePIDNamespace(cfg.Dir)
+	cc.privatePID = cfg.PrivatePID
 	cc.release = func() {
 		in.release()
 		if c.term != nil {
@@ -401,30 +400,4 @@ func startContainer(cfg ctrConfig, rp *reaper, pid int) (int, error) {
 		return 0, fmt.Errorf("%s start: %s", filepath.Base(cfg.Runtime), msg)
 	}
 	return pid, nil
-}
-
-// privatePIDNamespace reports whether the spec in bundle gives the
-// container a new PID namespace (a "pid" namespace without a path).
-func privatePIDNamespace(bundle string) bool {
-	data, err := os.ReadFile(filepath.Join(bundle, shim.ConfigFile))
-	if err != nil {
-		return false
-	}
-	var spec struct {
-		Linux *struct {
-			Namespaces []struct {
-				Type string `json:"type"`
-				Path string `json:"path"`
-			} `json:"namespaces"`
-		} `json:"linux"`
-	}
-	if json.Unmarshal(data, &spec) != nil || spec.Linux == nil {
-		return false
-	}
-	for _, ns := range spec.Linux.Namespaces {
-		if ns.Type == "pid" {
-			return ns.Path == ""
-		}
-	}
-	return false
 }

@@ -93,6 +93,7 @@ func (p *pod) handle(c net.Conn) {
 	if err != nil {
 		return
 	}
+	start := time.Now()
 	var req shim.Request
 	var resp shim.Response
 	var sess attachSession
@@ -101,6 +102,9 @@ func (p *pod) handle(c net.Conn) {
 		resp = errorResponse(fmt.Errorf("decode request: %v: %w", err, errdefs.ErrInvalidArgument))
 	} else {
 		resp, cc, sess = p.dispatch(req, c)
+	}
+	if req.Op == shim.OpCreate {
+		resp.HandleNanos = time.Since(start).Nanoseconds()
 	}
 	data, _ := json.Marshal(resp)
 	_, _ = c.Write(append(data, '\n'))
