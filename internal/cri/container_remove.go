@@ -8,7 +8,6 @@ import (
 	"github.com/containerd/errdefs"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/crin-dev/crin/internal/store"
 	"github.com/crin-dev/crin/internal/trace"
 )
 
@@ -69,15 +68,12 @@ func (s *Service) removeContainer(ctx context.Context, c *container) error {
 	trace.Mark(ctx, "rootfs_release")
 	c.mu.Lock()
 	view := nriContainerLocked(c)
-	err := s.opts.Store.DeleteContainer(rec.ID)
+	err := s.opts.Store.RemoveContainer(rec.ID, rec.Name)
 	if err == nil {
 		c.removed = true
 	}
 	c.mu.Unlock()
 	if err != nil {
-		return err
-	}
-	if err := s.opts.Store.Release(store.KindContainer, rec.Name, rec.ID); err != nil {
 		return err
 	}
 	trace.Mark(ctx, "store_delete")

@@ -77,8 +77,5 @@ func (s *Service) destroySandbox(ctx context.Context, rec *store.Sandbox) error 
 	if err := s.removePodDir(rec); err != nil {
 		return err
 	}
-	if err := s.opts.Store.DeleteSandbox(rec.ID); err != nil {
-		return err
-	}
-	return s.opts.Store.Release(store.KindSandbox, rec.Name, rec.ID)
+return s.opts.Store.RemoveSandbox(rec.ID, rec.Name)
 }

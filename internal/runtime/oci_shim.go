@@ -248,7 +248,7 @@ func (o *OCI) launchShim(ctx context.Context, shimDir string) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("start shim: %w", err)
 	}
-	go func() { _ = cmd.Wait() }()
+	reapChild(cmd.Process)
 
 	_ = r.SetReadDeadline(time.Now().Add(30 * time.Second))
 	stop := context.AfterFunc(ctx, func() { _ = r.SetReadDeadline(time.Now()) })

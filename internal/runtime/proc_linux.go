@@ -83,6 +83,39 @@ func waitPidfd(ctx context.Context, pid int, d time.Duration) (gone, ok bool) {
 	return err == nil, true
 }
 
+// reapChild reaps child p (a shim crind started) once it exits. It waits
+// parked in Go's poller on a pidfd, not in a blocking wait: that would
+// hold an OS thread (with its stacks, about 50 KiB) for as long as each
+// pod runs. Without a pollable pidfd it falls back to the blocking wait.
+func reapChild(p *os.Process) {
+	fd, err := unix.PidfdOpen(p.Pid, unix.PIDFD_NONBLOCK)
+	if err != nil {
+		go func() { _, _ = p.Wait() }()
+		return
+	}
+	f := os.NewFile(uintptr(fd), "pidfd")
+	rc, err := f.SyscallConn()
+	if err != nil {
+		f.Close()
+		go func() { _, _ = p.Wait() }()
+		return
+	}
+	go func() {
+		defer f.Close()
+		// Registered with the poller when opened: an exit before the
+		// first look still wakes the wait.
+		_ = rc.Read(func(fd uintptr) bool {
+			fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+			if n, err := unix.Poll(fds, 0); err == nil && n == 0 {
+				return false // still running
+			}
+			_ = unix.Waitid(unix.P_PIDFD, int(fd), nil, unix.WEXITED, nil)
+			return true
+		})
+		_ = p.Release()
+	}()
+}
+
 // zombieExit reads how a zombie pid ended (its wait status, from
 // /proc/<pid>/stat) if the process is still a zombie nobody reaped yet.
 func zombieExit(pid int) (unix.WaitStatus, bool) {

@@ -139,3 +139,52 @@ func TestIsShimOf(t *testing.T) {
 		}
 	}
 }
+
+// TestReapChildHoldsNoThread: children reaped by reapChild are waited for
+// in the poller, not each in a blocking wait on a thread of its own, and
+// are reaped (gone from /proc, not zombies) once they exit.
+func TestReapChildHoldsNoThread(t *testing.T) {
+	threads := func() int {
+		ents, err := os.ReadDir("/proc/self/task")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(ents)
+	}
+	const n = 20
+	before := threads()
+	var procs []*os.Process
+	for range n {
+		cmd := exec.Command("sleep", "60")
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		procs = append(procs, cmd.Process)
+		reapChild(cmd.Process)
+	}
+	pids := make([]int, 0, n)
+	for _, p := range procs {
+		pids = append(pids, p.Pid)
+	}
+	t.Cleanup(func() {
+		for _, pid := range pids {
+			_ = unix.Kill(pid, unix.SIGKILL)
+		}
+	})
+	// Give blocking waits, if any, the time to take their threads.
+	time.Sleep(100 * time.Millisecond)
+	if grown := threads() - before; grown >= n/2 {
+		t.Errorf("%d children being waited for took %d more threads", n, grown)
+	}
+	for _, pid := range pids {
+		_ = unix.Kill(pid, unix.SIGKILL)
+	}
+	poll.Until(t, 30*time.Second, "the children to be reaped", func() (bool, string) {
+		for _, pid := range pids {
+			if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err == nil {
+				return false, fmt.Sprintf("pid %d is still there (unreaped)", pid)
+			}
+		}
+		return true, ""
+	})
+}

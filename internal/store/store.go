@@ -118,12 +118,36 @@ func (s *Store) ReserveContainer(r *Container) error {
 
 // Release frees name if id holds it.
 func (s *Store) Release(k Kind, name, id string) error {
+	return s.db.Update(func(tx *bolt.Tx) error { return release(tx, k, name, id) })
+}
+
+func release(tx *bolt.Tx, k Kind, name, id string) error {
+	b := tx.Bucket(bucketNames)
+	if cur := b.Get(nameKey(k, name)); cur != nil && string(cur) == id {
+		return b.Delete(nameKey(k, name))
+	}
+	return nil
+}
+
+// RemoveSandbox deletes sandbox id's record and frees name if id holds
+// it, in one transaction (one write to disk).
+func (s *Store) RemoveSandbox(id, name string) error {
 	return s.db.Update(func(tx *bolt.Tx) error {
-		b := tx.Bucket(bucketNames)
-		if cur := b.Get(nameKey(k, name)); cur != nil && string(cur) == id {
-			return b.Delete(nameKey(k, name))
+		if err := tx.Bucket(bucketSandboxes).Delete([]byte(id)); err != nil {
+			return err
 		}
-		return nil
+		return release(tx, KindSandbox, name, id)
+	})
+}
+
+// RemoveContainer deletes container id's record and spec and frees name
+// if id holds it, in one transaction.
+func (s *Store) RemoveContainer(id, name string) error {
+	return s.db.Update(func(tx *bolt.Tx) error {
+		if err := deleteContainer(tx, id); err != nil {
+			return err
+		}
+		return release(tx, KindContainer, name, id)
 	})
 }
 
@@ -230,12 +254,14 @@ func (s *Store) ContainerSpec(id string) ([]byte, error) {
 // DeleteContainer removes a container record and its spec; a missing one
 // is not an error.
 func (s *Store) DeleteContainer(id string) error {
-	return s.db.Update(func(tx *bolt.Tx) error {
-		if err := tx.Bucket(bucketSpecs).Delete([]byte(id)); err != nil {
-			return err
-		}
-		return tx.Bucket(bucketContainers).Delete([]byte(id))
-	})
+	return s.db.Update(func(tx *bolt.Tx) error { return deleteContainer(tx, id) })
+}
+
+func deleteContainer(tx *bolt.Tx, id string) error {
+	if err := tx.Bucket(bucketSpecs).Delete([]byte(id)); err != nil {
+		return err
+	}
+	return tx.Bucket(bucketContainers).Delete([]byte(id))
 }
 
 // Containers returns every container record.

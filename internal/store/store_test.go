@@ -183,4 +183,22 @@ func TestReserveAndPut(t *testing.T) {
 	if spec, _ := s.ContainerSpec("c1"); string(spec) != "{}" {
 		t.Errorf("spec of c1 = %q, want {}", spec)
 	}
+	// And they go together.
+	if err := s.RemoveContainer("c1", "app"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RemoveSandbox("p1", "web"); err != nil {
+		t.Fatal(err)
+	}
+	sbs, _ = s.Sandboxes()
+	cs, _ = s.Containers()
+	spec, _ := s.ContainerSpec("c1")
+	for _, k := range []Kind{KindSandbox, KindContainer} {
+		if res, _ := s.Reservations(k); len(res) != 0 {
+			t.Errorf("%s reservations left: %v", k, res)
+		}
+	}
+	if len(sbs)+len(cs) != 0 || spec != nil {
+		t.Errorf("left after removal: %d pods, %d containers, spec %q", len(sbs), len(cs), spec)
+	}
 }

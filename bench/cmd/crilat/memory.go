@@ -59,6 +59,7 @@ func measureMemory(ctx context.Context, c *client, o runOptions) (Memory, error)
 		return m, err
 	}
 	m.DaemonIdle = idle
+	memHook(ctx, o.pid, "idle")
 
 	var pods []string
 	defer func() {
@@ -79,7 +80,7 @@ func measureMemory(ctx context.Context, c *client, o runOptions) (Memory, error)
 	if m.DaemonLoaded, err = readMem(o.pid); err != nil {
 		return m, err
 	}
-	memHook(ctx, o.pid)
+	memHook(ctx, o.pid, "loaded")
 	shims, err := findProcs(o.shimComm, o.match)
 	if err != nil {
 		return m, err
@@ -249,16 +250,17 @@ func findProcs(comm, match string) ([]int, error) {
 }
 
 // memHook runs $CRILAT_MEM_HOOK, when set, with the daemon's pid in
-// $CRILAT_PID while the K pods run, right after the daemon's memory was
-// read: a way to take a heap profile or /proc/PID/smaps at that moment
+// $CRILAT_PID and the moment in $CRILAT_MOMENT ("idle", before the K pods
+// start, or "loaded", while they run), right after the daemon's memory
+// was read: a way to take a heap profile or /proc/PID/smaps then
 // (docs/memory.md).
-func memHook(ctx context.Context, pid int) {
+func memHook(ctx context.Context, pid int, moment string) {
 	hook := os.Getenv("CRILAT_MEM_HOOK")
 	if hook == "" {
 		return
 	}
 	cmd := exec.CommandContext(ctx, "sh", "-c", hook)
-	cmd.Env = append(os.Environ(), fmt.Sprintf("CRILAT_PID=%d", pid))
+	cmd.Env = append(os.Environ(), fmt.Sprintf("CRILAT_PID=%d", pid), "CRILAT_MOMENT="+moment)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Run(); err != nil {
 		fmt.Fprintf(os.Stderr, "crilat: CRILAT_MEM_HOOK: %v\n", err)

@@ -188,7 +188,9 @@ func Do(ctx context.Context, socket string, req Request) (Response, error) {
 	if err := json.NewEncoder(conn).Encode(req); err != nil {
 		return Response{}, callError(ctx, op, err)
 	}
-	line, err := bufio.NewReader(conn).ReadBytes('\n')
+	// A small buffer: an OpWait keeps it for the container's whole run,
+	// and answers are short (longer ones are read in several fills).
+	line, err := bufio.NewReaderSize(conn, 256).ReadBytes('\n')
 	if err != nil {
 		return Response{}, callError(ctx, op, err)
 	}
