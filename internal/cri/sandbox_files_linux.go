@@ -162,9 +162,6 @@ func (bindPinner) Pin(dir string, pid int, kinds []string) (_ map[string]string,
 		return nil, fmt.Errorf("pin namespaces of pid %d: %w", pid, err)
 	}
 	defer unix.Close(pidfd)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("pin namespaces: %w", err)
-	}
 	defer func() {
 		if retErr != nil {
 			_ = bindPinner{}.Unpin(dir)
@@ -174,11 +171,8 @@ func (bindPinner) Pin(dir string, pid int, kinds []string) (_ map[string]string,
 	if err != nil {
 		return nil, err
 	}
-	for _, kind := range kinds {
-		src := fmt.Sprintf("/proc/%d/ns/%s", pid, kind)
-		if err := unix.Mount(src, paths[kind], "", unix.MS_BIND, ""); err != nil {
-			return nil, fmt.Errorf("pin %s namespace: bind mount %s: %w", kind, src, err)
-		}
+	if err := bindNamespaces(fmt.Sprintf("/proc/%d/ns", pid), kinds, paths); err != nil {
+		return nil, err
 	}
 	fds := []unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}
 	if n, err := unix.Poll(fds, 0); err != nil || n > 0 {
@@ -187,9 +181,13 @@ func (bindPinner) Pin(dir string, pid int, kinds []string) (_ map[string]string,
 	return paths, nil
 }
 
-// pinFiles creates dir/<kind> for each kind, the files namespaces are
-// bind-mounted on, and returns kind -> path.
+// pinFiles creates dir and in it dir/<kind> for each kind, the files
+// namespaces are bind-mounted on, and returns kind -> path. Pin and New
+// unpin dir when they fail, this step included.
 func pinFiles(dir string, kinds []string) (map[string]string, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("pin namespaces: %w", err)
+	}
 	paths := make(map[string]string, len(kinds))
 	for _, kind := range kinds {
 		p := filepath.Join(dir, kind)
@@ -203,6 +201,18 @@ func pinFiles(dir string, kinds []string) (map[string]string, error) {
 	return paths, nil
 }
 
+// bindNamespaces bind-mounts nsDir/<kind> (a /proc/.../ns directory) on
+// paths[kind], for each kind in order.
+func bindNamespaces(nsDir string, kinds []string, paths map[string]string) error {
+	for _, kind := range kinds {
+		src := filepath.Join(nsDir, kind)
+		if err := unix.Mount(src, paths[kind], "", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("pin %s namespace: bind mount %s: %w", kind, src, err)
+		}
+	}
+	return nil
+}
+
 func (bindPinner) New(dir string, kinds []string, hostname string) (_ map[string]string, retErr error) {
 	var flags int
 	for _, kind := range kinds {
@@ -214,9 +224,6 @@ func (bindPinner) New(dir string, kinds []string, hostname string) (_ map[string
 		default:
 			return nil, fmt.Errorf("new %s namespace: crind cannot make one without a process: %w", kind, errdefs.ErrInvalidArgument)
 		}
-	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("new namespaces: %w", err)
 	}
 	defer func() {
 		if retErr != nil {
@@ -236,14 +243,7 @@ func (bindPinner) New(dir string, kinds []string, hostname string) (_ map[string
 				return fmt.Errorf("new uts namespace: set hostname %q: %w", hostname, err)
 			}
 		}
-		tid := unix.Gettid()
-		for _, kind := range kinds {
-			src := fmt.Sprintf("/proc/self/task/%d/ns/%s", tid, kind)
-			if err := unix.Mount(src, paths[kind], "", unix.MS_BIND, ""); err != nil {
-				return fmt.Errorf("pin new %s namespace: bind mount %s: %w", kind, src, err)
-			}
-		}
-		return nil
+		return bindNamespaces(fmt.Sprintf("/proc/self/task/%d/ns", unix.Gettid()), kinds, paths)
 	})
 	if err != nil {
 		return nil, err

@@ -328,15 +328,7 @@ func (s *Service) runPodHook(ctx context.Context, view *api.PodSandbox, undo *ro
 		return nil
 	}
 	id := view.GetId()
-	undo.add("forget pending pod", func(context.Context) error {
-		s.mu.Lock()
-		delete(s.pendingPods, id)
-		s.mu.Unlock()
-		return nil
-	})
-	s.mu.Lock()
-	s.pendingPods[id] = view
-	s.mu.Unlock()
+	addPending(s, s.pendingPods, id, view, undo)
 	seen.h, seen.view = h, view
 	if err := h.RunPodSandbox(ctx, proto.Clone(view).(*api.PodSandbox)); err != nil {
 		return fmt.Errorf("nri run pod sandbox %s: %w", id, err)
