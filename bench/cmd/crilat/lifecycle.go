@@ -48,6 +48,36 @@ func dial(socket string) (*client, error) {
 	}, nil
 }
 
+// dialed is one -target: its options and a connection to its socket.
+type dialed struct {
+	o runOptions
+	c *client
+}
+
+// dialTargets parses each -target spec over common and dials it;
+// closeAll closes the connections. On error none is left open.
+func dialTargets(common runOptions, specs []string) (ds []dialed, closeAll func(), err error) {
+	closeAll = func() {
+		for _, d := range ds {
+			d.c.conn.Close()
+		}
+	}
+	for _, spec := range specs {
+		o, err := parseTarget(common, spec)
+		if err != nil {
+			closeAll()
+			return nil, nil, err
+		}
+		c, err := dial(o.socket)
+		if err != nil {
+			closeAll()
+			return nil, nil, err
+		}
+		ds = append(ds, dialed{o: o, c: c})
+	}
+	return ds, closeAll, nil
+}
+
 // runOptions is the configuration of one runtime under test: the flags
 // shared by all targets plus the target's own.
 type runOptions struct {
@@ -128,18 +158,14 @@ func runCmd(args []string) error {
 	if err != nil {
 		return err
 	}
+	ds, closeAll, err := dialTargets(f.o, f.specs)
+	if err != nil {
+		return err
+	}
+	defer closeAll()
 	var targets []*target
-	for _, spec := range f.specs {
-		to, err := parseTarget(f.o, spec)
-		if err != nil {
-			return err
-		}
-		c, err := dial(to.socket)
-		if err != nil {
-			return err
-		}
-		defer c.conn.Close()
-		targets = append(targets, &target{o: to, c: c, samples: map[string][]time.Duration{}})
+	for _, d := range ds {
+		targets = append(targets, &target{o: d.o, c: d.c, samples: map[string][]time.Duration{}})
 	}
 	var fl *floor
 	if f.fo.dir != "" {

@@ -115,18 +115,14 @@ func statsCmd(args []string) error {
 		return fmt.Errorf("-pods %d, -containers %d, -calls %d, -warmup %d: need pods, containers, calls >= 1, warmup >= 0",
 			so.pods, so.perPod, so.calls, so.warmup)
 	}
+	ds, closeAll, err := dialTargets(o, specs)
+	if err != nil {
+		return err
+	}
+	defer closeAll()
 	var targets []*statsTarget
-	for _, spec := range specs {
-		to, err := parseTarget(o, spec)
-		if err != nil {
-			return err
-		}
-		c, err := dial(to.socket)
-		if err != nil {
-			return err
-		}
-		defer c.conn.Close()
-		targets = append(targets, &statsTarget{o: to, c: c, samples: map[string][]time.Duration{}})
+	for _, d := range ds {
+		targets = append(targets, &statsTarget{o: d.o, c: d.c, samples: map[string][]time.Duration{}})
 	}
 	ctx := context.Background()
 	defer func() {
