@@ -146,6 +146,13 @@ type NSPinner interface {
 	Pinned(path string) bool
 	// Unpin removes every pin in dir and dir itself; a missing dir is fine.
 	Unpin(dir string) error
+	// NewNetNS creates a network namespace without any process in it,
+	// pinned at dir/name, and returns its path; an existing dir/name is
+	// errdefs.ErrAlreadyExists. On error nothing is left.
+	NewNetNS(dir, name string) (string, error)
+	// RemoveNetNS unpins the network namespace at path and removes the
+	// file; a missing one is fine.
+	RemoveNetNS(path string) error
 }
 
 // bindPinner pins a namespace by bind-mounting /proc/<pid>/ns/<kind> on a
@@ -255,6 +262,10 @@ func (bindPinner) Pinned(path string) bool {
 	var st unix.Statfs_t
 	return unix.Statfs(path, &st) == nil && st.Type == unix.NSFS_MAGIC
 }
+
+func (bindPinner) NewNetNS(dir, name string) (string, error) { return cni.NewNetNS(dir, name) }
+
+func (bindPinner) RemoveNetNS(path string) error { return cni.RemoveNetNS(path) }
 
 func (bindPinner) Unpin(dir string) error {
 	ents, err := os.ReadDir(dir)

@@ -234,10 +234,10 @@ func (s *Service) setUpPodNetwork(ctx context.Context, rec *store.Sandbox, cfg *
 			return err
 		}
 		undo.add("remove user namespace", func(context.Context) error { return idmap.Unpin(s.usernsPin(id)) })
-	} else if _, err := cni.NewNetNS(s.opts.NetNSDir, id); err != nil {
+	} else if _, err := s.opts.Pinner.NewNetNS(s.opts.NetNSDir, id); err != nil {
 		return fmt.Errorf("create network namespace: %w", err)
 	}
-	undo.add("remove netns", func(context.Context) error { return cni.RemoveNetNS(rec.NetNS) })
+	undo.add("remove netns", func(context.Context) error { return s.opts.Pinner.RemoveNetNS(rec.NetNS) })
 	trace.Mark(ctx, "netns")
 	pod := cniPod(rec, cfg)
 	res, err := s.opts.Network.Setup(ctx, pod)
