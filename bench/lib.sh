@@ -382,6 +382,8 @@ EOF
   enable_selinux = false
   # Root here may lack CAP_SYS_RESOURCE: a negative oom_score_adj would be refused.
   restrict_oom_score_adj = true
+  # The runtime and CNI settings below are ctd_config_v2's under 1.6's
+  # plugin names: keep the two alike, so both versions run pods the same.
   [plugins."io.containerd.grpc.v1.cri".containerd]
     snapshotter = "overlayfs"
     default_runtime_name = "runc"
@@ -439,6 +441,8 @@ EOF
   # Network namespaces under its state directory (in $BASE), not in the
   # host's /var/run/netns where other runs' would be.
   netns_mounts_under_state_dir = true
+  # The runtime and CNI settings below are ctd_config_v1's under 2.x's
+  # plugin names: keep the two alike, so both versions run pods the same.
   [plugins.'io.containerd.cri.v1.runtime'.containerd]
     default_runtime_name = "runc"
     [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]

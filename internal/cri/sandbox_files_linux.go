@@ -161,7 +161,7 @@ type NSPinner interface {
 // init died, which is what a dead pod's should be).
 type bindPinner struct{}
 
-func (bindPinner) Pin(dir string, pid int, kinds []string) (_ map[string]string, retErr error) {
+func (bindPinner) Pin(dir string, pid int, kinds []string) (map[string]string, error) {
 	// The pidfd proves the pid named the same process throughout: if it
 	// had exited and the number been reused, the check below fails.
 	pidfd, err := unix.PidfdOpen(pid, 0)
@@ -169,6 +169,22 @@ func (bindPinner) Pin(dir string, pid int, kinds []string) (_ map[string]string,
 		return nil, fmt.Errorf("pin namespaces of pid %d: %w", pid, err)
 	}
 	defer unix.Close(pidfd)
+	return pinAt(dir, kinds, func(paths map[string]string) error {
+		if err := bindNamespaces(fmt.Sprintf("/proc/%d/ns", pid), kinds, paths); err != nil {
+			return err
+		}
+		fds := []unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}
+		if n, err := unix.Poll(fds, 0); err != nil || n > 0 {
+			return fmt.Errorf("pin namespaces of pid %d: the process exited meanwhile: %w", pid, errdefs.ErrUnavailable)
+		}
+		return nil
+	})
+}
+
+// pinAt is Pin's and New's common frame: it makes the pin files (see
+// pinFiles) and has bind mount namespaces on them. If either fails, dir
+// is unpinned: nothing is left.
+func pinAt(dir string, kinds []string, bind func(paths map[string]string) error) (_ map[string]string, retErr error) {
 	defer func() {
 		if retErr != nil {
 			_ = bindPinner{}.Unpin(dir)
@@ -178,19 +194,14 @@ func (bindPinner) Pin(dir string, pid int, kinds []string) (_ map[string]string,
 	if err != nil {
 		return nil, err
 	}
-	if err := bindNamespaces(fmt.Sprintf("/proc/%d/ns", pid), kinds, paths); err != nil {
+	if err := bind(paths); err != nil {
 		return nil, err
-	}
-	fds := []unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}
-	if n, err := unix.Poll(fds, 0); err != nil || n > 0 {
-		return nil, fmt.Errorf("pin namespaces of pid %d: the process exited meanwhile: %w", pid, errdefs.ErrUnavailable)
 	}
 	return paths, nil
 }
 
 // pinFiles creates dir and in it dir/<kind> for each kind, the files
-// namespaces are bind-mounted on, and returns kind -> path. Pin and New
-// unpin dir when they fail, this step included.
+// namespaces are bind-mounted on, and returns kind -> path.
 func pinFiles(dir string, kinds []string) (map[string]string, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("pin namespaces: %w", err)
@@ -220,7 +231,7 @@ func bindNamespaces(nsDir string, kinds []string, paths map[string]string) error
 	return nil
 }
 
-func (bindPinner) New(dir string, kinds []string, hostname string) (_ map[string]string, retErr error) {
+func (bindPinner) New(dir string, kinds []string, hostname string) (map[string]string, error) {
 	var flags int
 	for _, kind := range kinds {
 		switch kind {
@@ -232,30 +243,19 @@ func (bindPinner) New(dir string, kinds []string, hostname string) (_ map[string
 			return nil, fmt.Errorf("new %s namespace: crind cannot make one without a process: %w", kind, errdefs.ErrInvalidArgument)
 		}
 	}
-	defer func() {
-		if retErr != nil {
-			_ = bindPinner{}.Unpin(dir)
-		}
-	}()
-	paths, err := pinFiles(dir, kinds)
-	if err != nil {
-		return nil, err
-	}
-	err = cni.OnDisposableThread(func() error {
-		if err := unix.Unshare(flags); err != nil {
-			return fmt.Errorf("new namespaces: unshare: %w", err)
-		}
-		if flags&unix.CLONE_NEWUTS != 0 && hostname != "" {
-			if err := unix.Sethostname([]byte(hostname)); err != nil {
-				return fmt.Errorf("new uts namespace: set hostname %q: %w", hostname, err)
+	return pinAt(dir, kinds, func(paths map[string]string) error {
+		return cni.OnDisposableThread(func() error {
+			if err := unix.Unshare(flags); err != nil {
+				return fmt.Errorf("new namespaces: unshare: %w", err)
 			}
-		}
-		return bindNamespaces(fmt.Sprintf("/proc/self/task/%d/ns", unix.Gettid()), kinds, paths)
+			if flags&unix.CLONE_NEWUTS != 0 && hostname != "" {
+				if err := unix.Sethostname([]byte(hostname)); err != nil {
+					return fmt.Errorf("new uts namespace: set hostname %q: %w", hostname, err)
+				}
+			}
+			return bindNamespaces(fmt.Sprintf("/proc/self/task/%d/ns", unix.Gettid()), kinds, paths)
+		})
 	})
-	if err != nil {
-		return nil, err
-	}
-	return paths, nil
 }
 
 func (bindPinner) Pinned(path string) bool {
