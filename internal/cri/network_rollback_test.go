@@ -54,6 +54,13 @@ func (f *fakeCNI) Teardown(_ context.Context, pod cni.Pod) error {
 	return nil
 }
 
+// ip is the address pod id was given; "" when it has no network.
+func (f *fakeCNI) ip(id string) string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.nets[id]
+}
+
 // networks lists the pods that have a network.
 func (f *fakeCNI) networks() []string {
 	f.mu.Lock()
@@ -161,7 +168,7 @@ func TestRunPodSandboxNetworkRollsBack(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got, want := st.GetStatus().GetNetwork().GetIp(), net.nets[id]; got == "" || got != want {
+			if got, want := st.GetStatus().GetNetwork().GetIp(), net.ip(id); got == "" || got != want {
 				t.Errorf("retried pod's IP = %q, want %q from CNI", got, want)
 			}
 
