@@ -26,6 +26,10 @@ if built "$out"; then
 	exit 0
 fi
 
+# Build into a temporary name and rename, so an interrupted build is never
+# taken for a finished one. test/e2e/kubelet/build.sh does the same for the
+# kubelet: keep the two alike (separate scripts, as bench/ and test/e2e are
+# run on their own).
 mkdir -p "$(dirname "$out")"
 tmp="$out.tmp.$$"
 trap 'rm -rf "$tmp"' EXIT

@@ -346,14 +346,10 @@ floor_setup() {
 
 # --- containerd -----------------------------------------------------------------
 
-# ctd_config_v1 writes the config of Debian's containerd 1.6 (config version 2).
-ctd_config_v1() {
+# ctd_config_services writes the part of the config both containerd versions
+# read alike: its sockets, quiet debug and metrics, its opt dir.
+ctd_config_services() {
 	cat <<EOF
-version = 2
-root = "$BASE/ctd/root"
-state = "$BASE/ctd/state"
-disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs",
-  "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper"]
 [grpc]
   address = "$CTD_SOCK"
 [ttrpc]
@@ -365,6 +361,20 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
   address = ""
 [plugins."io.containerd.internal.v1.opt"]
   path = "$BASE/ctd/opt"
+EOF
+}
+
+# ctd_config_v1 writes the config of Debian's containerd 1.6 (config version 2).
+ctd_config_v1() {
+	cat <<EOF
+version = 2
+root = "$BASE/ctd/root"
+state = "$BASE/ctd/state"
+disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs",
+  "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper"]
+EOF
+	ctd_config_services
+	cat <<EOF
 [plugins."io.containerd.grpc.v1.cri"]
   sandbox_image = "$PAUSE"
   stream_server_address = "127.0.0.1"
@@ -372,6 +382,8 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
   enable_selinux = false
   # Root here may lack CAP_SYS_RESOURCE: a negative oom_score_adj would be refused.
   restrict_oom_score_adj = true
+  # The runtime and CNI settings below are ctd_config_v2's under 1.6's
+  # plugin names: keep the two alike, so both versions run pods the same.
   [plugins."io.containerd.grpc.v1.cri".containerd]
     snapshotter = "overlayfs"
     default_runtime_name = "runc"
@@ -408,17 +420,9 @@ root = "$BASE/ctd/root"
 state = "$BASE/ctd/state"
 imports = []
 disabled_plugins = ["io.containerd.nri.v1.nri"]
-[grpc]
-  address = "$CTD_SOCK"
-[ttrpc]
-  address = "$CTD_SOCK.ttrpc"
-[debug]
-  address = ""
-  level = "warn"
-[metrics]
-  address = ""
-[plugins.'io.containerd.internal.v1.opt']
-  path = "$BASE/ctd/opt"
+EOF
+	ctd_config_services
+	cat <<EOF
 [plugins.'io.containerd.shim.v1.manager']
   socket_dir = "$BASE/ctd/shims"
 [plugins.'io.containerd.transfer.v1.local']
@@ -437,6 +441,8 @@ disabled_plugins = ["io.containerd.nri.v1.nri"]
   # Network namespaces under its state directory (in $BASE), not in the
   # host's /var/run/netns where other runs' would be.
   netns_mounts_under_state_dir = true
+  # The runtime and CNI settings below are ctd_config_v1's under 2.x's
+  # plugin names: keep the two alike, so both versions run pods the same.
   [plugins.'io.containerd.cri.v1.runtime'.containerd]
     default_runtime_name = "runc"
     [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]

@@ -131,10 +131,10 @@ func postCreateHook(ctx context.Context, log *slog.Logger, h nriHooks, sb *sandb
 // readyPodRuntime is the runtime of pod sb, which must be ready to take
 // containers; the caller holds sb.op.
 func (s *Service) readyPodRuntime(sb *sandbox) (runtime.Runtime, error) {
-	pod := sb.rec
-	if sb.removed || pod.State != store.SandboxReady {
-		return nil, fmt.Errorf("pod sandbox %s is not ready: %w", pod.ID, errdefs.ErrFailedPrecondition)
+	if err := checkReadyLocked(sb); err != nil {
+		return nil, err
 	}
+	pod := sb.rec
 	rt, ok := s.opts.Runtimes[pod.RuntimeHandler]
 	if !ok {
 		return nil, fmt.Errorf("pod %s: runtime handler %q is no longer configured: %w", pod.ID, pod.RuntimeHandler, errdefs.ErrFailedPrecondition)

@@ -31,15 +31,7 @@ func (s *Service) createHook(ctx context.Context, h nriHooks, sb *sandbox, rec *
 	undo.add("nri remove container", func(ctx context.Context) error {
 		return h.RemoveContainer(ctx, sb.nriView(), proto.Clone(view).(*api.Container))
 	})
-	undo.add("forget pending container", func(context.Context) error {
-		s.mu.Lock()
-		delete(s.pendingCtrs, id)
-		s.mu.Unlock()
-		return nil
-	})
-	s.mu.Lock()
-	s.pendingCtrs[id] = view
-	s.mu.Unlock()
+	addPending(s, s.pendingCtrs, id, view, undo)
 
 	res, err := h.CreateContainerOwned(ctx, sb.nriView(), proto.Clone(view).(*api.Container))
 	if err != nil {

@@ -9,7 +9,6 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/crin-dev/crin/internal/runtime"
-	"github.com/crin-dev/crin/internal/store"
 )
 
 // execOutputLimit caps what ExecSync keeps of each stream (kubelet's probe
@@ -29,13 +28,7 @@ func (s *Service) ExecSync(ctx context.Context, r *runtimeapi.ExecSyncRequest) (
 	if r.GetTimeout() < 0 {
 		return nil, fmt.Errorf("timeout %d: must not be negative: %w", r.GetTimeout(), errdefs.ErrInvalidArgument)
 	}
-	c.mu.Lock()
-	state, rec := c.rec.State, c.rec
-	c.mu.Unlock()
-	if state != store.ContainerRunning {
-		return nil, fmt.Errorf("container %s is %s, not running: %w", rec.ID, state, errdefs.ErrFailedPrecondition)
-	}
-	rt, err := s.containerRuntime(rec)
+	rec, rt, err := s.running(c)
 	if err != nil {
 		return nil, err
 	}

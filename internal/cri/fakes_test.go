@@ -2,6 +2,7 @@ package cri
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -577,3 +578,27 @@ func (fakePinner) Pinned(path string) bool {
 }
 
 func (fakePinner) Unpin(dir string) error { return os.RemoveAll(dir) }
+
+// NewNetNS "pins" a network namespace as an empty file, as bindPinner's
+// would be, refusing an existing one as it does.
+func (fakePinner) NewNetNS(dir, name string) (string, error) {
+	if err := os.MkdirAll(dir, 0o711); err != nil {
+		return "", err
+	}
+	p := filepath.Join(dir, name)
+	f, err := os.OpenFile(p, os.O_RDONLY|os.O_CREATE|os.O_EXCL, 0o444)
+	if errors.Is(err, os.ErrExist) {
+		return "", fmt.Errorf("new netns %s: %w", p, errdefs.ErrAlreadyExists)
+	}
+	if err != nil {
+		return "", err
+	}
+	return p, f.Close()
+}
+
+func (fakePinner) RemoveNetNS(path string) error {
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return nil
+}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/containerd/errdefs"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/crin-dev/crin/internal/image"
@@ -13,9 +12,9 @@ import (
 // PullImage pulls an image with the request's credentials and returns its
 // id.
 func (s *Service) PullImage(ctx context.Context, r *runtimeapi.PullImageRequest) (*runtimeapi.PullImageResponse, error) {
-	ref := r.GetImage().GetImage()
-	if ref == "" {
-		return nil, fmt.Errorf("image.image: must not be empty: %w", errdefs.ErrInvalidArgument)
+	ref, err := requestedImage(r.GetImage())
+	if err != nil {
+		return nil, err
 	}
 	var auth *image.Auth
 	if a := r.GetAuth(); a != nil {

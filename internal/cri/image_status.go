@@ -17,9 +17,9 @@ import (
 // ImageStatus reports an image; an image that is not present is an empty
 // response, not an error, as the CRI contract says.
 func (s *Service) ImageStatus(ctx context.Context, r *runtimeapi.ImageStatusRequest) (*runtimeapi.ImageStatusResponse, error) {
-	ref := r.GetImage().GetImage()
-	if ref == "" {
-		return nil, fmt.Errorf("image.image: must not be empty: %w", errdefs.ErrInvalidArgument)
+	ref, err := requestedImage(r.GetImage())
+	if err != nil {
+		return nil, err
 	}
 	img, err := s.opts.Images.Get(ref)
 	if errors.Is(err, errdefs.ErrNotFound) {
@@ -59,12 +59,11 @@ func (s *Service) ListImages(ctx context.Context, r *runtimeapi.ListImagesReques
 // is not present succeeds: the CRI contract says RemoveImage "must not
 // return an error if the image has already been removed".
 func (s *Service) RemoveImage(ctx context.Context, r *runtimeapi.RemoveImageRequest) (*runtimeapi.RemoveImageResponse, error) {
-	ref := r.GetImage().GetImage()
-	if ref == "" {
-		return nil, fmt.Errorf("image.image: must not be empty: %w", errdefs.ErrInvalidArgument)
+	ref, err := requestedImage(r.GetImage())
+	if err != nil {
+		return nil, err
 	}
-	err := s.opts.Images.Remove(ctx, ref)
-	if err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+	if err := s.opts.Images.Remove(ctx, ref); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
 		return nil, fmt.Errorf("remove image.image %q: %w", ref, err)
 	}
 	return &runtimeapi.RemoveImageResponse{}, nil
@@ -130,4 +129,13 @@ func imageName(img *image.Image, ref string) string {
 		return img.RepoDigests[0]
 	}
 	return img.ID
+}
+
+// requestedImage is the image a request names (image.image): PullImage,
+// ImageStatus and RemoveImage refuse an empty one.
+func requestedImage(spec *runtimeapi.ImageSpec) (string, error) {
+	if spec.GetImage() == "" {
+		return "", fmt.Errorf("image.image: must not be empty: %w", errdefs.ErrInvalidArgument)
+	}
+	return spec.GetImage(), nil
 }

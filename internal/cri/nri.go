@@ -143,6 +143,22 @@ func (s *Service) NRIOwners(id string) (map[string]string, error) {
 	return out, nil
 }
 
+// addPending puts view in pending (s.pendingPods or s.pendingCtrs) under
+// id, so Snapshot shows it while its NRI create event is in flight, and
+// adds to undo the step that takes it out again. The commit that makes the
+// pod or container visible takes it out on success.
+func addPending[V any](s *Service, pending map[string]V, id string, view V, undo *rollback) {
+	undo.add("forget pending NRI view", func(context.Context) error {
+		s.mu.Lock()
+		delete(pending, id)
+		s.mu.Unlock()
+		return nil
+	})
+	s.mu.Lock()
+	pending[id] = view
+	s.mu.Unlock()
+}
+
 // Snapshot implements nri.Engine: every visible pod and container, plus
 // those whose RunPodSandbox / CreateContainer event is in progress. It
 // takes only Service.mu and container.mu, briefly.

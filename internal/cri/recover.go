@@ -13,7 +13,6 @@ import (
 	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/crin-dev/crin/internal/cni"
 	"github.com/crin-dev/crin/internal/runtime"
 	"github.com/crin-dev/crin/internal/store"
 )
@@ -70,7 +69,7 @@ func (s *Service) recoverSandbox(ctx context.Context, rec *store.Sandbox) error 
 			if err := s.opts.Network.Teardown(ctx, cniPod(rec, cfg)); err != nil {
 				return fmt.Errorf("tear down network: %w", err)
 			}
-			if err := cni.RemoveNetNS(rec.NetNS); err != nil {
+			if err := s.opts.Pinner.RemoveNetNS(rec.NetNS); err != nil {
 				return err
 			}
 		}
@@ -249,7 +248,7 @@ func (s *Service) removeOrphans(ctx context.Context) {
 	if ents, err := os.ReadDir(s.opts.NetNSDir); err == nil {
 		for _, e := range ents {
 			if !known(e.Name()) {
-				if err := cni.RemoveNetNS(filepath.Join(s.opts.NetNSDir, e.Name())); err != nil {
+				if err := s.opts.Pinner.RemoveNetNS(filepath.Join(s.opts.NetNSDir, e.Name())); err != nil {
 					s.log.WarnContext(ctx, "remove orphaned netns", "netns", e.Name(), "error", err)
 				}
 			}

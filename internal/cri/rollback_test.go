@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"sort"
 	"testing"
@@ -17,7 +18,8 @@ import (
 
 // leftovers lists what the hub holds beyond the pods and containers in
 // keep: runtime containers, prepared rootfs dirs, store records, name
-// reservations, pending cleanups and namespace pin dirs.
+// reservations, pending cleanups, namespace pin dirs, network namespace
+// pins and pod dirs.
 func (h *hub) leftovers(t *testing.T, keep ...string) []string {
 	t.Helper()
 	var out []string
@@ -72,10 +74,18 @@ func (h *hub) leftovers(t *testing.T, keep ...string) []string {
 	for _, c := range cl {
 		out = append(out, "pending cleanup "+c.Key())
 	}
-	if ents, err := os.ReadDir(h.Service.opts.NSDir); err == nil {
+	for _, d := range []struct{ what, dir string }{
+		{"namespace pins", h.Service.opts.NSDir},
+		{"netns", h.Service.opts.NetNSDir},
+		{"pod dir", filepath.Join(h.Service.opts.RootDir, "pods")},
+	} {
+		ents, err := os.ReadDir(d.dir)
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			t.Fatal(err)
+		}
 		for _, e := range ents {
 			if !slices.Contains(keep, e.Name()) {
-				out = append(out, "namespace pins "+short(e.Name()))
+				out = append(out, d.what+" "+short(e.Name()))
 			}
 		}
 	}

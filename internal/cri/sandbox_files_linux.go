@@ -146,6 +146,13 @@ type NSPinner interface {
 	Pinned(path string) bool
 	// Unpin removes every pin in dir and dir itself; a missing dir is fine.
 	Unpin(dir string) error
+	// NewNetNS creates a network namespace without any process in it,
+	// pinned at dir/name, and returns its path; an existing dir/name is
+	// errdefs.ErrAlreadyExists. On error nothing is left.
+	NewNetNS(dir, name string) (string, error)
+	// RemoveNetNS unpins the network namespace at path and removes the
+	// file; a missing one is fine.
+	RemoveNetNS(path string) error
 }
 
 // bindPinner pins a namespace by bind-mounting /proc/<pid>/ns/<kind> on a
@@ -154,7 +161,7 @@ type NSPinner interface {
 // init died, which is what a dead pod's should be).
 type bindPinner struct{}
 
-func (bindPinner) Pin(dir string, pid int, kinds []string) (_ map[string]string, retErr error) {
+func (bindPinner) Pin(dir string, pid int, kinds []string) (map[string]string, error) {
 	// The pidfd proves the pid named the same process throughout: if it
 	// had exited and the number been reused, the check below fails.
 	pidfd, err := unix.PidfdOpen(pid, 0)
@@ -162,9 +169,22 @@ func (bindPinner) Pin(dir string, pid int, kinds []string) (_ map[string]string,
 		return nil, fmt.Errorf("pin namespaces of pid %d: %w", pid, err)
 	}
 	defer unix.Close(pidfd)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("pin namespaces: %w", err)
-	}
+	return pinAt(dir, kinds, func(paths map[string]string) error {
+		if err := bindNamespaces(fmt.Sprintf("/proc/%d/ns", pid), kinds, paths); err != nil {
+			return err
+		}
+		fds := []unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}
+		if n, err := unix.Poll(fds, 0); err != nil || n > 0 {
+			return fmt.Errorf("pin namespaces of pid %d: the process exited meanwhile: %w", pid, errdefs.ErrUnavailable)
+		}
+		return nil
+	})
+}
+
+// pinAt is Pin's and New's common frame: it makes the pin files (see
+// pinFiles) and has bind mount namespaces on them. If either fails, dir
+// is unpinned: nothing is left.
+func pinAt(dir string, kinds []string, bind func(paths map[string]string) error) (_ map[string]string, retErr error) {
 	defer func() {
 		if retErr != nil {
 			_ = bindPinner{}.Unpin(dir)
@@ -174,22 +194,18 @@ func (bindPinner) Pin(dir string, pid int, kinds []string) (_ map[string]string,
 	if err != nil {
 		return nil, err
 	}
-	for _, kind := range kinds {
-		src := fmt.Sprintf("/proc/%d/ns/%s", pid, kind)
-		if err := unix.Mount(src, paths[kind], "", unix.MS_BIND, ""); err != nil {
-			return nil, fmt.Errorf("pin %s namespace: bind mount %s: %w", kind, src, err)
-		}
-	}
-	fds := []unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}
-	if n, err := unix.Poll(fds, 0); err != nil || n > 0 {
-		return nil, fmt.Errorf("pin namespaces of pid %d: the process exited meanwhile: %w", pid, errdefs.ErrUnavailable)
+	if err := bind(paths); err != nil {
+		return nil, err
 	}
 	return paths, nil
 }
 
-// pinFiles creates dir/<kind> for each kind, the files namespaces are
-// bind-mounted on, and returns kind -> path.
+// pinFiles creates dir and in it dir/<kind> for each kind, the files
+// namespaces are bind-mounted on, and returns kind -> path.
 func pinFiles(dir string, kinds []string) (map[string]string, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("pin namespaces: %w", err)
+	}
 	paths := make(map[string]string, len(kinds))
 	for _, kind := range kinds {
 		p := filepath.Join(dir, kind)
@@ -203,7 +219,19 @@ func pinFiles(dir string, kinds []string) (map[string]string, error) {
 	return paths, nil
 }
 
-func (bindPinner) New(dir string, kinds []string, hostname string) (_ map[string]string, retErr error) {
+// bindNamespaces bind-mounts nsDir/<kind> (a /proc/.../ns directory) on
+// paths[kind], for each kind in order.
+func bindNamespaces(nsDir string, kinds []string, paths map[string]string) error {
+	for _, kind := range kinds {
+		src := filepath.Join(nsDir, kind)
+		if err := unix.Mount(src, paths[kind], "", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("pin %s namespace: bind mount %s: %w", kind, src, err)
+		}
+	}
+	return nil
+}
+
+func (bindPinner) New(dir string, kinds []string, hostname string) (map[string]string, error) {
 	var flags int
 	for _, kind := range kinds {
 		switch kind {
@@ -215,46 +243,29 @@ func (bindPinner) New(dir string, kinds []string, hostname string) (_ map[string
 			return nil, fmt.Errorf("new %s namespace: crind cannot make one without a process: %w", kind, errdefs.ErrInvalidArgument)
 		}
 	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("new namespaces: %w", err)
-	}
-	defer func() {
-		if retErr != nil {
-			_ = bindPinner{}.Unpin(dir)
-		}
-	}()
-	paths, err := pinFiles(dir, kinds)
-	if err != nil {
-		return nil, err
-	}
-	err = cni.OnDisposableThread(func() error {
-		if err := unix.Unshare(flags); err != nil {
-			return fmt.Errorf("new namespaces: unshare: %w", err)
-		}
-		if flags&unix.CLONE_NEWUTS != 0 && hostname != "" {
-			if err := unix.Sethostname([]byte(hostname)); err != nil {
-				return fmt.Errorf("new uts namespace: set hostname %q: %w", hostname, err)
+	return pinAt(dir, kinds, func(paths map[string]string) error {
+		return cni.OnDisposableThread(func() error {
+			if err := unix.Unshare(flags); err != nil {
+				return fmt.Errorf("new namespaces: unshare: %w", err)
 			}
-		}
-		tid := unix.Gettid()
-		for _, kind := range kinds {
-			src := fmt.Sprintf("/proc/self/task/%d/ns/%s", tid, kind)
-			if err := unix.Mount(src, paths[kind], "", unix.MS_BIND, ""); err != nil {
-				return fmt.Errorf("pin new %s namespace: bind mount %s: %w", kind, src, err)
+			if flags&unix.CLONE_NEWUTS != 0 && hostname != "" {
+				if err := unix.Sethostname([]byte(hostname)); err != nil {
+					return fmt.Errorf("new uts namespace: set hostname %q: %w", hostname, err)
+				}
 			}
-		}
-		return nil
+			return bindNamespaces(fmt.Sprintf("/proc/self/task/%d/ns", unix.Gettid()), kinds, paths)
+		})
 	})
-	if err != nil {
-		return nil, err
-	}
-	return paths, nil
 }
 
 func (bindPinner) Pinned(path string) bool {
 	var st unix.Statfs_t
 	return unix.Statfs(path, &st) == nil && st.Type == unix.NSFS_MAGIC
 }
+
+func (bindPinner) NewNetNS(dir, name string) (string, error) { return cni.NewNetNS(dir, name) }
+
+func (bindPinner) RemoveNetNS(path string) error { return cni.RemoveNetNS(path) }
 
 func (bindPinner) Unpin(dir string) error {
 	ents, err := os.ReadDir(dir)

@@ -237,10 +237,10 @@ func (s *Service) setUpPodNetwork(ctx context.Context, rec *store.Sandbox, cfg *
 			return err
 		}
 		undo.add("remove user namespace", func(context.Context) error { return idmap.Unpin(s.usernsPin(id)) })
-	} else if _, err := cni.NewNetNS(s.opts.NetNSDir, id); err != nil {
+	} else if _, err := s.opts.Pinner.NewNetNS(s.opts.NetNSDir, id); err != nil {
 		return fmt.Errorf("create network namespace: %w", err)
 	}
-	undo.add("remove netns", func(context.Context) error { return cni.RemoveNetNS(rec.NetNS) })
+	undo.add("remove netns", func(context.Context) error { return s.opts.Pinner.RemoveNetNS(rec.NetNS) })
 	trace.Mark(ctx, "netns")
 	pod := cniPod(rec, cfg)
 	res, err := s.opts.Network.Setup(ctx, pod)
@@ -331,15 +331,7 @@ func (s *Service) runPodHook(ctx context.Context, view *api.PodSandbox, undo *ro
 		return nil
 	}
 	id := view.GetId()
-	undo.add("forget pending pod", func(context.Context) error {
-		s.mu.Lock()
-		delete(s.pendingPods, id)
-		s.mu.Unlock()
-		return nil
-	})
-	s.mu.Lock()
-	s.pendingPods[id] = view
-	s.mu.Unlock()
+	addPending(s, s.pendingPods, id, view, undo)
 	seen.h, seen.view = h, view
 	if err := h.RunPodSandbox(ctx, proto.Clone(view).(*api.PodSandbox)); err != nil {
 		return fmt.Errorf("nri run pod sandbox %s: %w", id, err)

@@ -39,6 +39,8 @@ func (s *Service) PodSandboxStatus(ctx context.Context, r *runtimeapi.PodSandbox
 // sandboxStatus renders a pod's status; sb.mu must be held.
 func sandboxStatus(sb *sandbox) *runtimeapi.PodSandboxStatus {
 	rec, cfg := sb.rec, sb.config
+	// The fields ListPodSandbox also reports (as a PodSandbox, another
+	// type) come from the same record fields: keep the two alike.
 	st := &runtimeapi.PodSandboxStatus{
 		Id:             rec.ID,
 		Metadata:       cfg.GetMetadata(),
@@ -79,6 +81,8 @@ func (s *Service) ListPodSandbox(ctx context.Context, r *runtimeapi.ListPodSandb
 			(f.GetState() == nil || f.GetState().GetState() == sandboxState(rec.State)) &&
 			labelsMatch(cfg.GetLabels(), f.GetLabelSelector())
 		if ok {
+			// As sandboxStatus fills the same fields of a
+			// PodSandboxStatus: keep the two alike.
 			resp.Items = append(resp.Items, &runtimeapi.PodSandbox{
 				Id:             rec.ID,
 				Metadata:       cfg.GetMetadata(),

@@ -9,7 +9,6 @@ import (
 	"github.com/containerd/errdefs"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/crin-dev/crin/internal/cni"
 	"github.com/crin-dev/crin/internal/runtime"
 	"github.com/crin-dev/crin/internal/store"
 	"github.com/crin-dev/crin/internal/trace"
@@ -85,7 +84,7 @@ func (s *Service) stopSandboxLocked(ctx context.Context, sb *sandbox) error {
 			return fmt.Errorf("tear down pod network: %w", err)
 		}
 		trace.Mark(ctx, "cni_del")
-		if err := cni.RemoveNetNS(rec.NetNS); err != nil {
+		if err := s.opts.Pinner.RemoveNetNS(rec.NetNS); err != nil {
 			return err
 		}
 		sb.mu.Lock()

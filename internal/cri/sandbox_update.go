@@ -39,10 +39,10 @@ func (s *Service) UpdatePodSandboxResources(ctx context.Context, r *runtimeapi.U
 	}
 	sb.op.Lock()
 	defer sb.op.Unlock()
-	rec := sb.rec
-	if sb.removed || rec.State != store.SandboxReady {
-		return nil, fmt.Errorf("pod sandbox %s is %s, not ready: %w", rec.ID, rec.State, errdefs.ErrFailedPrecondition)
+	if err := checkReadyLocked(sb); err != nil {
+		return nil, err
 	}
+	rec := sb.rec
 	cfg := proto.Clone(sb.config).(*runtimeapi.PodSandboxConfig)
 	if cfg.Linux == nil {
 		cfg.Linux = &runtimeapi.LinuxPodSandboxConfig{}
@@ -81,4 +81,14 @@ func (s *Service) UpdatePodSandboxResources(ctx context.Context, r *runtimeapi.U
 		}
 	}
 	return &runtimeapi.UpdatePodSandboxResourcesResponse{}, nil
+}
+
+// checkReadyLocked fails (FailedPrecondition) unless sb is a ready pod not
+// removed: what CreateContainer and UpdatePodSandboxResources need of
+// their pod. sb.op is held (it guards removed).
+func checkReadyLocked(sb *sandbox) error {
+	if rec := sb.rec; sb.removed || rec.State != store.SandboxReady {
+		return fmt.Errorf("pod sandbox %s is %s, not ready: %w", rec.ID, rec.State, errdefs.ErrFailedPrecondition)
+	}
+	return nil
 }

@@ -127,20 +127,32 @@ func (r *streamRuntime) close(ctx context.Context) {
 	}
 }
 
+// open begins a session (see begin) on the running container
+// containerID, for Exec and Attach. done must be called when the session
+// ends, not when open fails.
+func (r *streamRuntime) open(ctx context.Context, containerID string) (context.Context, containerRef, runtime.Runtime, func(), error) {
+	ctx, done, err := r.begin(ctx)
+	if err != nil {
+		return nil, containerRef{}, nil, nil, err
+	}
+	ref, rt, err := r.s.runningContainer(containerID)
+	if err != nil {
+		done()
+		return nil, containerRef{}, nil, nil, err
+	}
+	return ctx, ref, rt, done, nil
+}
+
 // Exec runs cmd in a running container with the client's streams. A
 // non-zero exit is reported as an exit error, which the streaming server
 // passes to the client as the command's exit code.
 func (r *streamRuntime) Exec(ctx context.Context, containerID string, cmd []string, in io.Reader, out, errOut io.WriteCloser, tty bool, resize <-chan remotecommand.TerminalSize) (err error) {
 	defer r.s.recoverSession(ctx, "exec", &err)
-	ctx, done, err := r.begin(ctx)
+	ctx, rec, rt, done, err := r.open(ctx, containerID)
 	if err != nil {
 		return err
 	}
 	defer done()
-	rec, rt, err := r.s.runningContainer(containerID)
-	if err != nil {
-		return err
-	}
 	se, ok := rt.(runtime.StreamExecer)
 	if !ok {
 		return fmt.Errorf("exec in %s: runtime cannot stream: %w", rec.ID, errdefs.ErrNotImplemented)
@@ -172,15 +184,11 @@ func (r *streamRuntime) Exec(ctx context.Context, containerID string, cmd []stri
 // its stdin when it was created with one, and its terminal's size.
 func (r *streamRuntime) Attach(ctx context.Context, containerID string, in io.Reader, out, errOut io.WriteCloser, tty bool, resize <-chan remotecommand.TerminalSize) (err error) {
 	defer r.s.recoverSession(ctx, "attach", &err)
-	ctx, done, err := r.begin(ctx)
+	ctx, rec, rt, done, err := r.open(ctx, containerID)
 	if err != nil {
 		return err
 	}
 	defer done()
-	rec, rt, err := r.s.runningContainer(containerID)
-	if err != nil {
-		return err
-	}
 	at, ok := rt.(runtime.Attacher)
 	if !ok {
 		return fmt.Errorf("attach to %s: runtime cannot attach: %w", rec.ID, errdefs.ErrNotImplemented)
@@ -207,12 +215,21 @@ func (r *streamRuntime) Attach(ctx context.Context, containerID string, in io.Re
 	return nil
 }
 
-// runningContainer finds a running container and its runtime.
-func (s *Service) runningContainer(id string) (recID containerRef, rt runtime.Runtime, err error) {
+// runningContainer finds a running container and its runtime: unknown is
+// NotFound, not running FailedPrecondition.
+func (s *Service) runningContainer(id string) (containerRef, runtime.Runtime, error) {
 	c, err := s.getContainer(id)
 	if err != nil {
 		return containerRef{}, nil, err
 	}
+	return s.running(c)
+}
+
+// running is runningContainer for a container already found, for RPCs
+// that check their request between the two (an unknown container is
+// NotFound before a bad request is InvalidArgument, which is before a
+// stopped container is FailedPrecondition).
+func (s *Service) running(c *container) (containerRef, runtime.Runtime, error) {
 	c.mu.Lock()
 	rec := c.rec
 	state := rec.State
@@ -220,7 +237,7 @@ func (s *Service) runningContainer(id string) (recID containerRef, rt runtime.Ru
 	if state != store.ContainerRunning {
 		return containerRef{}, nil, fmt.Errorf("container %s is %s, not running: %w", rec.ID, state, errdefs.ErrFailedPrecondition)
 	}
-	rt, err = s.containerRuntime(rec)
+	rt, err := s.containerRuntime(rec)
 	if err != nil {
 		return containerRef{}, nil, err
 	}

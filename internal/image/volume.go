@@ -81,6 +81,12 @@ const maxSubPathLinks = 40
 // it cannot be led out of the image). sub must be a relative path that
 // stays inside root and names a directory or a regular file. A path
 // outside is errdefs.ErrInvalidArgument; a missing one errdefs.ErrNotFound.
+//
+// internal/oci's resolveInRoot walks symlinks by the same rules (for
+// /etc/passwd in a rootfs, through an os.Root): a change to the rules here
+// belongs there too. They stay two because image and oci are spokes that
+// do not import each other, and their errors differ (classified here, raw
+// fs errors there).
 func ResolveSubPath(root, sub string) (string, error) {
 	if !filepath.IsLocal(sub) {
 		return "", fmt.Errorf("%q: must be a relative path inside the image, without \"..\": %w", sub, errdefs.ErrInvalidArgument)

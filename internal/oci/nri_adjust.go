@@ -169,20 +169,37 @@ func (a *adjuster) annotations(adj *api.ContainerAdjustment) error {
 	return nil
 }
 
-func (a *adjuster) mounts(adj *api.ContainerAdjustment) error {
-	var add []*api.Mount
-	for _, m := range adj.Mounts {
-		if m == nil {
+// removable is an NRI adjustment entry keyed by a path that may be marked
+// for removal (a mount or a device).
+type removable interface {
+	comparable
+	IsMarkedForRemoval() (string, bool)
+}
+
+// applyRemovals calls remove with the cleaned path of each entry marked
+// for removal, in order, and returns the other entries (nil ones dropped):
+// an adjustment's removals apply before its additions.
+func applyRemovals[T removable](entries []T, remove func(path string)) []T {
+	var zero T
+	var add []T
+	for _, e := range entries {
+		if e == zero {
 			continue
 		}
-		dst, remove := m.IsMarkedForRemoval()
-		if !remove {
-			add = append(add, m)
+		p, marked := e.IsMarkedForRemoval()
+		if !marked {
+			add = append(add, e)
 			continue
 		}
-		dst = path.Clean(dst)
-		a.s.Mounts = slices.DeleteFunc(a.s.Mounts, func(x specs.Mount) bool { return path.Clean(x.Destination) == dst })
+		remove(path.Clean(p))
 	}
+	return add
+}
+
+func (a *adjuster) mounts(adj *api.ContainerAdjustment) error {
+	add := applyRemovals(adj.Mounts, func(dst string) {
+		a.s.Mounts = slices.DeleteFunc(a.s.Mounts, func(x specs.Mount) bool { return path.Clean(x.Destination) == dst })
+	})
 	for _, m := range add {
 		plugin := a.ownerOf((*api.OwningPlugins).MountOwner, m.Destination)
 		mnt, err := a.checkMount(m)

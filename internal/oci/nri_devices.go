@@ -20,19 +20,7 @@ func (a *adjuster) devices(adj *api.ContainerAdjustment) error {
 	if len(l.GetDevices()) == 0 {
 		return nil
 	}
-	var add []*api.LinuxDevice
-	for _, d := range l.Devices {
-		if d == nil {
-			continue
-		}
-		p, remove := d.IsMarkedForRemoval()
-		if !remove {
-			add = append(add, d)
-			continue
-		}
-		a.removeDevice(path.Clean(p))
-	}
-	for _, d := range add {
+	for _, d := range applyRemovals(l.Devices, a.removeDevice) {
 		plugin := a.ownerOf((*api.OwningPlugins).DeviceOwner, d.Path)
 		dev, err := checkDevice(d)
 		if err != nil {

@@ -333,6 +333,10 @@ func readRootfsFile(r *os.Root, name string) ([]byte, error) {
 // image stays inside the image. It returns a path relative to r without
 // symlinks; os.Root still refuses any escape if the tree changes between
 // this and the open.
+//
+// internal/image's ResolveSubPath walks symlinks by the same rules (for an
+// image volume's subpath): a change to the rules here belongs there too
+// (see there why they are two).
 func resolveInRoot(r *os.Root, name string) (string, error) {
 	done := ""
 	todo := name

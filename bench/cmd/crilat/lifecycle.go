@@ -48,6 +48,36 @@ func dial(socket string) (*client, error) {
 	}, nil
 }
 
+// dialed is one -target: its options and a connection to its socket.
+type dialed struct {
+	o runOptions
+	c *client
+}
+
+// dialTargets parses each -target spec over common and dials it;
+// closeAll closes the connections. On error none is left open.
+func dialTargets(common runOptions, specs []string) (ds []dialed, closeAll func(), err error) {
+	closeAll = func() {
+		for _, d := range ds {
+			d.c.conn.Close()
+		}
+	}
+	for _, spec := range specs {
+		o, err := parseTarget(common, spec)
+		if err != nil {
+			closeAll()
+			return nil, nil, err
+		}
+		c, err := dial(o.socket)
+		if err != nil {
+			closeAll()
+			return nil, nil, err
+		}
+		ds = append(ds, dialed{o: o, c: c})
+	}
+	return ds, closeAll, nil
+}
+
 // runOptions is the configuration of one runtime under test: the flags
 // shared by all targets plus the target's own.
 type runOptions struct {
@@ -78,6 +108,18 @@ type target struct {
 	err     error // set once the target failed; it is then left alone
 }
 
+// targetFlags registers on fs the flags "crilat run" and "crilat stats"
+// share: the targets (into specs) and the options common to all of them.
+func targetFlags(fs *flag.FlagSet, o *runOptions, specs *[]string) {
+	fs.Func("target", "runtime to measure, repeatable: name=NAME,socket=SOCK[,pid=PID][,shim=COMM[|COMM...]][,pause=REF][,handler=NAME][,metrics=URL]",
+		func(v string) error { *specs = append(*specs, v); return nil })
+	fs.StringVar(&o.image, "image", "", "image of the containers (busybox)")
+	fs.StringVar(&o.cgroupParent, "cgroup-parent", "", "cgroup under which each pod gets pod<uid> (cgroupfs); empty leaves it to the runtime")
+	fs.StringVar(&o.logDir, "log-dir", "", "directory for the pods' log directories")
+	fs.StringVar(&o.match, "shim-match", "", "string the shims' command lines contain (keeps other daemons' shims out)")
+	fs.DurationVar(&o.callTimeout, "call-timeout", 2*time.Minute, "timeout of each CRI call")
+}
+
 // runFlags are the flags of "crilat run".
 type runFlags struct {
 	o        runOptions
@@ -91,19 +133,13 @@ func parseRunFlags(args []string) (*runFlags, error) {
 	f := &runFlags{}
 	o := &f.o
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
-	fs.Func("target", "runtime to measure, repeatable: name=NAME,socket=SOCK[,pid=PID][,shim=COMM[|COMM...]][,pause=REF][,handler=NAME][,metrics=URL]",
-		func(v string) error { f.specs = append(f.specs, v); return nil })
-	fs.StringVar(&o.image, "image", "", "image of the container (busybox)")
+	targetFlags(fs, o, &f.specs)
 	fs.IntVar(&o.n, "n", 50, "timed lifecycles per target, one after another")
 	fs.IntVar(&o.k, "k", 10, "pods kept running for the memory figures")
 	fs.IntVar(&o.warmup, "warmup", 2, "untimed lifecycles run first")
 	fs.Int64Var(&o.stopTimeout, "stop-timeout", 0, "StopContainer timeout in seconds")
-	fs.StringVar(&o.cgroupParent, "cgroup-parent", "", "cgroup under which each pod gets pod<uid> (cgroupfs); empty leaves it to the runtime")
-	fs.StringVar(&o.logDir, "log-dir", "", "directory for the pods' log directories")
-	fs.StringVar(&o.match, "shim-match", "", "string the shims' command lines contain (keeps other daemons' shims out)")
 	fs.StringVar(&f.outDir, "out-dir", "", "directory to write NAME.json results to")
 	fs.StringVar(&f.baseline, "baseline", "", "target whose latency the others' added latency is computed against")
-	fs.DurationVar(&o.callTimeout, "call-timeout", 2*time.Minute, "timeout of each CRI call")
 	fs.IntVar(&o.par, "par", 30, "pods started at once in the parallel start (0 skips it)")
 	fs.IntVar(&o.parRounds, "par-rounds", 3, "rounds of the parallel start per target")
 	fs.StringVar(&f.fo.dir, "floor-dir", "", "directory for the OCI runtime floor's bundle and runc root (empty skips the floor)")
@@ -128,18 +164,14 @@ func runCmd(args []string) error {
 	if err != nil {
 		return err
 	}
+	ds, closeAll, err := dialTargets(f.o, f.specs)
+	if err != nil {
+		return err
+	}
+	defer closeAll()
 	var targets []*target
-	for _, spec := range f.specs {
-		to, err := parseTarget(f.o, spec)
-		if err != nil {
-			return err
-		}
-		c, err := dial(to.socket)
-		if err != nil {
-			return err
-		}
-		defer c.conn.Close()
-		targets = append(targets, &target{o: to, c: c, samples: map[string][]time.Duration{}})
+	for _, d := range ds {
+		targets = append(targets, &target{o: d.o, c: d.c, samples: map[string][]time.Duration{}})
 	}
 	var fl *floor
 	if f.fo.dir != "" {

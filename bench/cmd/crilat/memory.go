@@ -197,27 +197,7 @@ func parseRollup(b []byte) (Mem, error) {
 // findInCgroup lists the pids whose comm is comm and whose cgroup path
 // (any hierarchy) is below parent.
 func findInCgroup(comm, parent string) ([]int, error) {
-	dirs, err := filepath.Glob("/proc/[0-9]*")
-	if err != nil {
-		return nil, fmt.Errorf("list /proc: %w", err)
-	}
-	var pids []int
-	for _, d := range dirs {
-		pid, err := strconv.Atoi(filepath.Base(d))
-		if err != nil {
-			continue
-		}
-		c, err := os.ReadFile(filepath.Join(d, "comm"))
-		if err != nil || strings.TrimSpace(string(c)) != comm {
-			continue
-		}
-		cg, err := os.ReadFile(filepath.Join(d, "cgroup"))
-		if err != nil || !bytes.Contains(cg, []byte(":"+parent+"/")) {
-			continue
-		}
-		pids = append(pids, pid)
-	}
-	return pids, nil
+	return findPids([]string{comm}, "cgroup", ":"+parent+"/")
 }
 
 // findProcs lists the pids whose comm is comm (or one of several joined by
@@ -226,6 +206,12 @@ func findProcs(comm, match string) ([]int, error) {
 	if comm == "" {
 		return nil, nil
 	}
+	return findPids(strings.Split(comm, "|"), "cmdline", match)
+}
+
+// findPids lists the pids whose comm is one of comms and whose
+// /proc/<pid>/<file> contains want.
+func findPids(comms []string, file, want string) ([]int, error) {
 	dirs, err := filepath.Glob("/proc/[0-9]*")
 	if err != nil {
 		return nil, fmt.Errorf("list /proc: %w", err)
@@ -237,11 +223,11 @@ func findProcs(comm, match string) ([]int, error) {
 			continue
 		}
 		c, err := os.ReadFile(filepath.Join(d, "comm"))
-		if err != nil || !slices.Contains(strings.Split(comm, "|"), strings.TrimSpace(string(c))) {
+		if err != nil || !slices.Contains(comms, strings.TrimSpace(string(c))) {
 			continue
 		}
-		cmdline, err := os.ReadFile(filepath.Join(d, "cmdline"))
-		if err != nil || !bytes.Contains(cmdline, []byte(match)) {
+		b, err := os.ReadFile(filepath.Join(d, file))
+		if err != nil || !bytes.Contains(b, []byte(want)) {
 			continue
 		}
 		pids = append(pids, pid)

@@ -89,13 +89,7 @@ func statsCmd(args []string) error {
 	var so statsOptions
 	var specs []string
 	fs := flag.NewFlagSet("stats", flag.ContinueOnError)
-	fs.Func("target", "runtime to measure, repeatable: name=NAME,socket=SOCK[,pid=PID][,shim=COMM[|COMM...]][,pause=REF][,handler=NAME]",
-		func(v string) error { specs = append(specs, v); return nil })
-	fs.StringVar(&o.image, "image", "", "image of the containers (busybox)")
-	fs.StringVar(&o.cgroupParent, "cgroup-parent", "", "cgroup under which each pod gets pod<uid> (cgroupfs); empty leaves it to the runtime")
-	fs.StringVar(&o.logDir, "log-dir", "", "directory for the pods' log directories")
-	fs.StringVar(&o.match, "shim-match", "", "string the shims' command lines contain (keeps other daemons' shims out)")
-	fs.DurationVar(&o.callTimeout, "call-timeout", 2*time.Minute, "timeout of each CRI call")
+	targetFlags(fs, &o, &specs)
 	fs.IntVar(&so.pods, "pods", 10, "pods per target")
 	fs.IntVar(&so.perPod, "containers", 10, "running containers per pod")
 	fs.IntVar(&so.calls, "calls", 200, "timed calls of each RPC per target")
@@ -115,18 +109,14 @@ func statsCmd(args []string) error {
 		return fmt.Errorf("-pods %d, -containers %d, -calls %d, -warmup %d: need pods, containers, calls >= 1, warmup >= 0",
 			so.pods, so.perPod, so.calls, so.warmup)
 	}
+	ds, closeAll, err := dialTargets(o, specs)
+	if err != nil {
+		return err
+	}
+	defer closeAll()
 	var targets []*statsTarget
-	for _, spec := range specs {
-		to, err := parseTarget(o, spec)
-		if err != nil {
-			return err
-		}
-		c, err := dial(to.socket)
-		if err != nil {
-			return err
-		}
-		defer c.conn.Close()
-		targets = append(targets, &statsTarget{o: to, c: c, samples: map[string][]time.Duration{}})
+	for _, d := range ds {
+		targets = append(targets, &statsTarget{o: d.o, c: d.c, samples: map[string][]time.Duration{}})
 	}
 	ctx := context.Background()
 	defer func() {

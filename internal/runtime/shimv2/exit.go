@@ -18,6 +18,28 @@ import (
 // Status asks the shim; with its exit recorded it reads the record, and
 // with its shim dead it records the death (see the package doc).
 func (r *Runtime) Status(ctx context.Context, id string) (runtime.Status, error) {
+	return r.askShim(ctx, id, "status of", func(c *conn, dir string, m meta) (runtime.Status, bool, error) {
+		cctx, cancel := r.callCtx(ctx)
+		resp, err := c.task.State(cctx, &task.StateRequest{ID: id})
+		cancel()
+		if err == nil {
+			st, err := r.statusOf(ctx, id, dir, m, resp)
+			return st, true, err
+		}
+		err = errgrpc.ToNative(err)
+		if errdefs.IsNotFound(err) {
+			return runtime.Status{State: runtime.StateUnknown}, true, nil
+		}
+		return runtime.Status{}, false, err
+	})
+}
+
+// askShim is Status's and Wait's common frame. A recorded exit answers at
+// once. Otherwise ask puts the question to the live shim and says whether
+// its answer (or error) is final; when it is not, or the shim cannot be
+// reached, a shim found gone has its death recorded (shimDied), and a live
+// one's error is returned as "<op> container <id>".
+func (r *Runtime) askShim(ctx context.Context, id, op string, ask func(c *conn, dir string, m meta) (runtime.Status, bool, error)) (runtime.Status, error) {
 	dir, m, err := r.known(id)
 	if err != nil {
 		return runtime.Status{}, err
@@ -27,21 +49,16 @@ func (r *Runtime) Status(ctx context.Context, id string) (runtime.Status, error)
 	}
 	c, err := r.conn(ctx, m.Address)
 	if err == nil {
-		cctx, cancel := r.callCtx(ctx)
-		resp, serr := c.task.State(cctx, &task.StateRequest{ID: id})
-		cancel()
-		if serr == nil {
-			return r.statusOf(ctx, id, dir, m, resp)
-		}
-		err = errgrpc.ToNative(serr)
-		if errdefs.IsNotFound(err) {
-			return runtime.Status{State: runtime.StateUnknown}, nil
+		var st runtime.Status
+		var final bool
+		if st, final, err = ask(c, dir, m); final {
+			return st, err
 		}
 	}
 	if r.shimGone(ctx, m) {
 		return r.shimDied(ctx, id, dir, m)
 	}
-	return runtime.Status{}, fmt.Errorf("status of container %s: %w", id, err)
+	return runtime.Status{}, fmt.Errorf("%s container %s: %w", op, id, err)
 }
 
 func (r *Runtime) statusOf(ctx context.Context, id, dir string, m meta, resp *task.StateResponse) (runtime.Status, error) {
@@ -95,32 +112,22 @@ func statusOfExit(e shim.Exit) runtime.Status {
 // recorded as runtime.ReasonShimDied. A task its live shim does not know
 // is errdefs.ErrNotFound (its exit is lost).
 func (r *Runtime) Wait(ctx context.Context, id string) (runtime.Status, error) {
-	dir, m, err := r.known(id)
-	if err != nil {
-		return runtime.Status{}, err
-	}
-	if e, err := shim.ReadExit(dir); err == nil {
-		return statusOfExit(e), nil
-	}
-	c, err := r.conn(ctx, m.Address)
-	if err == nil {
-		resp, werr := c.task.Wait(ctx, &task.WaitRequest{ID: id})
-		if werr == nil {
-			return r.recordExit(ctx, id, dir, m, resp.GetExitStatus(), resp.GetExitedAt().AsTime())
+	return r.askShim(ctx, id, "wait for", func(c *conn, dir string, m meta) (runtime.Status, bool, error) {
+		resp, err := c.task.Wait(ctx, &task.WaitRequest{ID: id})
+		if err == nil {
+			st, err := r.recordExit(ctx, id, dir, m, resp.GetExitStatus(), resp.GetExitedAt().AsTime())
+			return st, true, err
 		}
 		if ctx.Err() != nil {
-			return runtime.Status{}, fmt.Errorf("wait for container %s: %w", id, ctx.Err())
+			return runtime.Status{}, true, fmt.Errorf("wait for container %s: %w", id, ctx.Err())
 		}
-		err = errgrpc.ToNative(werr)
+		err = errgrpc.ToNative(err)
 		if errdefs.IsNotFound(err) {
 			// Its exit code is lost: never reported as a success.
-			return runtime.Status{}, fmt.Errorf("wait for container %s: its shim no longer knows it: %w", id, err)
+			return runtime.Status{}, true, fmt.Errorf("wait for container %s: its shim no longer knows it: %w", id, err)
 		}
-	}
-	if r.shimGone(ctx, m) {
-		return r.shimDied(ctx, id, dir, m)
-	}
-	return runtime.Status{}, fmt.Errorf("wait for container %s: %w", id, err)
+		return runtime.Status{}, false, err
+	})
 }
 
 // shimDied handles a container whose shim is gone before its exit was

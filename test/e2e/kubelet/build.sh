@@ -19,6 +19,10 @@ if [ -x "$out" ] && "$out" --version 2>/dev/null | grep -q "Kubernetes $version\
 	exit 0
 fi
 
+# Build into a temporary name and rename, so an interrupted build is never
+# taken for a finished one. bench/containerd.sh does the same for
+# containerd: keep the two alike (separate scripts, as bench/ and test/e2e
+# are run on their own).
 mkdir -p "$(dirname "$out")"
 tmp="$out.tmp.$$"
 trap 'rm -f "$tmp"' EXIT
