@@ -26,7 +26,7 @@ import (
 // being gets only that one event (no StopContainer: it never ran).
 func (s *Service) createHook(ctx context.Context, h nriHooks, sb *sandbox, rec *store.Container, cfg *runtimeapi.ContainerConfig, spec *specs.Spec, undo *rollback) (map[string]string, error) {
 	id, handler := rec.ID, sb.rec.RuntimeHandler
-	view := nriContainerBase(rec, cfg, spec)
+	view := nriContainerView(rec, cfg, spec)
 	view.State = api.ContainerState_CONTAINER_CREATED
 	undo.add("nri remove container", func(ctx context.Context) error {
 		return h.RemoveContainer(ctx, sb.nriView(), proto.Clone(view).(*api.Container))
@@ -58,7 +58,7 @@ func (s *Service) createHook(ctx context.Context, h nriHooks, sb *sandbox, rec *
 		if err := oci.Fit(spec, s.features[handler]); err != nil {
 			return nil, fmt.Errorf("runtime %s: adjusted spec of container %s: %w", handler, id, err)
 		}
-		adjusted := nriContainerBase(rec, cfg, spec)
+		adjusted := nriContainerView(rec, cfg, spec)
 		adjusted.State = api.ContainerState_CONTAINER_CREATED
 		s.mu.Lock()
 		s.pendingCtrs[id] = adjusted

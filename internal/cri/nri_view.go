@@ -77,9 +77,19 @@ func (s *Service) podView(id string) *api.PodSandbox {
 }
 
 // nriContainerBase is the part of a container's NRI view that does not
-// change after it was created: identity, labels, image, and everything
-// oci.NRIContainer derives from its spec (nil spec: only the rest).
-func nriContainerBase(rec *store.Container, cfg *runtimeapi.ContainerConfig, spec *specs.Spec) *api.Container {
+// change after it was created, encoded: identity, labels, image, and
+// everything oci.NRIContainer derives from its spec (nil spec: only the
+// rest).
+func nriContainerBase(rec *store.Container, cfg *runtimeapi.ContainerConfig, spec *specs.Spec) []byte {
+	b, err := proto.Marshal(nriContainerView(rec, cfg, spec))
+	if err != nil {
+		return nil // not reached: the view is built from valid fields
+	}
+	return b
+}
+
+// nriContainerView is nriContainerBase's view, as a message.
+func nriContainerView(rec *store.Container, cfg *runtimeapi.ContainerConfig, spec *specs.Spec) *api.Container {
 	c := &api.Container{}
 	if spec != nil {
 		oci.NRIContainer(spec, c)
@@ -117,8 +127,9 @@ func decodeSpec(raw []byte) *specs.Spec {
 // nriContainerLocked is a fresh NRI view of c as it is now; c.mu held.
 func nriContainerLocked(c *container) *api.Container {
 	out := &api.Container{}
-	if c.base != nil {
-		out = proto.Clone(c.base).(*api.Container)
+	if len(c.base) > 0 {
+		// Encoded by nriContainerBase: it decodes.
+		_ = proto.Unmarshal(c.base, out)
 	}
 	rec := c.rec
 	out.State = nriState(rec.State)

@@ -200,8 +200,10 @@ type container struct {
 	mu     sync.Mutex
 	rec    *store.Container
 	config *runtimeapi.ContainerConfig // immutable
-	// base is the spec-derived NRI view of the container; immutable.
-	base *api.Container
+	// base is the spec-derived NRI view of the container in its proto
+	// wire form (a third of the memory of the message itself, which
+	// nriContainerLocked decodes for each event); immutable.
+	base []byte
 	// done is closed when the exit monitor has recorded the exit.
 	done chan struct{}
 	// removed is set once the container was removed: nothing may persist
