@@ -87,10 +87,7 @@ func TestRootfsRunsBusybox(t *testing.T) {
 		t.Errorf("%d layer dirs, want 2 (busybox kept by the rootfs, other)", n)
 	}
 
-	// A restart (or reboot) finds the rootfs and remounts it.
-	if err := unmountAll(rootfs); err != nil {
-		t.Fatal(err)
-	}
+	// A restart finds the rootfs mounted and keeps it.
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +100,16 @@ func TestRootfsRunsBusybox(t *testing.T) {
 		t.Fatalf("Rootfs: %s, %v", got, err)
 	}
 	if out, err := exec.Command("chroot", rootfs, "/bin/cat", "/tmp/f").CombinedOutput(); err != nil || string(out) != "hello\n" {
-		t.Errorf("remounted rootfs: %q, %v; want the container's file back", out, err)
+		t.Errorf("rootfs after a restart: %q, %v; want the container's file", out, err)
+	}
+	// The writable layer is mounted without syncs (volatile), so a
+	// reboot (its mount gone) leaves it refused, with a clear error; it
+	// is still released below.
+	if err := unmountAll(rootfs); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Rootfs(ctx, "c1"); !errdefs.IsFailedPrecondition(err) || !strings.Contains(err.Error(), "volatile") {
+		t.Errorf("Rootfs after the mount was lost: %v, want FailedPrecondition saying volatile", err)
 	}
 	if _, err := s.Rootfs(ctx, "nope"); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("Rootfs of unknown container: %v, want ErrNotFound", err)

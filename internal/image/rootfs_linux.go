@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync/atomic"
 
 	"github.com/containerd/errdefs"
 	bolt "go.etcd.io/bbolt"
@@ -206,6 +207,11 @@ func (s *Service) mountRootfs(containerID string, lowers []string, fresh bool) e
 	} else if m {
 		return nil
 	}
+	if _, err := os.Stat(filepath.Join(dir, "work", "work", "incompat", "volatile")); err == nil {
+		// Mounted volatile before and the mount is gone: the node went
+		// down (see volatileOpt). The kernel will not mount it again.
+		return fmt.Errorf("its writable layer was mounted without syncs (volatile) and the node restarted since: %w", errdefs.ErrFailedPrecondition)
+	}
 	rel := filepath.Join("containers", containerID)
 	if len(lowers) == 0 {
 		// overlay needs a lower dir; an image without layers gets an empty one.
@@ -218,17 +224,17 @@ func (s *Service) mountRootfs(containerID string, lowers []string, fresh bool) e
 		abs[i] = filepath.Join(s.root, l)
 	}
 	data := overlayData(abs, filepath.Join(dir, "upper"), filepath.Join(dir, "work"))
-	if len(data) <= maxMountData {
-		if err := unix.Mount("overlay", target, "overlay", 0, data); err != nil {
+	if len(data)+len(volatileOpt) <= maxMountData {
+		if err := mountVolatile(data, func(data string) error { return unix.Mount("overlay", target, "overlay", 0, data) }); err != nil {
 			return fmt.Errorf("mount overlay on %s: %w", target, err)
 		}
 		return nil
 	}
 	data = overlayData(top, filepath.Join(rel, "upper"), filepath.Join(rel, "work"))
-	if len(data) > maxMountData {
+	if len(data)+len(volatileOpt) > maxMountData {
 		return fmt.Errorf("mount overlay on %s: %d layers do not fit in the mount options", target, len(lowers))
 	}
-	if err := mountFrom(s.root, target, data, 0); err != nil {
+	if err := mountVolatile(data, func(data string) error { return mountFrom(s.root, target, data, 0) }); err != nil {
 		return fmt.Errorf("mount overlay on %s (relative paths): %w", target, err)
 	}
 	return nil
@@ -236,6 +242,37 @@ func (s *Service) mountRootfs(containerID string, lowers []string, fresh bool) e
 
 func overlayData(lowers []string, upper, work string) string {
 	return "lowerdir=" + strings.Join(lowers, ":") + ",upperdir=" + upper + ",workdir=" + work
+}
+
+// volatileOpt makes a container's overlay skip syncing its upper dir, on
+// unmount and on syncfs. Without it RemoveContainer's unmount waits for
+// everything the container wrote to reach the disk, only to delete it.
+// What it gives up is the upper dir after a crash of the node, which a
+// container does not keep anyway: kubelet makes its containers anew. (The
+// kernel then refuses to mount that upper dir again, so recovery only
+// logs that it could not remount an exited container's rootfs;
+// docs/recovery.md.)
+const volatileOpt = ",volatile"
+
+// noVolatile is set once the kernel refused volatileOpt (before Linux
+// 5.10) and a mount without it worked.
+var noVolatile atomic.Bool
+
+// mountVolatile mounts with data plus volatileOpt, or without it where the
+// kernel does not know it.
+func mountVolatile(data string, mount func(data string) error) error {
+	if noVolatile.Load() {
+		return mount(data)
+	}
+	err := mount(data + volatileOpt)
+	if !errors.Is(err, unix.EINVAL) {
+		return err
+	}
+	if mount(data) != nil {
+		return err
+	}
+	noVolatile.Store(true)
+	return nil
 }
 
 // mountFrom mounts an overlay whose option paths are relative to dir. The
