@@ -13,13 +13,16 @@ import (
 // monitor starts the goroutine that records c's exit and then delivers NRI
 // StopContainer for it. The goroutine belongs to the Service and ends on
 // Close.
-func (s *Service) monitor(c *container) {
+func (s *Service) monitor(c *container, persist bool) {
 	rt, err := s.containerRuntime(c.rec)
 	if err != nil {
 		return
 	}
 	id := c.rec.ID
 	s.goOwned(func() {
+		if persist {
+			s.persistRunning(c)
+		}
 		for {
 			st, err := rt.Wait(s.ctx, id)
 			if s.ctx.Err() != nil {
@@ -44,6 +47,21 @@ func (s *Service) monitor(c *container) {
 			return
 		}
 	})
+}
+
+// persistRunning writes c's record as StartContainer left it in memory
+// (running), unless the container was removed meanwhile. The monitor does
+// it before waiting for the exit, so the exit's record is written after.
+func (s *Service) persistRunning(c *container) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.removed || c.rec.State != store.ContainerRunning {
+		return
+	}
+	if err := s.opts.Store.PutContainer(c.rec); err != nil {
+		// The runtime still knows it runs: a restart finds out.
+		s.log.WarnContext(s.ctx, "record container running", "container_id", c.rec.ID, "error", err)
+	}
 }
 
 // recordExit moves c to exited with the status the runtime reported. It

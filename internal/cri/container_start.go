@@ -82,8 +82,6 @@ func (s *Service) StartContainer(ctx context.Context, r *runtimeapi.StartContain
 	rec.Pid = pid
 	rec.StartedAt = startedAt.UnixNano()
 	s.emitContainer(eventStarted, c)
-	perr := s.opts.Store.PutContainer(rec)
-	trace.Mark(ctx, "store_running")
 	var view *api.Container
 	if h != nil {
 		view = nriContainerLocked(c)
@@ -91,10 +89,10 @@ func (s *Service) StartContainer(ctx context.Context, r *runtimeapi.StartContain
 	c.mu.Unlock()
 	// The monitor starts after PostStartContainer so that plugins see
 	// PostStart before the StopContainer of a process that exits at once.
-	defer s.monitor(c)
-	if perr != nil {
-		return nil, perr
-	}
+	// It records the container running first, off this call's path: that
+	// record needs no write to disk before the answer, as the runtime
+	// knows the container runs and a restarted crind asks it (recover.go).
+	defer s.monitor(c, true)
 	s.log.InfoContext(ctx, "container started", "container_id", rec.ID, "pid", pid)
 	trace.Mark(ctx, "log")
 	if view != nil {

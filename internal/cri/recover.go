@@ -196,7 +196,7 @@ func (s *Service) recoverContainer(ctx context.Context, rec *store.Container) er
 				return err
 			}
 		}
-		s.monitor(c)
+		s.monitor(c, false)
 	}
 	return nil
 }

@@ -480,7 +480,12 @@ func (o *OCI) Delete(ctx context.Context, id string) error {
 	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
-	st, err := o.Status(ctx, id)
+	// A recorded exit says it stopped, without asking its shim.
+	var st Status
+	_, err := shim.ReadExit(dir)
+	if err != nil {
+		st, err = o.Status(ctx, id)
+	}
 	if err != nil && !errdefs.IsNotFound(err) {
 		return fmt.Errorf("delete container %s: %w", id, err)
 	}
