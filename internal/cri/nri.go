@@ -182,8 +182,8 @@ func (s *Service) Snapshot(ctx context.Context) ([]*api.PodSandbox, []*api.Conta
 	}
 	s.mu.RUnlock()
 	for _, sb := range sbs {
-		if p := sb.nri.Load(); p != nil {
-			pods = append(pods, proto.Clone(p).(*api.PodSandbox))
+		if p := sb.nri.load(); p != nil {
+			pods = append(pods, p)
 		}
 	}
 	for _, c := range cs {

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 
 	"github.com/containerd/nri/pkg/api"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -66,8 +67,8 @@ func (s *Service) podView(id string) *api.PodSandbox {
 	pending := s.pendingPods[id]
 	s.mu.RUnlock()
 	if ok {
-		if p := sb.nri.Load(); p != nil {
-			return proto.Clone(p).(*api.PodSandbox)
+		if p := sb.nri.load(); p != nil {
+			return p
 		}
 	}
 	if pending != nil {
@@ -190,8 +191,34 @@ func copyMap(m map[string]string) map[string]string {
 
 // nriView is a copy of the pod's NRI view, for one event.
 func (sb *sandbox) nriView() *api.PodSandbox {
-	if p := sb.nri.Load(); p != nil {
-		return proto.Clone(p).(*api.PodSandbox)
+	if p := sb.nri.load(); p != nil {
+		return p
 	}
 	return &api.PodSandbox{Id: sb.rec.ID}
+}
+
+// encodedPod holds a pod's NRI view in its proto wire form (a third of
+// the memory of the message), replaced whole; load decodes a fresh copy
+// for each use.
+type encodedPod struct{ b atomic.Pointer[[]byte] }
+
+func (e *encodedPod) store(v *api.PodSandbox) {
+	b, err := proto.Marshal(v)
+	if err != nil {
+		return // not reached: the view is built from valid fields
+	}
+	e.b.Store(&b)
+}
+
+// load is a copy of the view, or nil before store.
+func (e *encodedPod) load() *api.PodSandbox {
+	b := e.b.Load()
+	if b == nil {
+		return nil
+	}
+	v := &api.PodSandbox{}
+	if proto.Unmarshal(*b, v) != nil {
+		return nil
+	}
+	return v
 }

@@ -108,7 +108,7 @@ func (s *Service) recoverSandbox(ctx context.Context, rec *store.Sandbox) error 
 		}
 	}
 	sb := &sandbox{rec: rec, config: cfg}
-	sb.nri.Store(nriPod(rec, cfg, decodePodLinux(rec)))
+	sb.nri.store(nriPod(rec, cfg, decodePodLinux(rec)))
 	s.sandboxes[rec.ID] = sb
 	if rec.State == store.SandboxReady {
 		s.watchSandbox(sb)

@@ -309,7 +309,7 @@ func (s *Service) startInfra(ctx context.Context, rt runtime.Runtime, rec *store
 // process and tells event subscribers.
 func (s *Service) publishSandbox(rec *store.Sandbox, cfg *runtimeapi.PodSandboxConfig, view *api.PodSandbox) {
 	sb := &sandbox{rec: rec, config: cfg}
-	sb.nri.Store(view)
+	sb.nri.store(view)
 	s.mu.Lock()
 	delete(s.pendingPods, rec.ID)
 	s.sandboxes[rec.ID] = sb

@@ -73,7 +73,7 @@ func (s *Service) UpdatePodSandboxResources(ctx context.Context, r *runtimeapi.U
 	sb.mu.Lock()
 	rec.Config, sb.config = b, cfg
 	sb.mu.Unlock()
-	sb.nri.Store(view)
+	sb.nri.store(view)
 	s.log.InfoContext(ctx, "pod sandbox resources updated", "pod_id", rec.ID)
 	if h != nil {
 		if err := h.PostUpdatePodSandbox(ctx, proto.Clone(view).(*api.PodSandbox)); err != nil {

@@ -176,7 +176,7 @@ type sandbox struct {
 	rec    *store.Sandbox
 	config *runtimeapi.PodSandboxConfig
 	// nri is the pod as NRI plugins see it; immutable, replaced whole.
-	nri atomic.Pointer[api.PodSandbox]
+	nri encodedPod
 	// removed is set (under op) once RemovePodSandbox finished.
 	removed bool
 }
