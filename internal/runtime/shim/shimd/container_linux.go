@@ -260,7 +260,8 @@ func runtimeLogError(path string, offset int64, extra string) string {
 			msgs = append(msgs, m)
 		}
 	}
-	if extra = strings.TrimSpace(extra); extra != "" {
+	// The runtime may write the same error to both.
+	if extra = strings.TrimSpace(extra); extra != "" && (len(msgs) == 0 || !strings.Contains(extra, msgs[0])) {
 		msgs = append(msgs, extra)
 	}
 	return strings.Join(msgs, "; ")
