@@ -184,11 +184,6 @@ func (s *ctr) exec(c net.Conn, o shim.ExecOptions) {
 		_ = writeResponse(c, errorResponse(err))
 		return
 	}
-	defer func() {
-		for _, f := range []string{o.Process, o.PidFile, o.Log} {
-			_ = os.Remove(f)
-		}
-	}()
 	e := newExecProc()
 	if err := s.addExec(e); err != nil {
 		_ = writeResponse(c, errorResponse(err))
@@ -196,6 +191,11 @@ func (s *ctr) exec(c net.Conn, o shim.ExecOptions) {
 	}
 	defer s.removeExec(e)
 	eio, err := startExec(s.cfg, s.rp, o, e)
+	// The runtime is done with them (should crind die, nobody else
+	// removes them before the container).
+	for _, f := range []string{o.Process, o.PidFile, o.Log} {
+		_ = os.Remove(f)
+	}
 	if err != nil {
 		_ = writeResponse(c, errorResponse(err))
 		return
