@@ -239,3 +239,31 @@ func TestExecRefused(t *testing.T) {
 		t.Errorf("exec in a stopped container = %v, want FailedPrecondition", err)
 	}
 }
+
+// TestWatchSince: a status the reaper kept for a pid nobody watched goes
+// to a watcher of a process started before it was reaped, never to one of
+// a later process with the same pid.
+func TestWatchSince(t *testing.T) {
+	tests := []struct {
+		name    string
+		started time.Duration // when the watched process started, from the reap
+		want    bool          // the kept status is its
+	}{
+		{"started before the reap", -time.Second, true},
+		{"started after the reap", time.Second, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := &reaper{waiters: map[int]func(unix.WaitStatus){}, unclaimed: map[int]reaped{}}
+			r.keepUnclaimed(42, unix.WaitStatus(7<<8))
+			got := false
+			r.watch(42, r.unclaimed[42].at.Add(tc.started), func(unix.WaitStatus) { got = true })
+			if got != tc.want {
+				t.Errorf("watcher got the kept status: %v, want %v", got, tc.want)
+			}
+			if _, waiting := r.waiters[42]; waiting == tc.want {
+				t.Errorf("watcher registered: %v, want %v", waiting, !tc.want)
+			}
+		})
+	}
+}
