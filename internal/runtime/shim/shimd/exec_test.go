@@ -1,6 +1,7 @@
 package shimd
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -156,6 +157,38 @@ func TestExecSessionEnds(t *testing.T) {
 			}
 		case <-time.After(time.Minute):
 			t.Fatal("Exec did not return after its ctx ended")
+		}
+		poll.Until(t, time.Minute, "the process is killed and reaped", func() (bool, string) {
+			err := unix.Kill(pid, 0)
+			return errors.Is(err, unix.ESRCH), ""
+		})
+		poll.Until(t, time.Minute, "the session ends", func() (bool, string) {
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			return len(c.execs) == 0, ""
+		})
+	})
+	t.Run("client gives up while its input waits", func(t *testing.T) {
+		// The process reads no input: the shim's write of it blocks
+		// once the pipe is full, and the client leaving must still be
+		// noticed.
+		out := &syncBuffer{}
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		res := make(chan error, 1)
+		go func() {
+			_, err := shim.Exec(ctx, sock, testID, execFilesIn(t, dir, "echo $$; exec sleep 1000"),
+				shim.ExecStreams{Stdin: bytes.NewReader(make([]byte, 4<<20)), Stdout: out})
+			res <- err
+		}()
+		var pid int
+		poll.Until(t, time.Minute, "the process reports its pid", func() (bool, string) {
+			pid, _ = strconv.Atoi(strings.TrimSpace(out.String()))
+			return pid > 0, out.String()
+		})
+		cancel()
+		if err := <-res; !errors.Is(err, context.Canceled) {
+			t.Errorf("Exec after cancel = %v, want context.Canceled", err)
 		}
 		poll.Until(t, time.Minute, "the process is killed and reaped", func() (bool, string) {
 			err := unix.Kill(pid, 0)
