@@ -17,7 +17,6 @@ import (
 	"github.com/containerd/errdefs"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"github.com/opencontainers/runtime-spec/specs-go/features"
-	"golang.org/x/sys/unix"
 
 	"github.com/crin-dev/crin/internal/runtime/shim"
 )
@@ -166,115 +165,31 @@ func (o *OCI) Update(ctx context.Context, id string, res *specs.LinuxResources) 
 	return nil
 }
 
-// Exec runs "<runtime> exec" with the container's process spec and req.Args,
-// stdout and stderr captured apart. When req.Timeout (or ctx) expires the
-// exec'd process is killed and the error wraps ctx's error
-// (context.DeadlineExceeded for a timeout); the output so far is returned.
-// A process that ran and failed is not an error: see ExitCode. A container
-// that is not running is errdefs.ErrFailedPrecondition. ExitCode is -1 when
-// the process was killed for its timeout.
+// Exec has the container's shim run the process (see execInShim), with
+// stdout and stderr captured apart and each capped at req.MaxOutput. When
+// req.Timeout (or ctx) expires the shim kills the process and the error
+// wraps ctx's error (context.DeadlineExceeded for a timeout); the output
+// so far is returned, with ExitCode -1. A process that ran and failed is
+// not an error: see ExitCode. A container that is not running is
+// errdefs.ErrFailedPrecondition.
 func (o *OCI) Exec(ctx context.Context, id string, req ExecRequest) (ExecResult, error) {
 	if len(req.Args) == 0 {
 		return ExecResult{}, fmt.Errorf("exec in container %s: no args: %w", id, errdefs.ErrInvalidArgument)
 	}
-	dir, err := o.known(id)
-	if err != nil {
-		return ExecResult{}, err
-	}
-	st, err := o.Status(ctx, id)
-	if err != nil {
-		return ExecResult{}, fmt.Errorf("exec in container %s: %w", id, err)
-	}
-	if st.State != StateRunning {
-		return ExecResult{}, fmt.Errorf("exec in container %s: container is %s: %w", id, st.State, errdefs.ErrFailedPrecondition)
-	}
-	proc, err := execProcess(dir, req.Args)
-	if err != nil {
-		return ExecResult{}, fmt.Errorf("exec in container %s: %w", id, err)
-	}
-	procFile, pidFile, logFile, cleanup, err := execFiles(dir, proc)
-	if err != nil {
-		return ExecResult{}, fmt.Errorf("exec in container %s: %w", id, err)
-	}
-	defer cleanup()
-
 	max := req.MaxOutput
 	if max <= 0 {
 		max = maxCommandOutput
 	}
 	stdout, stderr := &cappedBuffer{max: max}, &cappedBuffer{max: max}
-	cmd := exec.Command(o.cfg.Binary, "--root", o.cfg.Root, "--log", logFile, "--log-format", "json",
-		"exec", "--process", procFile, "--pid-file", pidFile, id)
-	cmd.Stdout, cmd.Stderr = stdout, stderr
-	cmd.WaitDelay = time.Second
-	if err := cmd.Start(); err != nil {
-		return ExecResult{}, fmt.Errorf("exec in container %s: %w", id, err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-
 	tctx := ctx
 	if req.Timeout > 0 {
 		var cancel context.CancelFunc
 		tctx, cancel = context.WithTimeout(ctx, req.Timeout)
 		defer cancel()
 	}
-	var waitErr error
-	select {
-	case waitErr = <-done:
-	case <-tctx.Done():
-		// The runtime's status after the kill says nothing the timeout
-		// does not.
-		_ = killExec(pidFile, cmd, done)
-		res := ExecResult{Stdout: stdout.Bytes(), Stderr: stderr.Bytes(), ExitCode: -1}
-		return res, fmt.Errorf("exec in container %s: %w", id, tctx.Err())
-	}
-	res := ExecResult{Stdout: stdout.Bytes(), Stderr: stderr.Bytes()}
-	if waitErr != nil {
-		var ee *exec.ExitError
-		if !errors.As(waitErr, &ee) {
-			return res, fmt.Errorf("exec in container %s: %w", id, waitErr)
-		}
-		// The runtime exits with the process's status; it logs an
-		// error only when it failed itself (no such binary, ...).
-		if msg := runtimeMessage(logFile, nil); msg != "" {
-			return res, fmt.Errorf("exec in container %s: %w", id,
-				&RuntimeError{Runtime: o.cfg.Name, Args: []string{"exec"}, Msg: msg, Err: waitErr})
-		}
-		res.ExitCode = int32(ee.ExitCode())
-	}
-	return res, nil
-}
-
-// killExec stops a timed-out exec and returns the runtime's result from done.
-// Killing the runtime would leave the process running, so the process is
-// killed by the pid the runtime writes (which may take a moment to appear);
-// the runtime returns once it is gone. The runtime is killed only as a last
-// resort.
-func killExec(pidFile string, cmd *exec.Cmd, done <-chan error) error {
-	for range 40 {
-		if pid := readPid(pidFile); pid > 0 {
-			_ = unix.Kill(pid, unix.SIGKILL)
-			break
-		}
-		select {
-		case err := <-done:
-			return err
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-	select {
-	case err := <-done:
-		return err
-	case <-time.After(5 * time.Second):
-		_ = cmd.Process.Kill()
-		return <-done
-	}
-}
-
-// execProcess is the container's process spec with args replaced, as JSON.
-func execProcess(dir string, args []string) ([]byte, error) {
-	return streamProcess(dir, args, false)
+	code, err := o.execInShim(tctx, id, req.Args, false, shim.ExecStreams{Stdout: stdout, Stderr: stderr})
+	res := ExecResult{Stdout: stdout.Bytes(), Stderr: stderr.Bytes(), ExitCode: code}
+	return res, err
 }
 
 // Features runs "<runtime> features". Runtimes without that command (crun
@@ -364,27 +279,4 @@ func updateBundle(dir string, res *specs.LinuxResources) error {
 		return err
 	}
 	return os.Rename(tmp, path)
-}
-
-// execFiles writes the process spec proc of an exec into the container's
-// dir and names the files "<runtime> exec" uses with it (the process, its
-// pid file, its log); cleanup removes them all.
-func execFiles(dir string, proc []byte) (procFile, pidFile, logFile string, cleanup func(), err error) {
-	f, err := os.CreateTemp(dir, ".exec-*")
-	if err != nil {
-		return "", "", "", nil, err
-	}
-	base := f.Name()
-	f.Close()
-	procFile, pidFile, logFile = base+".json", base+".pid", base+".log"
-	cleanup = func() {
-		for _, p := range []string{base, procFile, pidFile, logFile} {
-			_ = os.Remove(p)
-		}
-	}
-	if err := os.WriteFile(procFile, proc, 0o600); err != nil {
-		cleanup()
-		return "", "", "", nil, err
-	}
-	return procFile, pidFile, logFile, cleanup, nil
 }

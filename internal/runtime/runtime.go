@@ -38,12 +38,18 @@
 // the container is pending again. Signal asks the shim, which signals the
 // init through a pidfd; "all" of a container that shares its PID
 // namespace, and a container without a live shim, go to "<runtime> kill".
-// Update and Exec run the runtime CLI directly, each command with its own
-// timeout and with
+// Update runs the runtime CLI directly, with its own timeout and with
 // --log-format json so errors carry the runtime's messages (see
-// RuntimeError). Exec kills the exec'd process itself (by the pid the
-// runtime writes) when its timeout expires: killing "runc exec" would leave
-// the process behind.
+// RuntimeError).
+//
+// Exec and ExecStream write the process spec into the container's dir and
+// have the pod's shim run it (shim.OpExec, "<runtime> exec --detach"): the
+// process is the shim's child, the shim copies its stdio (pipes, or the
+// terminal whose master the runtime hands it) over the request's
+// connection and reports its real exit status last. When the request's
+// ctx ends (Exec's timeout included) or crind dies, the connection closes
+// and the shim kills the process, so no exec'd process outlives its
+// session; it also kills them when the container's init exits.
 //
 // Delete kills a live container (SIGKILL to all its processes), waits for
 // its exit to be recorded, has the shim drop it (the shim ran "<runtime>

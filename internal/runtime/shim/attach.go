@@ -19,6 +19,9 @@ import (
 const (
 	FrameStdout byte = 1
 	FrameStderr byte = 2
+	// FrameExit ends an OpExec stream: payload the process's exit code,
+	// a big-endian int32 (128+signal when a signal killed it).
+	FrameExit byte = 3
 )
 
 // Attach frames from the client: the frame header's first byte.
@@ -80,33 +83,13 @@ type AttachStreams struct {
 // payload reports why the shim stopped early. The client sends frames of
 // the same shape: 1 stdin data, 2 end of its stdin, 3 a terminal size.
 func Attach(ctx context.Context, socket, id string, streams AttachStreams) error {
-	var d net.Dialer
-	conn, err := d.DialContext(ctx, "unix", socket)
+	conn, br, resp, err := openStream(ctx, socket, Request{Op: OpAttach, ID: id, Stdin: streams.Stdin != nil})
 	if err != nil {
-		if ctx.Err() != nil {
-			return fmt.Errorf("dial shim %s: %w", socket, ctx.Err())
-		}
-		return fmt.Errorf("dial shim %s: %w: %w", socket, ErrShimGone, err)
+		return err
 	}
 	defer conn.Close()
 	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
-
-	if err := json.NewEncoder(conn).Encode(Request{Op: OpAttach, ID: id, Stdin: streams.Stdin != nil}); err != nil {
-		return callError(ctx, OpAttach, err)
-	}
-	br := bufio.NewReader(conn)
-	line, err := br.ReadBytes('\n')
-	if err != nil {
-		return callError(ctx, OpAttach, err)
-	}
-	var resp Response
-	if err := json.Unmarshal(line, &resp); err != nil {
-		return fmt.Errorf("shim %s: decode response: %w", OpAttach, err)
-	}
-	if resp.Error != "" {
-		return fmt.Errorf("shim %s: %w", OpAttach, codeError(resp.Code, resp.Error))
-	}
 
 	out := &frameWriter{c: conn}
 	done := make(chan struct{})
@@ -129,26 +112,9 @@ func Attach(ctx context.Context, socket, id string, streams AttachStreams) error
 		}()
 	}
 	if resp.TTY && streams.Resize != nil {
-		wg.Go(func() {
-			for {
-				select {
-				case sz, ok := <-streams.Resize:
-					if !ok {
-						return
-					}
-					var p [4]byte
-					binary.BigEndian.PutUint16(p[:], sz.Width)
-					binary.BigEndian.PutUint16(p[2:], sz.Height)
-					if out.write(FrameResize, p[:]) != nil {
-						return
-					}
-				case <-done:
-					return
-				}
-			}
-		})
+		wg.Go(func() { sendResizes(out, streams.Resize, done) })
 	}
-	err = readOutput(br, streams)
+	_, err = readFrames(br, OpAttach, streams.Stdout, streams.Stderr)
 	switch {
 	case ctx.Err() != nil:
 		return ctx.Err()
@@ -156,6 +122,69 @@ func Attach(ctx context.Context, socket, id string, streams AttachStreams) error
 		return nil
 	}
 	return err
+}
+
+// openStream dials the shim, sends req and reads its one-line answer, for
+// the ops whose connection then carries frames. ctx bounds the exchange;
+// errors are classified like Call's.
+func openStream(ctx context.Context, socket string, req Request) (net.Conn, *bufio.Reader, Response, error) {
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "unix", socket)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, nil, Response{}, fmt.Errorf("dial shim %s: %w", socket, ctx.Err())
+		}
+		return nil, nil, Response{}, fmt.Errorf("dial shim %s: %w: %w", socket, ErrShimGone, err)
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			conn.Close()
+		}
+	}()
+	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+	if err := json.NewEncoder(conn).Encode(req); err != nil {
+		return nil, nil, Response{}, callError(ctx, req.Op, err)
+	}
+	br := bufio.NewReader(conn)
+	line, err := br.ReadBytes('\n')
+	if err != nil {
+		return nil, nil, Response{}, callError(ctx, req.Op, err)
+	}
+	var resp Response
+	if err := json.Unmarshal(line, &resp); err != nil {
+		return nil, nil, Response{}, fmt.Errorf("shim %s: decode response: %w", req.Op, err)
+	}
+	if resp.Error != "" {
+		return nil, nil, resp, fmt.Errorf("shim %s: %w", req.Op, codeError(resp.Code, resp.Error))
+	}
+	if !stop() {
+		// ctx ended as the answer came: the deadline is set.
+		return nil, nil, resp, fmt.Errorf("shim %s: %w", req.Op, ctx.Err())
+	}
+	ok = true
+	return conn, br, resp, nil
+}
+
+// sendResizes sends the terminal sizes from sizes until done closes.
+func sendResizes(out *frameWriter, sizes <-chan TerminalSize, done <-chan struct{}) {
+	for {
+		select {
+		case sz, ok := <-sizes:
+			if !ok {
+				return
+			}
+			var p [4]byte
+			binary.BigEndian.PutUint16(p[:], sz.Width)
+			binary.BigEndian.PutUint16(p[2:], sz.Height)
+			if out.write(FrameResize, p[:]) != nil {
+				return
+			}
+		case <-done:
+			return
+		}
+	}
 }
 
 // sendInput copies r to the shim as stdin frames and reports its end.
@@ -175,45 +204,52 @@ func sendInput(out *frameWriter, r io.Reader) {
 	}
 }
 
-// readOutput copies the shim's output frames to streams until the shim
-// ends the stream.
-func readOutput(br *bufio.Reader, streams AttachStreams) error {
+// readFrames copies the shim's output frames of op to stdout and stderr
+// (nil discards) until the shim ends the stream, and returns the exit
+// code when the shim sent one (FrameExit, OpExec's last frame).
+func readFrames(br *bufio.Reader, op string, stdout, stderr io.Writer) (*int32, error) {
 	var hdr [5]byte
 	buf := make([]byte, 32<<10)
 	for {
 		if _, err := io.ReadFull(br, hdr[:]); err != nil {
 			if errors.Is(err, io.EOF) {
-				return nil
+				return nil, nil
 			}
-			return fmt.Errorf("shim %s: read: %w", OpAttach, err)
+			return nil, fmt.Errorf("shim %s: read: %w", op, err)
 		}
 		n := binary.BigEndian.Uint32(hdr[1:])
 		if n > MaxFrame {
-			return fmt.Errorf("shim %s: frame of %d bytes", OpAttach, n)
+			return nil, fmt.Errorf("shim %s: frame of %d bytes", op, n)
 		}
 		if int(n) > len(buf) {
 			buf = make([]byte, n)
 		}
 		if _, err := io.ReadFull(br, buf[:n]); err != nil {
-			return fmt.Errorf("shim %s: read: %w", OpAttach, err)
+			return nil, fmt.Errorf("shim %s: read: %w", op, err)
 		}
 		var w io.Writer
 		switch hdr[0] {
 		case FrameStdout:
-			w = streams.Stdout
+			w = stdout
 		case FrameStderr:
-			w = streams.Stderr
+			w = stderr
+		case FrameExit:
+			if n != 4 {
+				return nil, fmt.Errorf("shim %s: exit frame of %d bytes", op, n)
+			}
+			code := int32(binary.BigEndian.Uint32(buf))
+			return &code, nil
 		case 0:
 			if string(buf[:n]) == ErrAttachLagged.Error() {
-				return ErrAttachLagged
+				return nil, ErrAttachLagged
 			}
-			return fmt.Errorf("shim %s: %s", OpAttach, buf[:n])
+			return nil, fmt.Errorf("shim %s: %s", op, buf[:n])
 		}
 		if w == nil {
 			continue
 		}
 		if _, err := w.Write(buf[:n]); err != nil {
-			return fmt.Errorf("attach: write client: %w", err)
+			return nil, fmt.Errorf("%s: write client: %w", op, err)
 		}
 	}
 }

@@ -49,8 +49,20 @@
 // state, wait (blocks until the container has exited), start, reopen_log,
 // delete, shutdown (refused while a container lives), attach (the
 // connection then carries framed output until the container exited, and
-// the client's framed stdin and terminal sizes the other way; see Attach).
-// Errors carry a code that Call maps back to errdefs.
+// the client's framed stdin and terminal sizes the other way; see Attach),
+// exec (the answer comes once the process runs; the connection then
+// carries its framed output and, last, its exit code, and the client's
+// input; see Exec). Errors carry a code that Call maps back to errdefs.
+//
+// Exec: the shim runs "<runtime> exec --detach --process F --pid-file P"
+// (with --console-socket for a terminal, whose master the runtime sends
+// it) with pipes it keeps as the process's stdio, so the process becomes
+// the shim's child once the runtime exits; the reaper reports its status
+// (a status reaped before the runtime started is an earlier process's with
+// the same pid, and is not taken for it). The shim SIGKILLs the process
+// through a pidfd when the client's end of the connection closes (or is
+// half-closed) first, and when the container's init exits; it removes the
+// exec's files once the runtime is done with them.
 //
 // Stdin: the shim holds a container's stdin (the pipe's write end, or the
 // terminal's master) for the container's whole life, so the container sees

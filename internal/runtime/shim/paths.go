@@ -29,13 +29,30 @@ func ConsoleSocketPath(dir string) string {
 	return socketPath(dir, ConsoleSocketFile, ".console")
 }
 
+// ExecConsoleSocketPath returns where the shim listens for the runtime to
+// hand it the terminal of the exec whose process file is process:
+// process's path with ".console" for ".json", or a path in ShortSocketDir
+// derived from it when that is too long for a unix socket address.
+func ExecConsoleSocketPath(process string) string {
+	p := strings.TrimSuffix(process, ".json") + ".console"
+	if len(p) <= socketMaxLen {
+		return p
+	}
+	return shortSocketPath(process, ".console")
+}
+
 func socketPath(dir, file, suffix string) string {
 	p := filepath.Join(dir, file)
 	if len(p) <= socketMaxLen {
 		return p
 	}
+	return shortSocketPath(dir, suffix)
+}
+
+// shortSocketPath names a socket in ShortSocketDir after the hash of key.
+func shortSocketPath(key, suffix string) string {
 	h := fnv.New128a()
-	_, _ = h.Write([]byte(filepath.Clean(dir)))
+	_, _ = h.Write([]byte(filepath.Clean(key)))
 	return filepath.Join(ShortSocketDir, hex.EncodeToString(h.Sum(nil))+suffix)
 }
 

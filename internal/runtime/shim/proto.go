@@ -39,6 +39,11 @@ const (
 	// StartPodShim); one that holds a container answers
 	// CodeFailedPrecondition and stays.
 	OpRelease = "release"
+	// OpExec runs a process in a running container under the shim
+	// ("<runtime> exec --detach"), so the process is the shim's child:
+	// the connection then carries its streams and, last, its exit code,
+	// and the shim kills it when the connection closes first (see Exec).
+	OpExec = "exec"
 )
 
 // States a shim reports.
@@ -75,6 +80,28 @@ type Request struct {
 	All    bool `json:"all,omitempty"`
 	// Stdin asks, with OpAttach, for the session's input to reach the
 	// container's stdin.
+	Stdin bool `json:"stdin,omitempty"`
+	// Exec describes the process to run, with OpExec.
+	Exec *ExecOptions `json:"exec,omitempty"`
+}
+
+// ExecOptions is a process to run in a container with OpExec. The three
+// files are in the container's state dir; the client writes Process and
+// the shim removes all three once the process is gone.
+type ExecOptions struct {
+	// Process is the OCI process spec ("<runtime> exec --process"); the
+	// shim hands the path to the runtime and never reads it.
+	Process string `json:"process"`
+	// PidFile is where the runtime writes the process's pid.
+	PidFile string `json:"pid_file"`
+	// Log is the runtime's JSON log for this exec.
+	Log string `json:"log"`
+	// TTY runs the process on a terminal (the spec's terminal must be
+	// true): the runtime hands the shim its master through a console
+	// socket (ExecConsoleSocketPath), and all output is stdout.
+	TTY bool `json:"tty,omitempty"`
+	// Stdin gives the process a stdin the client feeds; without it, and
+	// without TTY, its stdin is /dev/null.
 	Stdin bool `json:"stdin,omitempty"`
 }
 

@@ -57,6 +57,7 @@ func newContainer(ctx context.Context, log *slog.Logger, cfg ctrConfig, rp *reap
 	in := c.stdio(cfg)
 	cc := newCtr(log, cfg.ID, c.pid, func() (int, error) { return startContainer(cfg, rp, c.pid) }, logw, in)
 	cc.took = took
+	cc.cfg, cc.rp = cfg, rp
 	if cfg.Start {
 		cc.state, cc.startedAt = shim.StateRunning, startedAt
 	}
@@ -75,7 +76,10 @@ func newContainer(ctx context.Context, log *slog.Logger, cfg ctrConfig, rp *reap
 	ioDone := copyOutput(log, logw, cc.fan, c)
 	oom := newOOMWatch(log, c.pid)
 	bg.Add(1)
-	rp.watch(c.pid, func(ws unix.WaitStatus) {
+	rp.watch(c.pid, startedAt, func(ws unix.WaitStatus) {
+		// An exec'd process outlives the init when the PID namespace is
+		// shared; none may outlive its container.
+		cc.killExecs()
 		code, sig := exitCode(ws)
 		// The OOM counter is read before the runtime delete removes the
 		// cgroup; the delete runs while the output drains, and the exit
@@ -241,15 +245,22 @@ func logSize(cfg ctrConfig) int64 {
 
 // runtimeError reads what the runtime logged since offset.
 func runtimeError(cfg ctrConfig, offset int64, extra string) string {
+	return runtimeLogError(filepath.Join(cfg.Dir, shim.RuntimeLog), offset, extra)
+}
+
+// runtimeLogError reads what the runtime logged to path since offset, and
+// adds extra (what it wrote to stderr).
+func runtimeLogError(path string, offset int64, extra string) string {
 	var msgs []string
-	if f, err := os.Open(filepath.Join(cfg.Dir, shim.RuntimeLog)); err == nil {
+	if f, err := os.Open(path); err == nil {
 		data, _ := io.ReadAll(io.NewSectionReader(f, offset, 1<<20))
 		_ = f.Close()
 		if m := shim.ParseRuntimeLog(data); m != "" {
 			msgs = append(msgs, m)
 		}
 	}
-	if extra = strings.TrimSpace(extra); extra != "" {
+	// The runtime may write the same error to both.
+	if extra = strings.TrimSpace(extra); extra != "" && (len(msgs) == 0 || !strings.Contains(extra, msgs[0])) {
 		msgs = append(msgs, extra)
 	}
 	return strings.Join(msgs, "; ")

@@ -100,6 +100,9 @@ func (p *pod) handle(c net.Conn) {
 	var cc *ctr
 	if err := json.Unmarshal(line, &req); err != nil {
 		resp = errorResponse(fmt.Errorf("decode request: %v: %w", err, errdefs.ErrInvalidArgument))
+	} else if req.Op == shim.OpExec {
+		p.execOp(c, req) // answers, then carries the session
+		return
 	} else {
 		resp, cc, sess = p.dispatch(req, c)
 	}

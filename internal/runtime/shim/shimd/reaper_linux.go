@@ -54,15 +54,19 @@ func newReaper() *reaper {
 }
 
 // watch registers fn for the exit of pid, a process that is the shim's
-// child (or will be once it is reparented). When pid was already reaped,
-// fn runs at once.
-func (r *reaper) watch(pid int, fn func(unix.WaitStatus)) {
+// child (or will be once it is reparented) and that was started after
+// since. When pid was already reaped after since, fn runs at once; a
+// status kept from before since was an earlier process's with the same
+// pid, and is dropped.
+func (r *reaper) watch(pid int, since time.Time, fn func(unix.WaitStatus)) {
 	r.mu.Lock()
 	if st, ok := r.unclaimed[pid]; ok {
 		delete(r.unclaimed, pid)
-		r.mu.Unlock()
-		fn(st.ws)
-		return
+		if !st.at.Before(since) {
+			r.mu.Unlock()
+			fn(st.ws)
+			return
+		}
 	}
 	r.waiters[pid] = fn
 	r.mu.Unlock()
@@ -90,6 +94,8 @@ func (r *reaper) spawn(argv []string, dir string, files ...*os.File) (int, <-cha
 		return 0, nil, err
 	}
 	r.waiters[p.Pid] = func(ws unix.WaitStatus) { ch <- ws }
+	// A status kept for an earlier process with this pid is stale.
+	delete(r.unclaimed, p.Pid)
 	_ = p.Release()
 	return p.Pid, ch, nil
 }

@@ -33,6 +33,9 @@ type ctr struct {
 	privatePID bool
 	// took is how long the runtime command that created it took.
 	took time.Duration
+	// cfg and rp run its exec sessions' runtime commands (OpExec).
+	cfg ctrConfig
+	rp  *reaper
 
 	// startMu serializes start requests.
 	startMu sync.Mutex
@@ -43,6 +46,10 @@ type ctr struct {
 	pid       int
 	startedAt time.Time
 	exit      *shim.Exit
+	// execs are its exec sessions' processes; execsKilled says the init
+	// is gone, so every process of a session is killed as it starts.
+	execs       map[*execProc]struct{}
+	execsKilled bool
 
 	exited chan struct{} // closed once exit is set
 	// deleted is closed once the shim ran "<runtime> delete" after the

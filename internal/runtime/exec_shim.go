@@ -1,0 +1,116 @@
+package runtime
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/containerd/errdefs"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/crin-dev/crin/internal/runtime/shim"
+)
+
+// execInShim runs args in the running container id under the container's
+// shim (shim.OpExec): crind writes the process spec, the shim runs
+// "<runtime> exec --detach" with stdio it owns, so the process is the
+// shim's child, and reports its real exit status. The process never
+// outlives the session: when ctx ends, or crind dies, the connection
+// closes and the shim kills it. It returns the exit code (-1 with an
+// error). A container that is pending, stopped, or has no live shim is
+// errdefs.ErrFailedPrecondition; ctx's end is ctx's error.
+func (o *OCI) execInShim(ctx context.Context, id string, args []string, tty bool, streams shim.ExecStreams) (int32, error) {
+	dir, err := o.known(id)
+	if err != nil {
+		return -1, err
+	}
+	if pending(dir) {
+		return -1, fmt.Errorf("exec in container %s: container is %s: %w", id, StateCreated, errdefs.ErrFailedPrecondition)
+	}
+	proc, err := streamProcess(dir, args, tty)
+	if err != nil {
+		return -1, fmt.Errorf("exec in container %s: %w", id, err)
+	}
+	opts, cleanup, err := execFiles(dir, proc)
+	if err != nil {
+		return -1, fmt.Errorf("exec in container %s: %w", id, err)
+	}
+	defer cleanup()
+	opts.TTY = tty
+	code, err := shim.Exec(ctx, shim.SocketPath(shimDirFor(dir)), id, opts, streams)
+	switch {
+	case err == nil:
+		return code, nil
+	case ctx.Err() != nil:
+		return -1, fmt.Errorf("exec in container %s: %w", id, ctx.Err())
+	case errors.Is(err, shim.ErrShimGone) || errdefs.IsNotFound(err):
+		// No shim, or one that does not know it: the container is not
+		// running (a stopped one's shim may be gone).
+		return -1, fmt.Errorf("exec in container %s: %w: %w", id, err, errdefs.ErrFailedPrecondition)
+	}
+	return -1, fmt.Errorf("exec in container %s: %w", id, err)
+}
+
+// execFiles writes the process spec proc of an exec into the container's
+// dir and names the files "<runtime> exec" uses with it (its pid file and
+// log beside it); cleanup removes them all (the shim removes them too,
+// once the process is gone, should crind die first).
+func execFiles(dir string, proc []byte) (shim.ExecOptions, func(), error) {
+	f, err := os.CreateTemp(dir, ".exec-*.json")
+	if err != nil {
+		return shim.ExecOptions{}, nil, err
+	}
+	base := strings.TrimSuffix(f.Name(), ".json")
+	opts := shim.ExecOptions{Process: f.Name(), PidFile: base + ".pid", Log: base + ".log"}
+	cleanup := func() {
+		for _, p := range []string{opts.Process, opts.PidFile, opts.Log} {
+			_ = os.Remove(p)
+		}
+	}
+	_, err = f.Write(proc)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		cleanup()
+		return shim.ExecOptions{}, nil, err
+	}
+	return opts, cleanup, nil
+}
+
+// streamProcess is the container's process spec with args replaced and a
+// terminal requested or not, as JSON.
+func streamProcess(dir string, args []string, tty bool) ([]byte, error) {
+	data, err := os.ReadFile(filepath.Join(dir, shim.ConfigFile))
+	if err != nil {
+		return nil, fmt.Errorf("read bundle: %w", err)
+	}
+	var spec specs.Spec
+	if err := json.Unmarshal(data, &spec); err != nil {
+		return nil, fmt.Errorf("decode bundle: %w", err)
+	}
+	if spec.Process == nil {
+		return nil, fmt.Errorf("bundle has no process: %w", errdefs.ErrFailedPrecondition)
+	}
+	p := *spec.Process
+	p.Args = args
+	p.Terminal = tty
+	p.ConsoleSize = nil
+	if tty && !hasEnv(p.Env, "TERM") {
+		p.Env = append(append([]string(nil), p.Env...), "TERM=xterm")
+	}
+	return json.Marshal(&p)
+}
+
+func hasEnv(env []string, key string) bool {
+	for _, kv := range env {
+		if len(kv) > len(key) && kv[:len(key)] == key && kv[len(key)] == '=' {
+			return true
+		}
+	}
+	return false
+}
