@@ -400,6 +400,22 @@ func (x *execIO) close() {
 	x.closeOutput()
 }
 
+// execFailed kills what a failed (or timed out) "<runtime> exec" may
+// have started, and returns its error with what the runtime said (in its
+// log, or on stderr, errR).
+func execFailed(cfg ctrConfig, rp *reaper, o shim.ExecOptions, e *execProc, since time.Time, errR *os.File, err error) error {
+	if pid := readPidFile(o.PidFile); pid > 0 {
+		watchExec(rp, e, pid, since)
+		e.kill()
+	}
+	_ = errR.SetReadDeadline(time.Now().Add(time.Second))
+	stderr, _ := io.ReadAll(io.LimitReader(errR, 64<<10))
+	if msg := runtimeLogError(o.Log, 0, string(stderr)); msg != "" {
+		err = errors.New(msg)
+	}
+	return fmt.Errorf("%s exec: %w", filepath.Base(cfg.Runtime), err)
+}
+
 // startExec runs "<runtime> exec --detach" for o with pipes the shim keeps
 // as the process's stdio (or, with o.TTY, receives the terminal the
 // runtime made for it), and has the reaper report the process's exit to
@@ -458,18 +474,7 @@ func startExec(cfg ctrConfig, rp *reaper, o shim.ExecOptions, e *execProc) (_ *e
 		err = errors.New(describeStatus(ws))
 	}
 	if err != nil {
-		// The runtime may have failed (or timed out) after the process
-		// started: kill it.
-		if pid := readPidFile(o.PidFile); pid > 0 {
-			watchExec(rp, e, pid, since)
-			e.kill()
-		}
-		_ = errR.SetReadDeadline(time.Now().Add(time.Second))
-		stderr, _ := io.ReadAll(io.LimitReader(errR, 64<<10))
-		if msg := runtimeLogError(o.Log, 0, string(stderr)); msg != "" {
-			err = errors.New(msg)
-		}
-		return nil, fmt.Errorf("%s exec: %w", filepath.Base(cfg.Runtime), err)
+		return nil, execFailed(cfg, rp, o, e, since, errR, err)
 	}
 	pid := readPidFile(o.PidFile)
 	if pid <= 0 {
