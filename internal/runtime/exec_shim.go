@@ -31,7 +31,7 @@ func (o *OCI) execInShim(ctx context.Context, id string, args []string, tty bool
 	if pending(dir) {
 		return -1, fmt.Errorf("exec in container %s: container is %s: %w", id, StateCreated, errdefs.ErrFailedPrecondition)
 	}
-	proc, err := streamProcess(dir, args, tty)
+	proc, err := ExecProcess(dir, args, tty)
 	if err != nil {
 		return -1, fmt.Errorf("exec in container %s: %w", id, err)
 	}
@@ -82,9 +82,11 @@ func execFiles(dir string, proc []byte) (shim.ExecOptions, func(), error) {
 	return opts, cleanup, nil
 }
 
-// streamProcess is the container's process spec with args replaced and a
-// terminal requested or not, as JSON.
-func streamProcess(dir string, args []string, tty bool) ([]byte, error) {
+// ExecProcess is the process spec of an exec in the container whose
+// bundle is dir: the container's process with args replaced and a
+// terminal requested or not (with TERM=xterm unless the container sets
+// TERM), as JSON. Both backends use it.
+func ExecProcess(dir string, args []string, tty bool) ([]byte, error) {
 	data, err := os.ReadFile(filepath.Join(dir, shim.ConfigFile))
 	if err != nil {
 		return nil, fmt.Errorf("read bundle: %w", err)

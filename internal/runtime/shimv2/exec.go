@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -16,11 +15,9 @@ import (
 	task "github.com/containerd/containerd/api/runtime/task/v2"
 	"github.com/containerd/errdefs"
 	"github.com/containerd/errdefs/pkg/errgrpc"
-	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/crin-dev/crin/internal/runtime"
-	"github.com/crin-dev/crin/internal/runtime/shim"
 )
 
 var _ runtime.StreamExecer = (*Runtime)(nil)
@@ -323,23 +320,9 @@ func (r *Runtime) relayExecInput(ctx context.Context, c *conn, id, execID string
 	}
 }
 
-// execProcess is the container's process spec with args replaced, as the
-// shim takes it.
+// execProcess is runtime.ExecProcess, as the shim takes it.
 func execProcess(dir string, args []string, tty bool) (*anypb.Any, error) {
-	data, err := os.ReadFile(filepath.Join(dir, shim.ConfigFile))
-	if err != nil {
-		return nil, err
-	}
-	var spec specs.Spec
-	if err := json.Unmarshal(data, &spec); err != nil {
-		return nil, fmt.Errorf("decode bundle: %w", err)
-	}
-	if spec.Process == nil {
-		return nil, fmt.Errorf("bundle has no process: %w", errdefs.ErrFailedPrecondition)
-	}
-	p := *spec.Process
-	p.Args, p.Terminal, p.ConsoleSize = args, tty, nil
-	data, err = json.Marshal(&p)
+	data, err := runtime.ExecProcess(dir, args, tty)
 	if err != nil {
 		return nil, err
 	}
