@@ -87,6 +87,9 @@ func waitPidfd(ctx context.Context, pid int, d time.Duration) (gone, ok bool) {
 // parked in Go's poller on a pidfd, not in a blocking wait: that would
 // hold an OS thread (with its stacks, about 50 KiB) for as long as each
 // pod runs. Without a pollable pidfd it falls back to the blocking wait.
+// p stays the caller's (to read its Pid, to Kill it: its own handle is a
+// pidfd, so a kill after the reaping reaches no other process); Go closes
+// that handle once p is unreachable.
 func reapChild(p *os.Process) {
 	fd, err := unix.PidfdOpen(p.Pid, unix.PIDFD_NONBLOCK)
 	if err != nil {
@@ -112,7 +115,6 @@ func reapChild(p *os.Process) {
 			_ = unix.Waitid(unix.P_PIDFD, int(fd), nil, unix.WEXITED, nil)
 			return true
 		})
-		_ = p.Release()
 	}()
 }
 
