@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"sync"
 	"time"
@@ -192,6 +193,36 @@ func (s *ctr) streamAttach(c net.Conn, sess attachSession) {
 
 // readInput reads the client's frames until it goes away.
 func (s *ctr) readInput(c net.Conn, sess attachSession) {
+	readFrames(c, s.log, "attach", func(typ byte, p []byte) bool {
+		switch typ {
+		case shim.FrameStdin:
+			if !sess.stdin {
+				return true
+			}
+			if err := s.stdio.write(p); err != nil && !errors.Is(err, errNoStdin) {
+				s.log.Debug("attach: forward input", "error", err)
+			}
+		case shim.FrameEOF:
+			if sess.closesStdin {
+				s.closeStdin()
+			}
+		case shim.FrameResize:
+			if len(p) != 4 || !s.stdio.hasTerminal() {
+				return true
+			}
+			w, h := binary.BigEndian.Uint16(p), binary.BigEndian.Uint16(p[2:])
+			if err := s.stdio.setSize(w, h); err != nil {
+				s.log.Warn("attach: resize terminal", "error", err)
+			}
+		}
+		return true
+	})
+}
+
+// readFrames reads a client's input frames (attach and exec sessions)
+// and hands each to handle, until the client goes away, a frame is too
+// big, or handle returns false. The payload is only valid during the call.
+func readFrames(c net.Conn, log *slog.Logger, what string, handle func(typ byte, p []byte) bool) {
 	br := bufio.NewReader(c)
 	var hdr [5]byte
 	buf := make([]byte, shim.InputChunk)
@@ -201,7 +232,7 @@ func (s *ctr) readInput(c net.Conn, sess attachSession) {
 		}
 		n := binary.BigEndian.Uint32(hdr[1:])
 		if n > shim.MaxFrame {
-			s.log.Warn("attach: oversized input frame", "bytes", n)
+			log.Warn(what+": oversized input frame", "bytes", n)
 			return
 		}
 		if int(n) > len(buf) {
@@ -210,26 +241,8 @@ func (s *ctr) readInput(c net.Conn, sess attachSession) {
 		if _, err := io.ReadFull(br, buf[:n]); err != nil {
 			return
 		}
-		switch hdr[0] {
-		case shim.FrameStdin:
-			if !sess.stdin {
-				continue
-			}
-			if err := s.stdio.write(buf[:n]); err != nil && !errors.Is(err, errNoStdin) {
-				s.log.Debug("attach: forward input", "error", err)
-			}
-		case shim.FrameEOF:
-			if sess.closesStdin {
-				s.closeStdin()
-			}
-		case shim.FrameResize:
-			if n != 4 || !s.stdio.hasTerminal() {
-				continue
-			}
-			w, h := binary.BigEndian.Uint16(buf), binary.BigEndian.Uint16(buf[2:])
-			if err := s.stdio.setSize(w, h); err != nil {
-				s.log.Warn("attach: resize terminal", "error", err)
-			}
+		if !handle(hdr[0], buf[:n]) {
+			return
 		}
 	}
 }

@@ -271,36 +271,19 @@ func runtimeLogError(path string, offset int64, extra string) string {
 // cfg.TTY, receives the container's terminal from the runtime on a console
 // socket; the container's init stays behind as the shim's child.
 func create(ctx context.Context, cfg ctrConfig, rp *reaper) (_ *created, retErr error) {
-	var closers []*os.File
+	pp, err := newProcPipes(cfg.Stdin && !cfg.TTY)
+	if err != nil {
+		return nil, err
+	}
+	c := &created{stdin: pp.stdinW}
 	defer func() {
 		if retErr != nil {
-			for _, f := range closers {
-				_ = f.Close()
+			pp.close()
+			if c.term != nil {
+				_ = c.term.Close()
 			}
 		}
 	}()
-	pipe := func() (r, w *os.File, err error) {
-		r, w, err = os.Pipe()
-		if err == nil {
-			closers = append(closers, r, w)
-		}
-		return r, w, err
-	}
-	outR, outW, err := pipe()
-	if err != nil {
-		return nil, err
-	}
-	errR, errW, err := pipe()
-	if err != nil {
-		return nil, err
-	}
-	c := &created{}
-	var stdinR *os.File // nil: /dev/null
-	if cfg.Stdin && !cfg.TTY {
-		if stdinR, c.stdin, err = pipe(); err != nil {
-			return nil, err
-		}
-	}
 	var console *consoleSocket
 	if cfg.TTY {
 		if console, err = listenConsole(shim.ConsoleSocketPath(cfg.Dir)); err != nil {
@@ -311,14 +294,10 @@ func create(ctx context.Context, cfg ctrConfig, rp *reaper) (_ *created, retErr 
 
 	off := logSize(cfg)
 	pidFile := filepath.Join(cfg.Dir, shim.InitPidFile)
-	runErr := runCreate(cfg, rp, pidFile, console, [3]*os.File{stdinR, outW, errW})
-	outW.Close()
-	errW.Close()
-	if stdinR != nil {
-		stdinR.Close()
-	}
+	runErr := runCreate(cfg, rp, pidFile, console, pp.child())
+	pp.started()
 	if runErr != nil {
-		return nil, createFailed(ctx, cfg, rp, off, errR, runErr)
+		return nil, createFailed(ctx, cfg, rp, off, pp.errR, runErr)
 	}
 	if console != nil {
 		// The runtime sent the terminal before create returned.
@@ -326,13 +305,11 @@ func create(ctx context.Context, cfg ctrConfig, rp *reaper) (_ *created, retErr 
 			forceDelete(cfg, rp)
 			return nil, fmt.Errorf("receive the container's terminal: %w", err)
 		}
-		closers = append(closers, c.term)
 		// The container's stdio is the terminal; the pipes only
 		// carried the runtime's own output.
-		outR.Close()
-		errR.Close()
+		pp.closeOutput()
 	} else {
-		c.stdout, c.stderr = outR, errR
+		c.stdout, c.stderr = pp.outR, pp.errR
 	}
 	data, err := os.ReadFile(pidFile)
 	if err == nil {
@@ -411,4 +388,59 @@ func startContainer(cfg ctrConfig, rp *reaper, pid int) (int, error) {
 		return 0, fmt.Errorf("%s start: %s", filepath.Base(cfg.Runtime), msg)
 	}
 	return pid, nil
+}
+
+// procPipes are the stdio pipes of a process the runtime starts for the
+// shim (a container's init, an exec'd process): the process gets stdinR,
+// outW and errW; the shim keeps outR, errR and stdinW.
+type procPipes struct {
+	outR, outW, errR, errW *os.File
+	stdinR, stdinW         *os.File // nil without stdin: the process gets /dev/null
+}
+
+// newProcPipes makes them, the stdin pipe only when stdin is set.
+func newProcPipes(stdin bool) (*procPipes, error) {
+	p := &procPipes{}
+	var err error
+	if p.outR, p.outW, err = os.Pipe(); err != nil {
+		return nil, err
+	}
+	if p.errR, p.errW, err = os.Pipe(); err == nil && stdin {
+		p.stdinR, p.stdinW, err = os.Pipe()
+	}
+	if err != nil {
+		p.close()
+		return nil, err
+	}
+	return p, nil
+}
+
+// child is the process's stdin, stdout and stderr, for the runtime.
+func (p *procPipes) child() [3]*os.File { return [3]*os.File{p.stdinR, p.outW, p.errW} }
+
+// started closes the process's ends once the runtime ran: it has its own
+// copies.
+func (p *procPipes) started() {
+	closeFiles(p.outW, p.errW, p.stdinR)
+	p.outW, p.errW, p.stdinR = nil, nil, nil
+}
+
+// closeOutput closes the shim's output ends, when the process's output
+// goes to a terminal instead (the pipes only carried the runtime's own).
+func (p *procPipes) closeOutput() {
+	closeFiles(p.outR, p.errR)
+	p.outR, p.errR = nil, nil
+}
+
+// close closes every end still open (a failed start).
+func (p *procPipes) close() {
+	closeFiles(p.outR, p.outW, p.errR, p.errW, p.stdinR, p.stdinW)
+}
+
+func closeFiles(fs ...*os.File) {
+	for _, f := range fs {
+		if f != nil {
+			_ = f.Close()
+		}
+	}
 }

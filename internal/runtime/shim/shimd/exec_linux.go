@@ -1,7 +1,6 @@
 package shimd
 
 import (
-	"bufio"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -260,28 +259,11 @@ func (s *ctr) streamExec(c net.Conn, e *execProc, eio *execIO) {
 // execInput reads the client's frames and forwards them to the process
 // until the client goes away or the connection is closed.
 func (s *ctr) execInput(c net.Conn, eio *execIO) {
-	br := bufio.NewReader(c)
-	var hdr [5]byte
-	buf := make([]byte, shim.InputChunk)
-	for {
-		if _, err := io.ReadFull(br, hdr[:]); err != nil {
-			return
-		}
-		n := binary.BigEndian.Uint32(hdr[1:])
-		if n > shim.MaxFrame {
-			s.log.Warn("exec: oversized input frame", "bytes", n)
-			return
-		}
-		if int(n) > len(buf) {
-			buf = make([]byte, n)
-		}
-		if _, err := io.ReadFull(br, buf[:n]); err != nil {
-			return
-		}
-		switch hdr[0] {
+	readFrames(c, s.log, "exec", func(typ byte, p []byte) bool {
+		switch typ {
 		case shim.FrameStdin:
-			if err := eio.write(c, buf[:n]); errors.Is(err, errClientGone) {
-				return
+			if err := eio.write(c, p); errors.Is(err, errClientGone) {
+				return false
 			}
 		case shim.FrameEOF:
 			// A terminal has no end of input of its own.
@@ -289,15 +271,16 @@ func (s *ctr) execInput(c net.Conn, eio *execIO) {
 				eio.closeStdin()
 			}
 		case shim.FrameResize:
-			if n != 4 || eio.term == nil {
-				continue
+			if len(p) != 4 || eio.term == nil {
+				return true
 			}
-			w, h := binary.BigEndian.Uint16(buf), binary.BigEndian.Uint16(buf[2:])
+			w, h := binary.BigEndian.Uint16(p), binary.BigEndian.Uint16(p[2:])
 			if err := setTerminalSize(eio.term, w, h); err != nil {
 				s.log.Warn("exec: resize terminal", "error", err)
 			}
 		}
-	}
+		return true
+	})
 }
 
 // errClientGone reports an exec client that closed its connection while
@@ -421,36 +404,16 @@ func execFailed(cfg ctrConfig, rp *reaper, o shim.ExecOptions, e *execProc, sinc
 // runtime made for it), and has the reaper report the process's exit to
 // e. The process is the shim's child once the runtime exited.
 func startExec(cfg ctrConfig, rp *reaper, o shim.ExecOptions, e *execProc) (_ *execIO, retErr error) {
-	var closers []*os.File
+	pp, err := newProcPipes(o.Stdin && !o.TTY)
+	if err != nil {
+		return nil, err
+	}
 	defer func() {
 		if retErr != nil {
-			for _, f := range closers {
-				_ = f.Close()
-			}
+			pp.close()
 		}
 	}()
-	pipe := func() (r, w *os.File, err error) {
-		r, w, err = os.Pipe()
-		if err == nil {
-			closers = append(closers, r, w)
-		}
-		return r, w, err
-	}
-	outR, outW, err := pipe()
-	if err != nil {
-		return nil, err
-	}
-	errR, errW, err := pipe()
-	if err != nil {
-		return nil, err
-	}
-	x := &execIO{}
-	var stdinR *os.File // nil: /dev/null
-	if o.Stdin && !o.TTY {
-		if stdinR, x.stdin, err = pipe(); err != nil {
-			return nil, err
-		}
-	}
+	x := &execIO{stdin: pp.stdinW}
 	args := []string{"exec", "--process", o.Process, "--detach", "--pid-file", o.PidFile}
 	var console *consoleSocket
 	if o.TTY {
@@ -463,18 +426,14 @@ func startExec(cfg ctrConfig, rp *reaper, o shim.ExecOptions, e *execProc) (_ *e
 	argv := append([]string{cfg.Runtime, "--root", cfg.RuntimeRoot, "--log", o.Log, "--log-format", "json"}, append(args, cfg.ID)...)
 
 	since := time.Now()
-	ws, err := rp.runFor(execStartTimeout, argv, cfg.Dir, stdinR, outW, errW)
-	// The process has its own copies; the shim keeps the other ends.
-	_ = outW.Close()
-	_ = errW.Close()
-	if stdinR != nil {
-		_ = stdinR.Close()
-	}
+	stdio := pp.child()
+	ws, err := rp.runFor(execStartTimeout, argv, cfg.Dir, stdio[:]...)
+	pp.started()
 	if err == nil && (!ws.Exited() || ws.ExitStatus() != 0) {
 		err = errors.New(describeStatus(ws))
 	}
 	if err != nil {
-		return nil, execFailed(cfg, rp, o, e, since, errR, err)
+		return nil, execFailed(cfg, rp, o, e, since, pp.errR, err)
 	}
 	pid := readPidFile(o.PidFile)
 	if pid <= 0 {
@@ -492,11 +451,9 @@ func startExec(cfg ctrConfig, rp *reaper, o shim.ExecOptions, e *execProc) (_ *e
 		if o.Stdin {
 			x.stdin = term
 		}
-		// The pipes carried only the runtime's own output.
-		_ = outR.Close()
-		_ = errR.Close()
+		pp.closeOutput()
 	} else {
-		x.stdout, x.stderr = outR, errR
+		x.stdout, x.stderr = pp.outR, pp.errR
 	}
 	return x, nil
 }
