@@ -51,6 +51,13 @@ func RemapOverlay(usernsFd int, target, root string, uid, gid uint32) error {
 	original := "lowerdir=" + lowers + ",upperdir=" + upper + ",workdir=" + work
 	upper, work = abs(upper), abs(work)
 	data := "lowerdir=" + strings.Join(rel, ":") + ",upperdir=" + upper + ",workdir=" + work
+	// Shown as "fsync=volatile" since Linux 6.6, as "volatile" before.
+	_, volatile := opts["volatile"]
+	volatile = volatile || opts["fsync"] == "volatile"
+	if volatile {
+		original += ",volatile"
+		data += ",volatile"
+	}
 	if len(data) > os.Getpagesize()-1 {
 		return fmt.Errorf("remap overlay %s: %d layers do not fit in the mount options", target, len(rel))
 	}
@@ -70,9 +77,15 @@ func RemapOverlay(usernsFd int, target, root string, uid, gid uint32) error {
 	if err := unix.Unmount(target, 0); err != nil {
 		return fmt.Errorf("remap overlay %s: unmount the original: %w", target, err)
 	}
+	if volatile {
+		clearVolatile(work)
+	}
 	if err := mountAt(fd, target, data); err != nil {
 		// Put back what the image store mounted, so its release works as
 		// it would have.
+		if volatile {
+			clearVolatile(work)
+		}
 		if rerr := mountAt(-1, target, original); rerr != nil {
 			return fmt.Errorf("remap overlay %s: %w (and the original cannot be mounted again: %w)", target, err, rerr)
 		}
@@ -82,6 +95,14 @@ func RemapOverlay(usernsFd int, target, root string, uid, gid uint32) error {
 		return fmt.Errorf("remap overlay %s: %w", target, err)
 	}
 	return nil
+}
+
+// clearVolatile removes the mark a volatile overlay leaves in its work
+// dir, which makes the kernel refuse to mount that upper dir again (it
+// cannot know the upper dir is intact). Here it is: the overlay was just
+// unmounted cleanly, without a crash in between.
+func clearVolatile(work string) {
+	_ = os.RemoveAll(filepath.Join(work, "work", "incompat"))
 }
 
 // mountAt mounts an overlay with options data at target from a thread
