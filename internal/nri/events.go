@@ -207,6 +207,12 @@ func (a *Adaptation) broadcast(ctx context.Context, ev api.Event, pod *api.PodSa
 	defer in.done()
 	var errs []error
 	for _, p := range ps {
+		switch ev {
+		case api.Event_REMOVE_CONTAINER:
+			p.forgetSeen(ctr.GetId())
+		case api.Event_REMOVE_POD_SANDBOX:
+			p.forgetSeen(pod.GetId())
+		}
 		if !p.subscribed(ev) || p.builtin != nil || p.enqueue(ev, pod, ctr) {
 			continue
 		}

@@ -146,7 +146,11 @@ type plugin struct {
 	// waits for a plugin's Synchronize.
 	queue []queuedEvent
 	// seen holds the pod and container ids sent in Synchronize, so a
-	// creation event racing the sync is not delivered twice.
+	// creation event racing the sync is not delivered twice: an id stays
+	// until its creation event comes (alreadySeen) or its removal
+	// (forgetSeen), as a pod or container still being created when the
+	// snapshot was taken may have its creation event start only after
+	// the plugin is ready.
 	seen map[string]struct{}
 }
 

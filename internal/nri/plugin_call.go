@@ -119,6 +119,15 @@ func (p *plugin) alreadySeen(id string) bool {
 	return false
 }
 
+// forgetSeen drops id from the ids sent in Synchronize once it is removed:
+// its creation event will not come any more. So seen holds no more than
+// the pods and containers that lived at the plugin's Synchronize.
+func (p *plugin) forgetSeen(id string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.seen, id)
+}
+
 // enqueue queues an event if the plugin is synchronizing; drain delivers
 // it once the plugin is ready. A queued CreateContainer can no longer
 // adjust its container (see dedicated).
@@ -140,8 +149,10 @@ func (p *plugin) drain(ctx context.Context) {
 		p.queue = nil
 		if len(q) == 0 {
 			if p.state == StateSynchronizing {
+				// seen stays: a pod or container that was pending in
+				// the snapshot may have its creation event still to
+				// come (forgetSeen).
 				p.state = StateReady
-				p.seen = nil
 			}
 			p.mu.Unlock()
 			return
