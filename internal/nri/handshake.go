@@ -190,6 +190,9 @@ func (a *Adaptation) join(p *plugin) error {
 	return nil
 }
 
+// waitGroup waits for wg until ctx ends. crin-shim has a twin bounded by a
+// duration (shimd's waitGroup): the shim links no more than it needs, so
+// it does not import this package.
 func waitGroup(ctx context.Context, wg *sync.WaitGroup) error {
 	done := make(chan struct{})
 	go func() {

@@ -72,7 +72,9 @@ const (
 )
 
 // ImageConfig is the part of an image's config a container spec uses.
-// It is untrusted input.
+// It is untrusted input. It repeats the first fields of
+// image.RuntimeConfig, which the cri hub copies here: this package does
+// not import internal/image.
 type ImageConfig struct {
 	User       string
 	Env        []string

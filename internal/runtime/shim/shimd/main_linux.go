@@ -145,7 +145,8 @@ func run(ctx context.Context, cfg shim.Config) int {
 	return 0
 }
 
-// waitGroup waits for wg, at most d.
+// waitGroup waits for wg, at most d. internal/nri has a twin bounded by a
+// context; the shim keeps its own rather than link that package.
 func waitGroup(wg interface{ Wait() }, d time.Duration) {
 	done := make(chan struct{})
 	go func() {
