@@ -77,5 +77,5 @@ func (s *Service) destroySandbox(ctx context.Context, rec *store.Sandbox) error 
 	if err := s.removePodDir(rec); err != nil {
 		return err
 	}
-return s.opts.Store.RemoveSandbox(rec.ID, rec.Name)
+	return s.opts.Store.RemoveSandbox(rec.ID, rec.Name)
 }
