@@ -14,7 +14,8 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 )
 
-// floor is the OCI runtime alone: runc create + runc start of a busybox
+// floor is the OCI runtime alone: runc create + runc start (and, apart,
+// runc run --detach) of a busybox
 // `sleep 3600` on a bundle like the one crind gives its containers (a
 // busybox rootfs, a new mount and PID namespace, the pod's network, UTS and
 // IPC namespaces joined by path, a cgroup under the bench's), then runc
@@ -65,6 +66,10 @@ const (
 	floorCreate = "runc create"
 	floorStart  = "runc start"
 	floorBoth   = "create+start"
+	// floorRun is `runc run --detach` on the same bundle: the command
+	// crin-shim runs at StartContainer, exec'd here from crilat (compare
+	// with StartContainer's runtime_run phase).
+	floorRun = "runc run"
 )
 
 // newFloor writes the bundle into dir: rootfs/bin/busybox (a copy of the
@@ -137,22 +142,8 @@ func floorSpec(spec *specs.Spec, nsDir string) {
 // run times one create and start of container id, then deletes it; record
 // says whether the times count (not in warm-up).
 func (f *floor) run(ctx context.Context, id string, record bool) error {
-	cfg := filepath.Join(f.bundle, "config.json")
-	raw, err := os.ReadFile(cfg)
-	if err != nil {
-		return fmt.Errorf("floor: %w", err)
-	}
-	var spec specs.Spec
-	if err := json.Unmarshal(raw, &spec); err != nil {
-		return fmt.Errorf("floor: %w", err)
-	}
-	// Its own cgroup each time, as crind's containers get.
-	spec.Linux.CgroupsPath = filepath.Join(f.cgroup, id)
-	if raw, err = json.Marshal(&spec); err != nil {
-		return fmt.Errorf("floor: %w", err)
-	}
-	if err := os.WriteFile(cfg, raw, 0o644); err != nil {
-		return fmt.Errorf("floor: %w", err)
+	if err := f.useCgroup(id); err != nil {
+		return err
 	}
 	// Output goes to a file, never a pipe: the container inherits runc
 	// create's stdio and would hold a pipe open.
@@ -185,20 +176,54 @@ func (f *floor) run(ctx context.Context, id string, record bool) error {
 		err = derr
 	}
 	// runc deletes the container's cgroup with it.
+	if err != nil {
+		return err
+	}
+	rid := id + "-run"
+	if err := f.useCgroup(rid); err != nil {
+		return err
+	}
+	dr, err := runc("run", "--detach", "--bundle", f.bundle, rid)
+	if _, derr := runc("delete", "--force", rid); err == nil && derr != nil {
+		err = derr
+	}
 	if err != nil || !record {
 		return err
 	}
 	f.samples[floorCreate] = append(f.samples[floorCreate], dc)
 	f.samples[floorStart] = append(f.samples[floorStart], ds)
 	f.samples[floorBoth] = append(f.samples[floorBoth], dc+ds)
+	f.samples[floorRun] = append(f.samples[floorRun], dr)
 	f.n++
+	return nil
+}
+
+// useCgroup gives the bundle's container a cgroup of its own, named for
+// id, as crind's containers get.
+func (f *floor) useCgroup(id string) error {
+	cfg := filepath.Join(f.bundle, "config.json")
+	raw, err := os.ReadFile(cfg)
+	if err != nil {
+		return fmt.Errorf("floor: %w", err)
+	}
+	var spec specs.Spec
+	if err := json.Unmarshal(raw, &spec); err != nil {
+		return fmt.Errorf("floor: %w", err)
+	}
+	spec.Linux.CgroupsPath = filepath.Join(f.cgroup, id)
+	if raw, err = json.Marshal(&spec); err != nil {
+		return fmt.Errorf("floor: %w", err)
+	}
+	if err := os.WriteFile(cfg, raw, 0o644); err != nil {
+		return fmt.Errorf("floor: %w", err)
+	}
 	return nil
 }
 
 // stats summarizes the floor's samples.
 func (f *floor) stats() []StepStats {
 	var out []StepStats
-	for _, s := range []string{floorCreate, floorStart, floorBoth} {
+	for _, s := range []string{floorCreate, floorStart, floorBoth, floorRun} {
 		out = append(out, summarize(s, f.samples[s]))
 	}
 	return out

@@ -3,6 +3,7 @@ package main
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestInSituFloor(t *testing.T) {
@@ -18,5 +19,22 @@ func TestInSituFloor(t *testing.T) {
 	inSituFloor(&b, me)
 	if !strings.Contains(b.String(), "mean 30.0 ms") || !strings.Contains(b.String(), "mean 24.0 ms = 1.25x") {
 		t.Errorf("in-situ floor line %q, want 30.0 / 24.0 = 1.25x", b.String())
+	}
+}
+
+func TestShimRunCost(t *testing.T) {
+	me := &Result{Phases: []RPCPhases{
+		{RPC: "StartContainer", MeanMs: 28, Phases: []Phase{{Phase: "shim_call", MeanMs: 1}, {Phase: "runtime_run", MeanMs: 27}}},
+	}}
+	var b strings.Builder
+	shimRunCost(&b, me, nil)
+	shimRunCost(&b, me, &floor{samples: map[string][]time.Duration{}})
+	if b.Len() != 0 {
+		t.Errorf("printed %q without a runc run floor", b.String())
+	}
+	fl := &floor{samples: map[string][]time.Duration{floorRun: {18 * time.Millisecond, 18 * time.Millisecond}}}
+	shimRunCost(&b, me, fl)
+	if !strings.Contains(b.String(), "mean 27.0 ms / runc run exec'd alone (floor bundle) mean 18.0 ms = 1.50x") {
+		t.Errorf("shim run cost line %q, want 27.0 / 18.0 = 1.50x", b.String())
 	}
 }

@@ -121,6 +121,7 @@ func printTargets(w io.Writer, rs []*Result, fl *floor) {
 		fmt.Fprintln(w, "Create+Start against the floor: floor not measured")
 	}
 	inSituFloor(w, me)
+	shimRunCost(w, me, fl)
 	if peer != nil && me.Parallel != nil && peer.Parallel != nil && me.Parallel.MedianMs > 0 && peer.Parallel.MedianMs > 0 {
 		r := me.Parallel.MedianMs / peer.Parallel.MedianMs
 		fmt.Fprintf(w, "%d pods in parallel, median %.1f ms / %s %.1f ms = %.2fx (target <= %.2fx): %s\n",
@@ -179,4 +180,31 @@ func inSituFloor(w io.Writer, me *Result) {
 	}
 	fmt.Fprintf(w, "Create+Start mean %.1f ms / the runtime's own run on crind's bundle (StartContainer's runtime_run) mean %.1f ms = %.2fx (for the floor target, same bundle)\n",
 		create+start, run, (create+start)/run)
+}
+
+// shimRunCost compares `runc run --detach` as crin-shim runs it (the
+// runtime_run phase, crind's bundle) with the same command exec'd by
+// crilat on the floor's bundle, as means: what running it under the shim
+// costs.
+func shimRunCost(w io.Writer, me *Result, fl *floor) {
+	if fl == nil || len(fl.samples[floorRun]) == 0 {
+		return
+	}
+	var run float64
+	for _, r := range me.Phases {
+		if r.RPC != "StartContainer" {
+			continue
+		}
+		for _, p := range r.Phases {
+			if p.Phase == "runtime_run" {
+				run = p.MeanMs
+			}
+		}
+	}
+	if run <= 0 {
+		return
+	}
+	alone := summarize(floorRun, fl.samples[floorRun]).Mean
+	fmt.Fprintf(w, "runc run under crin-shim (runtime_run) mean %.1f ms / runc run exec'd alone (floor bundle) mean %.1f ms = %.2fx (not a target)\n",
+		run, alone, run/alone)
 }
