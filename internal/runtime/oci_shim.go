@@ -147,10 +147,7 @@ func (o *OCI) ReleasePodShim(ctx context.Context, podID string) error {
 			return fmt.Errorf("release pod shim: %w", err)
 		}
 	}
-	if liveShim(dir) == 0 {
-		_ = os.Remove(shim.SocketPath(dir))
-		_ = os.RemoveAll(dir)
-	}
+	removeDeadShimDirLocked(dir)
 	return nil
 }
 
@@ -319,6 +316,11 @@ func (o *OCI) dropFromShim(ctx context.Context, id, dir string) error {
 func (o *OCI) removeDeadShimDir(shimDir string) {
 	unlock := o.pods.lock(shimDir)
 	defer unlock()
+	removeDeadShimDirLocked(shimDir)
+}
+
+// removeDeadShimDirLocked is removeDeadShimDir; the pod's lock is held.
+func removeDeadShimDirLocked(shimDir string) {
 	if liveShim(shimDir) == 0 {
 		_ = os.Remove(shim.SocketPath(shimDir))
 		_ = os.RemoveAll(shimDir)

@@ -254,21 +254,12 @@ func (s *ctr) closeStdin() {
 	}
 }
 
+// writeFrame writes fr to an attach client, which must read it within
+// attachWriteTimeout. An output frame without data is not sent.
 func writeFrame(c net.Conn, fr frame) error {
-	_ = c.SetWriteDeadline(time.Now().Add(attachWriteTimeout))
-	for len(fr.data) > 0 || fr.stream == 0 {
-		n := min(len(fr.data), shim.MaxFrame)
-		buf := make([]byte, 5+n)
-		buf[0] = fr.stream
-		binary.BigEndian.PutUint32(buf[1:], uint32(n))
-		copy(buf[5:], fr.data[:n])
-		if _, err := c.Write(buf); err != nil {
-			return err
-		}
-		fr.data = fr.data[n:]
-		if fr.stream == 0 {
-			break
-		}
+	if len(fr.data) == 0 && fr.stream != 0 {
+		return nil
 	}
-	return nil
+	_ = c.SetWriteDeadline(time.Now().Add(attachWriteTimeout))
+	return writeFrames(c, fr.stream, fr.data)
 }

@@ -311,13 +311,9 @@ func create(ctx context.Context, cfg ctrConfig, rp *reaper) (_ *created, retErr 
 	} else {
 		c.stdout, c.stderr = pp.outR, pp.errR
 	}
-	data, err := os.ReadFile(pidFile)
-	if err == nil {
-		c.pid, err = strconv.Atoi(strings.TrimSpace(string(data)))
-	}
-	if err != nil || c.pid <= 0 {
+	if c.pid = readPidFile(pidFile); c.pid <= 0 {
 		forceDelete(cfg, rp)
-		return nil, fmt.Errorf("read init pid: %v", err)
+		return nil, fmt.Errorf("read init pid: no pid in %s", pidFile)
 	}
 	return c, nil
 }

@@ -2,7 +2,6 @@ package shimd
 
 import (
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -223,7 +222,7 @@ func (s *ctr) streamExec(c net.Conn, e *execProc, eio *execIO) {
 	send := func(stream byte, p []byte) error {
 		wmu.Lock()
 		defer wmu.Unlock()
-		return writeExecFrame(c, stream, p)
+		return writeFrames(c, stream, p)
 	}
 	copied := make(chan struct{})
 	go func() {
@@ -505,10 +504,11 @@ func peerClosed(c net.Conn) bool {
 	return closed
 }
 
-// writeExecFrame writes one frame (split when larger than shim.MaxFrame).
-// It takes no deadline: a client that reads slowly slows the process, as
-// a terminal would; one that is gone fails the write.
-func writeExecFrame(c net.Conn, stream byte, p []byte) error {
+// writeFrames writes p as frames of stream, split when larger than
+// shim.MaxFrame (one empty frame when p is empty). It sets no deadline: an
+// exec client that reads slowly slows the process, as a terminal would;
+// one that is gone fails the write (attach sets its own, writeFrame).
+func writeFrames(c net.Conn, stream byte, p []byte) error {
 	var hdr [5]byte
 	for {
 		n := min(len(p), shim.MaxFrame)
@@ -523,14 +523,4 @@ func writeExecFrame(c net.Conn, stream byte, p []byte) error {
 			return nil
 		}
 	}
-}
-
-// writeResponse writes resp as the session's one-line answer.
-func writeResponse(c net.Conn, resp shim.Response) error {
-	data, err := json.Marshal(resp)
-	if err != nil {
-		return err
-	}
-	_, err = c.Write(append(data, '\n'))
-	return err
 }

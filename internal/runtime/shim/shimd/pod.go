@@ -109,8 +109,7 @@ func (p *pod) handle(c net.Conn) {
 	if req.Op == shim.OpCreate {
 		resp.HandleNanos = time.Since(start).Nanoseconds()
 	}
-	data, _ := json.Marshal(resp)
-	_, _ = c.Write(append(data, '\n'))
+	_ = writeResponse(c, resp)
 	if req.Op == shim.OpAttach && resp.Error == "" {
 		cc.streamAttach(c, sess)
 	}
@@ -287,4 +286,14 @@ func (p *pod) releaseIfEmpty() shim.Response {
 	}
 	p.exiting = true
 	return shim.Response{ShimExiting: true}
+}
+
+// writeResponse writes resp as the request's one-line answer.
+func writeResponse(c net.Conn, resp shim.Response) error {
+	data, err := json.Marshal(resp)
+	if err != nil {
+		return err
+	}
+	_, err = c.Write(append(data, '\n'))
+	return err
 }
