@@ -239,14 +239,15 @@ free_port() {
 	return 1
 }
 
-# start_crind NAME [NRI]: one crind with its own root, state and socket under
-# $BASE/NAME; NRI is "off", "N" or "Nv" (see bench/lifecycle.sh), empty
-# is crind's default (NRI on, no plugin) with private NRI paths. CRIND_CRI_EXTRA, if set,
+# start_crind NAME [NRI [BIN]]: one crind with its own root, state and socket
+# under $BASE/NAME; NRI is "off", "N" or "Nv" (see bench/lifecycle.sh), empty
+# is crind's default (NRI on, no plugin) with private NRI paths. BIN is the
+# directory of crind, crin-shim and crin-pause (default: the repo's bin/). CRIND_CRI_EXTRA, if set,
 # is appended to the [cri] section (e.g. 'stats_period = "2s"'). crind
 # serves Prometheus metrics on a free 127.0.0.1 port, which crilat scrapes
 # for the phase trace (internal/cri/trace.go).
 start_crind() {
-	local name=$1 nri=${2:-} dir=$BASE/$1 i n flags="" h runc_v2=""
+	local name=$1 nri=${2:-} bin=${3:-$REPO/bin} dir=$BASE/$1 i n flags="" h runc_v2=""
 	local sock=$dir/s/crin.sock port
 	port=$(free_port)
 	[[ " ${CRIND_HANDLERS:-runc} " == *" runc-v2 "* ]] && runc_v2=1
@@ -259,8 +260,8 @@ log_level = "info"
 socket = "$sock"
 metrics_address = "127.0.0.1:$port"
 cgroup_parent = "/$CG"
-shim_binary = "$REPO/bin/crin-shim"
-pause_binary = "$REPO/bin/crin-pause"
+shim_binary = "$bin/crin-shim"
+pause_binary = "$bin/crin-pause"
 ${CRIND_CRI_EXTRA:-}
 [cni]
 conf_dir = "$BASE/net.d"
@@ -313,7 +314,7 @@ EOF
 	# before the clean-up has drained them (both stop on SIGINT). From a
 	# non-interactive shell the child is no group leader, so setsid execs
 	# in place and $! is the daemon.
-	setsid "$REPO/bin/crind" --config "$dir/crin.toml" >"$BASE/$name.log" 2>&1 &
+	setsid "$bin/crind" --config "$dir/crin.toml" >"$BASE/$name.log" 2>&1 &
 	local pid=$!
 	CRIND_PIDS+=("$pid")
 	CRIND_SOCKS+=("$sock")

@@ -10,6 +10,8 @@
 #   FLOOR=0 bench/lifecycle.sh          # no OCI runtime floor (runc alone)
 #   SKIP_CONTAINERD=1 bench/lifecycle.sh
 #   NRI="off 0 1 4" bench/lifecycle.sh  # NRI mode (what bench/nri.sh runs)
+#   BASELINE_BIN=DIR bench/lifecycle.sh # also crind-base from DIR's crind, crin-shim,
+#                                       # crin-pause (another build), the baseline
 #
 # NRI mode runs one crind per configuration in $NRI, side by side and
 # interleaved like the runtimes of the default mode: "off" is NRI disabled,
@@ -65,6 +67,11 @@ if [ -n "$NRI" ]; then
 	for c in $NRI; do start_crind "nri-$c" "$c"; done
 else
 	start_crind crind
+	# An A/B of two builds: crind-base interleaved with crind, and what
+	# crind adds to it per step printed (a negative figure is a gain).
+	if [ -n "${BASELINE_BIN:-}" ]; then
+		start_crind crind-base "" "$BASELINE_BIN"
+	fi
 fi
 start_containerd
 [ -z "$ctd_why" ] || echo "bench: containerd not compared: $ctd_why"
@@ -76,6 +83,7 @@ start_containerd
 mkdir -p "$BASE/results"
 base=()
 [[ " $NRI " == *" 0 "* ]] && base=(-baseline nri-0)
+[ -z "${BASELINE_BIN:-}" ] || [ -n "$NRI" ] || base=(-baseline crind-base)
 floor=()
 if [ "$FLOOR" = 1 ]; then
 	if floor_setup; then

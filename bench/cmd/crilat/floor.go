@@ -12,6 +12,7 @@ import (
 	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
 // floor is the OCI runtime alone: runc create + runc start (and, apart,
@@ -70,6 +71,11 @@ const (
 	// crin-shim runs at StartContainer, exec'd here from crilat (compare
 	// with StartContainer's runtime_run phase).
 	floorRun = "runc run"
+	// The floor in place: create and start right after a RunPodSandbox,
+	// in the rotation of the round's lifecycles (floor.inPlace).
+	floorPlacedCreate = "in place: runc create"
+	floorPlacedStart  = "in place: runc start"
+	floorPlacedBoth   = "in place: create+start"
 )
 
 // newFloor writes the bundle into dir: rootfs/bin/busybox (a copy of the
@@ -139,43 +145,61 @@ func floorSpec(spec *specs.Spec, nsDir string) {
 	spec.Linux.Namespaces = ns
 }
 
-// run times one create and start of container id, then deletes it; record
-// says whether the times count (not in warm-up).
-func (f *floor) run(ctx context.Context, id string, record bool) error {
+// runcCmd runs the floor's runc with args, its output to logf (never a
+// pipe: the container inherits runc create's stdio and would hold a pipe
+// open), and returns how long it took; on failure the error has what runc
+// logged.
+func (f *floor) runcCmd(ctx context.Context, logf *os.File, args ...string) (time.Duration, error) {
+	cmd := exec.CommandContext(ctx, f.runc, append([]string{"--root", f.root}, args...)...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	start := time.Now()
+	err := cmd.Run()
+	d := time.Since(start)
+	if err != nil {
+		out, _ := os.ReadFile(logf.Name())
+		return d, fmt.Errorf("runc %s: %w: %s", args[0], err, strings.TrimSpace(string(out)))
+	}
+	return d, nil
+}
+
+// logFile is a fresh output file for the runc commands of container id;
+// done removes it.
+func (f *floor) logFile(id string) (logf *os.File, done func(), err error) {
+	p := filepath.Join(filepath.Dir(f.bundle), "runc-"+id+".log")
+	if logf, err = os.Create(p); err != nil {
+		return nil, nil, fmt.Errorf("floor: %w", err)
+	}
+	return logf, func() { _ = logf.Close(); _ = os.Remove(p) }, nil
+}
+
+// createStart times runc create and runc start of container id on the
+// bundle, then deletes it.
+func (f *floor) createStart(ctx context.Context, id string) (create, start time.Duration, err error) {
 	if err := f.useCgroup(id); err != nil {
-		return err
+		return 0, 0, err
 	}
-	// Output goes to a file, never a pipe: the container inherits runc
-	// create's stdio and would hold a pipe open.
-	logPath := filepath.Join(filepath.Dir(f.bundle), "runc-"+id+".log")
-	logf, err := os.Create(logPath)
+	logf, done, err := f.logFile(id)
 	if err != nil {
-		return fmt.Errorf("floor: %w", err)
+		return 0, 0, err
 	}
-	defer os.Remove(logPath)
-	defer logf.Close()
-	runc := func(args ...string) (time.Duration, error) {
-		cmd := exec.CommandContext(ctx, f.runc, append([]string{"--root", f.root}, args...)...)
-		cmd.Stdout, cmd.Stderr = logf, logf
-		start := time.Now()
-		err := cmd.Run()
-		d := time.Since(start)
-		if err != nil {
-			out, _ := os.ReadFile(logPath)
-			return d, fmt.Errorf("runc %s: %w: %s", args[0], err, strings.TrimSpace(string(out)))
-		}
-		return d, nil
+	defer done()
+	if create, err = f.runcCmd(ctx, logf, "create", "--bundle", f.bundle, id); err != nil {
+		_, _ = f.runcCmd(ctx, logf, "delete", "--force", id)
+		return 0, 0, err
 	}
-	dc, err := runc("create", "--bundle", f.bundle, id)
-	if err != nil {
-		_, _ = runc("delete", "--force", id)
-		return err
-	}
-	ds, err := runc("start", id)
-	if _, derr := runc("delete", "--force", id); err == nil && derr != nil {
+	start, err = f.runcCmd(ctx, logf, "start", id)
+	// runc deletes the container's cgroup with it.
+	if _, derr := f.runcCmd(ctx, logf, "delete", "--force", id); err == nil && derr != nil {
 		err = derr
 	}
-	// runc deletes the container's cgroup with it.
+	return create, start, err
+}
+
+// run times one create and start of container id, then deletes it and
+// times a runc run of the same bundle; record says whether the times
+// count (not in warm-up). It runs right after the round's lifecycles.
+func (f *floor) run(ctx context.Context, id string, record bool) error {
+	dc, ds, err := f.createStart(ctx, id)
 	if err != nil {
 		return err
 	}
@@ -183,8 +207,13 @@ func (f *floor) run(ctx context.Context, id string, record bool) error {
 	if err := f.useCgroup(rid); err != nil {
 		return err
 	}
-	dr, err := runc("run", "--detach", "--bundle", f.bundle, rid)
-	if _, derr := runc("delete", "--force", rid); err == nil && derr != nil {
+	logf, done, err := f.logFile(rid)
+	if err != nil {
+		return err
+	}
+	defer done()
+	dr, err := f.runcCmd(ctx, logf, "run", "--detach", "--bundle", f.bundle, rid)
+	if _, derr := f.runcCmd(ctx, logf, "delete", "--force", rid); err == nil && derr != nil {
 		err = derr
 	}
 	if err != nil || !record {
@@ -196,6 +225,43 @@ func (f *floor) run(ctx context.Context, id string, record bool) error {
 	f.samples[floorRun] = append(f.samples[floorRun], dr)
 	f.n++
 	return nil
+}
+
+// inPlace times the floor where a lifecycle's Create+Start is: right
+// after a RunPodSandbox on c (the first target), in the round's rotation
+// of lifecycles, then stops and removes that pod. The same runc command
+// takes several ms longer when nothing ran just before it than right
+// after another runc (bench/README.md, "Where the floor is measured"),
+// and the back-to-back floor of run has that advantage; this one is
+// measured in the conditions crind's own runc is in.
+// A failure ends the floor as tick's does.
+func (f *floor) inPlace(ctx context.Context, c *client, o runOptions, name string, record bool) {
+	if f == nil || f.err != nil {
+		return
+	}
+	podCfg, err := podConfig(o, name)
+	if err != nil {
+		f.err = err
+		return
+	}
+	cctx, cancel := context.WithTimeout(ctx, o.callTimeout)
+	r, err := c.rs.RunPodSandbox(cctx, &runtimeapi.RunPodSandboxRequest{Config: podCfg, RuntimeHandler: o.handler})
+	cancel()
+	if err != nil {
+		f.err = fmt.Errorf("%s: run pod sandbox: %w", name, err)
+		return
+	}
+	defer removePod(ctx, c, r.GetPodSandboxId())
+	dc, ds, err := f.createStart(ctx, "floor-"+name)
+	if err != nil {
+		f.err = fmt.Errorf("%s: %w", name, err)
+		return
+	}
+	if record {
+		f.samples[floorPlacedCreate] = append(f.samples[floorPlacedCreate], dc)
+		f.samples[floorPlacedStart] = append(f.samples[floorPlacedStart], ds)
+		f.samples[floorPlacedBoth] = append(f.samples[floorPlacedBoth], dc+ds)
+	}
 }
 
 // useCgroup gives the bundle's container a cgroup of its own, named for
@@ -223,7 +289,7 @@ func (f *floor) useCgroup(id string) error {
 // stats summarizes the floor's samples.
 func (f *floor) stats() []StepStats {
 	var out []StepStats
-	for _, s := range []string{floorCreate, floorStart, floorBoth, floorRun} {
+	for _, s := range []string{floorCreate, floorStart, floorBoth, floorRun, floorPlacedCreate, floorPlacedStart, floorPlacedBoth} {
 		out = append(out, summarize(s, f.samples[s]))
 	}
 	return out

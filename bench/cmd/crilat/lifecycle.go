@@ -274,19 +274,32 @@ func parseTarget(common runOptions, spec string) (runOptions, error) {
 
 // measureAll runs the benchmark on every target. The lifecycles interleave
 // (lifecycle i of each target, starting with a different target each
-// round, then the OCI runtime floor fl if there is one) so that load from
-// elsewhere on a shared machine falls on all of them alike. Memory is then
-// measured one target at a time, and last come the rounds of the parallel
-// start, interleaved too.
+// round, the OCI runtime floor fl in place among them if there is one,
+// then fl's back-to-back run) so that load from elsewhere on a shared
+// machine falls on all of them alike. Memory is then measured one target
+// at a time, and last come the rounds of the parallel start, interleaved
+// too.
 func measureAll(ctx context.Context, targets []*target, fl *floor) {
 	for _, t := range targets {
 		t.err = prepare(ctx, t)
 	}
 	o := targets[0].o
-	each := func(round int, f func(t *target) error) {
-		for j := range targets {
-			t := targets[(round+j)%len(targets)]
-			if t.err == nil {
+	// Slot len(targets) of each round is the floor in place, next to a
+	// pod of the first target.
+	slots := len(targets)
+	if fl != nil {
+		slots++
+	}
+	each := func(round int, f func(t *target) error, floorName string, record bool) {
+		for j := range slots {
+			k := (round + j) % slots
+			if k == len(targets) {
+				if targets[0].err == nil {
+					fl.inPlace(ctx, targets[0].c, targets[0].o, floorName, record)
+				}
+				continue
+			}
+			if t := targets[k]; t.err == nil {
 				t.err = f(t)
 			}
 		}
@@ -297,12 +310,12 @@ func measureAll(ctx context.Context, targets []*target, fl *floor) {
 				return fmt.Errorf("warm-up lifecycle %d: %w", i, err)
 			}
 			return nil
-		})
+		}, fmt.Sprintf("placed-warm%d", i), false)
 		fl.tick(ctx, fmt.Sprintf("warm%d", i), false)
 	}
 	before := scrapeAll(ctx, targets)
 	for i := 0; i < o.n; i++ {
-		each(i, func(t *target) error { return timedLifecycle(ctx, t, i) })
+		each(i, func(t *target) error { return timedLifecycle(ctx, t, i) }, fmt.Sprintf("placed-lc%d", i), true)
 		fl.tick(ctx, fmt.Sprintf("lc%d", i), true)
 	}
 	after := scrapeAll(ctx, targets)
