@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -88,12 +89,11 @@ type execIO struct {
 
 // execFifos are the fifos of one exec: crind reads out and errOut (holding
 // write ends of its own until the shim opened its ends, as for a
-// container) and writes in.
+// container) and writes the one at inPath (relayExecInput).
 type execFifos struct {
 	paths   []string
 	readers []*os.File
 	holders []*os.File
-	in      *os.File
 	inPath  string
 }
 
@@ -108,9 +108,6 @@ func (f *execFifos) close() {
 	f.releaseHolders()
 	for _, x := range f.readers {
 		_ = x.Close()
-	}
-	if f.in != nil {
-		_ = f.in.Close()
 	}
 	for _, p := range append(f.paths, f.inPath) {
 		if p != "" {
@@ -149,13 +146,6 @@ func makeExecFifos(dir, execID string, tty, stdin bool) (*execFifos, error) {
 		if err := syscall.Mkfifo(f.inPath, 0o600); err != nil {
 			return f, err
 		}
-		// Read-write: the open never waits for the shim, and what is
-		// written before the shim opened its end waits in the pipe.
-		in, err := os.OpenFile(f.inPath, os.O_RDWR, 0)
-		if err != nil {
-			return f, err
-		}
-		f.in = in
 	}
 	return f, nil
 }
@@ -251,7 +241,7 @@ func (r *Runtime) runExec(ctx context.Context, id string, x execIO) (int32, erro
 		return -1, fmt.Errorf("exec in container %s: %w", id, errgrpc.ToNative(err))
 	}
 	fifos.releaseHolders()
-	stop := r.relayExecInput(ctx, c, id, execID, fifos.in, x)
+	stop := r.relayExecInput(ctx, c, id, execID, fifos.inPath, x)
 	defer stop()
 
 	resp, werr := c.task.Wait(ctx, &task.WaitRequest{ID: id, ExecID: execID})
@@ -271,15 +261,36 @@ func (r *Runtime) runExec(ctx context.Context, id string, x execIO) (int32, erro
 	return int32(resp.GetExitStatus()), nil
 }
 
-// relayExecInput copies x.stdin into the exec's stdin fifo (closing the
-// process's stdin at its end) and relays terminal sizes. stop ends both
-// and waits for the resize relay; the stdin copy may sit in a read of the
-// client's stream, which the caller's stream ends, so it is not waited
-// for: closing the fifo makes its next write fail.
-func (r *Runtime) relayExecInput(ctx context.Context, c *conn, id, execID string, in *os.File, x execIO) (stop func()) {
+// relayExecInput copies x.stdin into the exec's stdin fifo at inPath
+// (closing the process's stdin at its end) and relays terminal sizes.
+// stop ends both and waits for the resize relay; the stdin copy may sit
+// in a read of the client's stream, which the caller's stream ends, so it
+// is not waited for: its next write fails.
+//
+// The fifo is opened write-only, which waits for the shim's read end. The
+// shim opens its ends of an exec's stdin in the background after Start
+// answers, and a fifo that no process holds open drops what is in it: a
+// write end of crind's own opened earlier and closed at the end of a short
+// input could be the fifo's last, losing the input, and the shim's read
+// end, opened after that, would then wait for a writer for ever (the
+// process never gets its input or its end of file).
+func (r *Runtime) relayExecInput(ctx context.Context, c *conn, id, execID, inPath string, x execIO) (stop func()) {
 	rctx, cancel := context.WithCancel(ctx)
-	if in != nil {
+	var stopped atomic.Bool
+	opened := make(chan struct{}) // the write-only open returned
+	if inPath != "" {
 		go func() {
+			in, err := os.OpenFile(inPath, os.O_WRONLY, 0)
+			close(opened)
+			if err != nil {
+				r.log.DebugContext(ctx, "open exec stdin", "container_id", id, "exec_id", execID, "error", err)
+				return
+			}
+			if stopped.Load() {
+				// Opened by stop's release: the session is over.
+				_ = in.Close()
+				return
+			}
 			_, _ = io.Copy(in, x.stdin)
 			// The shim's copy into the process sees the end once every
 			// write end is closed: crind's, then (CloseIO) the shim's own.
@@ -315,6 +326,17 @@ func (r *Runtime) relayExecInput(ctx context.Context, c *conn, id, execID string
 		}
 	}()
 	return func() {
+		stopped.Store(true)
+		if inPath != "" {
+			// The write-only open waits for a reader, and the shim may
+			// never have opened its end: a read end held until that open
+			// returned lets it return (before the caller removes the
+			// fifo, so it is never left waiting).
+			if rd, err := os.OpenFile(inPath, os.O_RDONLY|syscall.O_NONBLOCK, 0); err == nil {
+				<-opened
+				_ = rd.Close()
+			}
+		}
 		cancel()
 		<-done
 	}
