@@ -507,6 +507,7 @@ func (o *OCI) Delete(ctx context.Context, id string) error {
 	} else if shimDir := shimDirFor(dir); shimDir != dir {
 		o.removeDeadShimDir(shimDir)
 	}
+	o.removeRuntimeLeftovers(ctx, id)
 	o.removeDir(ctx, id, dir)
 	o.log.InfoContext(ctx, "container deleted", "container_id", id)
 	return nil
