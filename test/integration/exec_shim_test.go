@@ -80,15 +80,24 @@ func waitGone(t *testing.T, pid int, what string) {
 	})
 }
 
-// checkChildOfShim fails unless pid's parent is the shim supervising ctr.
+// checkChildOfShim fails unless pid's parent becomes the shim
+// supervising ctr. Until "<runtime> exec --detach" has exited, the
+// process is still the runtime's child; the shim, a child subreaper,
+// inherits it then. So the parent is waited for, not sampled once.
 func (d *daemon) checkChildOfShim(t *testing.T, pid int, ctr, what string) {
 	t.Helper()
-	st, ok := procStatus(pid)
-	if !ok {
-		t.Fatalf("%s (pid %d) is gone", what, pid)
-	}
-	if want := strconv.Itoa(d.shimPid(t, ctr)); st["PPid"] != want {
-		t.Errorf("%s (pid %d) has parent %s, want the pod's crin-shim %s", what, pid, st["PPid"], want)
+	want := strconv.Itoa(d.shimPid(t, ctr))
+	gone := false
+	ok, detail := poll.Within(time.Minute, func() (bool, string) {
+		st, ok := procStatus(pid)
+		if !ok || st["Name"] != "sleep" {
+			gone = true
+			return true, "it is gone"
+		}
+		return st["PPid"] == want, "its parent is " + st["PPid"]
+	})
+	if !ok || gone {
+		t.Errorf("%s (pid %d): %s, want its parent to be the pod's crin-shim %s", what, pid, detail, want)
 	}
 }
 
