@@ -18,7 +18,8 @@ import (
 // buildRuntimes makes one backend per configured runtime handler. A
 // handler whose binary is not installed is disabled with a warning,
 // unless it is the default. The returned func closes the backends that
-// hold resources (shimv2: connections to shims, shim log readers).
+// hold resources (shimv2: connections to shims, shim log readers; oci:
+// its background cgroup attach priming).
 func buildRuntimes(ctx context.Context, cfg *config.Config, shimBin string, log *slog.Logger) (map[string]runtime.Runtime, func(), error) {
 	runtimes := map[string]runtime.Runtime{}
 	var closers []func() error
@@ -63,7 +64,8 @@ func buildRuntimes(ctx context.Context, cfg *config.Config, shimBin string, log 
 			if err != nil {
 				err = fmt.Errorf("%w: %w", err, errdefs.ErrNotFound)
 			} else {
-				rt, err = runtime.NewOCI(ctx, runtime.OCIConfig{
+				var o *runtime.OCI
+				o, err = runtime.NewOCI(ctx, runtime.OCIConfig{
 					Name:       name,
 					Binary:     bin,
 					Root:       rc.Root,
@@ -71,6 +73,10 @@ func buildRuntimes(ctx context.Context, cfg *config.Config, shimBin string, log 
 					StateDir:   filepath.Join(cfg.State, "c"),
 					Logger:     rlog,
 				})
+				if err == nil {
+					rt = o
+					closers = append(closers, o.Close)
+				}
 			}
 		}
 		if errors.Is(err, errdefs.ErrNotFound) && name != cfg.DefaultRuntime {

@@ -31,6 +31,9 @@ func (o *OCI) execInShim(ctx context.Context, id string, args []string, tty bool
 	if pending(dir) {
 		return -1, fmt.Errorf("exec in container %s: container is %s: %w", id, StateCreated, errdefs.ErrFailedPrecondition)
 	}
+	shimDir := shimDirFor(dir)
+	// "<runtime> exec" puts the process in the container's cgroups.
+	o.primer.prime(func() int { return liveShim(shimDir) })
 	proc, err := ExecProcess(dir, args, tty)
 	if err != nil {
 		return -1, fmt.Errorf("exec in container %s: %w", id, err)
@@ -41,7 +44,7 @@ func (o *OCI) execInShim(ctx context.Context, id string, args []string, tty bool
 	}
 	defer cleanup()
 	opts.TTY = tty
-	code, err := shim.Exec(ctx, shim.SocketPath(shimDirFor(dir)), id, opts, streams)
+	code, err := shim.Exec(ctx, shim.SocketPath(shimDir), id, opts, streams)
 	switch {
 	case err == nil:
 		return code, nil

@@ -67,6 +67,9 @@ type OCI struct {
 	mu sync.Mutex
 	// pods serializes starting each pod's shim (oci_shim.go).
 	pods podLocks
+	// primer readies the cgroup attach of the runtime commands to come
+	// (attach_prime.go).
+	primer *attachPrimer
 }
 
 var _ Runtime = (*OCI)(nil)
@@ -103,6 +106,7 @@ func NewOCI(ctx context.Context, cfg OCIConfig) (*OCI, error) {
 		o.log = slog.New(slog.DiscardHandler)
 	}
 	o.log = o.log.With("runtime", cfg.Name)
+	o.primer = newAttachPrimer(o.log)
 	o.removeLeftovers()
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -110,6 +114,13 @@ func NewOCI(ctx context.Context, cfg OCIConfig) (*OCI, error) {
 		return nil, fmt.Errorf("runtime %s: run %s --version: %w: %s", cfg.Name, bin, err, bytes.TrimSpace(out))
 	}
 	return o, nil
+}
+
+// Close waits for the work the backend runs in the background (a cgroup
+// attach primed ahead of the runtime). Containers and shims live on.
+func (o *OCI) Close() error {
+	o.primer.close()
+	return nil
 }
 
 func (o *OCI) dir(id string) string { return filepath.Join(o.cfg.StateDir, id) }
@@ -146,6 +157,10 @@ func (o *OCI) known(id string) (string, error) {
 // nothing is left. An id in use is errdefs.ErrAlreadyExists; a bad id or
 // spec is errdefs.ErrInvalidArgument.
 func (o *OCI) Create(ctx context.Context, req CreateRequest) (retErr error) {
+	// Start, next, runs the runtime: its cgroup attach will find the
+	// lock warm.
+	shimDir := o.shimDirOf(req)
+	o.primer.prime(func() int { return liveShim(shimDir) })
 	dir, err := MakeBundleDir(o.cfg.StateDir, req)
 	if err != nil {
 		return err
@@ -171,7 +186,7 @@ func (o *OCI) Create(ctx context.Context, req CreateRequest) (retErr error) {
 	for _, f := range []struct {
 		name string
 		data []byte
-	}{{shim.ConfigFile, spec}, {shim.ShimDirFile, []byte(o.shimDirOf(req))}, {createFile, opts}} {
+	}{{shim.ConfigFile, spec}, {shim.ShimDirFile, []byte(shimDir)}, {createFile, opts}} {
 		if err := os.WriteFile(filepath.Join(dir, f.name), f.data, 0o600); err != nil {
 			return fmt.Errorf("create container %s: write bundle: %w", req.ID, err)
 		}

@@ -163,6 +163,7 @@ func (o *OCI) createInShim(ctx context.Context, id, shimDir string, opts shim.Cr
 		if err != nil {
 			return shim.Response{}, err
 		}
+		o.primer.prime(func() int { return pid })
 		resp, err := o.callCreate(ctx, shimDir, creq)
 		if resp.ShimExiting {
 			o.stopShim(ctx, pid)

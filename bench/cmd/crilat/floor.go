@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -76,6 +77,8 @@ const (
 	floorPlacedCreate = "in place: runc create"
 	floorPlacedStart  = "in place: runc start"
 	floorPlacedBoth   = "in place: create+start"
+	floorPlacedRun    = "in place: runc run"
+	floorPrimedBoth   = "in place, primed: create+start"
 )
 
 // newFloor writes the bundle into dir: rootfs/bin/busybox (a copy of the
@@ -203,19 +206,7 @@ func (f *floor) run(ctx context.Context, id string, record bool) error {
 	if err != nil {
 		return err
 	}
-	rid := id + "-run"
-	if err := f.useCgroup(rid); err != nil {
-		return err
-	}
-	logf, done, err := f.logFile(rid)
-	if err != nil {
-		return err
-	}
-	defer done()
-	dr, err := f.runcCmd(ctx, logf, "run", "--detach", "--bundle", f.bundle, rid)
-	if _, derr := f.runcCmd(ctx, logf, "delete", "--force", rid); err == nil && derr != nil {
-		err = derr
-	}
+	dr, err := f.runDetached(ctx, id+"-run")
 	if err != nil || !record {
 		return err
 	}
@@ -227,41 +218,91 @@ func (f *floor) run(ctx context.Context, id string, record bool) error {
 	return nil
 }
 
+// runDetached times runc run --detach of container id on the bundle,
+// then deletes it.
+func (f *floor) runDetached(ctx context.Context, id string) (time.Duration, error) {
+	if err := f.useCgroup(id); err != nil {
+		return 0, err
+	}
+	logf, done, err := f.logFile(id)
+	if err != nil {
+		return 0, err
+	}
+	defer done()
+	d, err := f.runcCmd(ctx, logf, "run", "--detach", "--bundle", f.bundle, id)
+	if _, derr := f.runcCmd(ctx, logf, "delete", "--force", id); err == nil && derr != nil {
+		err = derr
+	}
+	return d, err
+}
+
 // inPlace times the floor where a lifecycle's Create+Start is: right
 // after a RunPodSandbox on c (the first target), in the round's rotation
 // of lifecycles, then stops and removes that pod. The same runc command
 // takes several ms longer when nothing ran just before it than right
 // after another runc (bench/README.md, "Where the floor is measured"),
 // and the back-to-back floor of run has that advantage; this one is
-// measured in the conditions crind's own runc is in.
+// measured in the conditions crind's own runc is in. It does so three
+// times, each after a pod of its own: runc create + start; runc run
+// --detach (what crin-shim runs at StartContainer); and runc create +
+// start right after a cgroup attach elsewhere, as crind primes one
+// (primeAttach), so the floor has the same head start. The order rotates
+// with round so that none always comes first.
 // A failure ends the floor as tick's does.
-func (f *floor) inPlace(ctx context.Context, c *client, o runOptions, name string, record bool) {
+func (f *floor) inPlace(ctx context.Context, c *client, o runOptions, name string, round int, record bool) {
 	if f == nil || f.err != nil {
 		return
 	}
+	both := func() error {
+		dc, ds, err := f.createStart(ctx, "floor-"+name)
+		if err == nil && record {
+			f.samples[floorPlacedCreate] = append(f.samples[floorPlacedCreate], dc)
+			f.samples[floorPlacedStart] = append(f.samples[floorPlacedStart], ds)
+			f.samples[floorPlacedBoth] = append(f.samples[floorPlacedBoth], dc+ds)
+		}
+		return err
+	}
+	run := func() error {
+		d, err := f.runDetached(ctx, "floor-"+name+"-run")
+		if err == nil && record {
+			f.samples[floorPlacedRun] = append(f.samples[floorPlacedRun], d)
+		}
+		return err
+	}
+	primed := func() error {
+		primeAttach()
+		dc, ds, err := f.createStart(ctx, "floor-"+name+"-primed")
+		if err == nil && record {
+			f.samples[floorPrimedBoth] = append(f.samples[floorPrimedBoth], dc+ds)
+		}
+		return err
+	}
+	order := []func() error{both, run, primed}
+	k := round % len(order)
+	order = append(order[k:], order[:k]...)
+	for i, fn := range order {
+		if err := f.afterPod(ctx, c, o, fmt.Sprintf("%s-%d", name, i), fn); err != nil {
+			f.err = fmt.Errorf("%s: %w", name, err)
+			return
+		}
+	}
+}
+
+// afterPod runs a pod named name on c, then fn, then stops and removes
+// the pod.
+func (f *floor) afterPod(ctx context.Context, c *client, o runOptions, name string, fn func() error) error {
 	podCfg, err := podConfig(o, name)
 	if err != nil {
-		f.err = err
-		return
+		return err
 	}
 	cctx, cancel := context.WithTimeout(ctx, o.callTimeout)
 	r, err := c.rs.RunPodSandbox(cctx, &runtimeapi.RunPodSandboxRequest{Config: podCfg, RuntimeHandler: o.handler})
 	cancel()
 	if err != nil {
-		f.err = fmt.Errorf("%s: run pod sandbox: %w", name, err)
-		return
+		return fmt.Errorf("run pod sandbox: %w", err)
 	}
 	defer removePod(ctx, c, r.GetPodSandboxId())
-	dc, ds, err := f.createStart(ctx, "floor-"+name)
-	if err != nil {
-		f.err = fmt.Errorf("%s: %w", name, err)
-		return
-	}
-	if record {
-		f.samples[floorPlacedCreate] = append(f.samples[floorPlacedCreate], dc)
-		f.samples[floorPlacedStart] = append(f.samples[floorPlacedStart], ds)
-		f.samples[floorPlacedBoth] = append(f.samples[floorPlacedBoth], dc+ds)
-	}
+	return fn()
 }
 
 // useCgroup gives the bundle's container a cgroup of its own, named for
@@ -289,7 +330,7 @@ func (f *floor) useCgroup(id string) error {
 // stats summarizes the floor's samples.
 func (f *floor) stats() []StepStats {
 	var out []StepStats
-	for _, s := range []string{floorCreate, floorStart, floorBoth, floorRun, floorPlacedCreate, floorPlacedStart, floorPlacedBoth} {
+	for _, s := range []string{floorCreate, floorStart, floorBoth, floorRun, floorPlacedCreate, floorPlacedStart, floorPlacedBoth, floorPlacedRun, floorPrimedBoth} {
 		out = append(out, summarize(s, f.samples[s]))
 	}
 	return out
@@ -299,4 +340,41 @@ func sortedCopy(d []time.Duration) []time.Duration {
 	s := slices.Clone(d)
 	slices.Sort(s)
 	return s
+}
+
+// primeAttach moves crilat into the cgroup it is already in (v1 pids
+// hierarchy, else the unified one), which does nothing but take the
+// kernel's cgroup attach lock, as crind's attach priming does
+// (internal/runtime/attach_prime.go): the runc that follows within an
+// RCU grace period attaches its process without waiting for one. It
+// returns once the write did, untimed. Failing, it does nothing.
+func primeAttach() {
+	b, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		parts := strings.SplitN(l, ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		var procs string
+		switch parts[1] {
+		case "pids":
+			procs = filepath.Join("/sys/fs/cgroup/pids", parts[2], "cgroup.procs")
+		case "":
+			procs = filepath.Join("/sys/fs/cgroup", parts[2], "cgroup.procs")
+		default:
+			continue
+		}
+		f, err := os.OpenFile(procs, os.O_WRONLY, 0) // never created
+		if err != nil {
+			continue
+		}
+		_, err = f.WriteString(strconv.Itoa(os.Getpid()))
+		_ = f.Close()
+		if err == nil {
+			return
+		}
+	}
 }

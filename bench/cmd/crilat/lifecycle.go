@@ -295,7 +295,7 @@ func measureAll(ctx context.Context, targets []*target, fl *floor) {
 			k := (round + j) % slots
 			if k == len(targets) {
 				if targets[0].err == nil {
-					fl.inPlace(ctx, targets[0].c, targets[0].o, floorName, record)
+					fl.inPlace(ctx, targets[0].c, targets[0].o, floorName, round, record)
 				}
 				continue
 			}
