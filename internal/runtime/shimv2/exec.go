@@ -15,7 +15,6 @@ import (
 
 	task "github.com/containerd/containerd/api/runtime/task/v2"
 	"github.com/containerd/errdefs"
-	"github.com/containerd/errdefs/pkg/errgrpc"
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/crin-dev/crin/internal/runtime"
@@ -225,20 +224,20 @@ func (r *Runtime) runExec(ctx context.Context, id string, x execIO) (int32, erro
 	defer cancel()
 	if _, err := c.task.Exec(cctx, req); err != nil {
 		waitCopies(0)
-		return -1, fmt.Errorf("exec in container %s: %w", id, errgrpc.ToNative(err))
+		return -1, fmt.Errorf("exec in container %s: %w", id, fromShim(err))
 	}
 	defer func() {
 		dctx, cancel := context.WithTimeout(bg, r.cfg.CallTimeout)
 		defer cancel()
 		if _, err := c.task.Delete(dctx, &task.DeleteRequest{ID: id, ExecID: execID}); err != nil {
-			if err = errgrpc.ToNative(err); !errdefs.IsNotFound(err) {
+			if err = fromShim(err); !errdefs.IsNotFound(err) {
 				r.log.WarnContext(ctx, "delete exec process", "container_id", id, "exec_id", execID, "error", err)
 			}
 		}
 	}()
 	if _, err := c.task.Start(cctx, &task.StartRequest{ID: id, ExecID: execID}); err != nil {
 		waitCopies(0)
-		return -1, fmt.Errorf("exec in container %s: %w", id, errgrpc.ToNative(err))
+		return -1, fmt.Errorf("exec in container %s: %w", id, fromShim(err))
 	}
 	fifos.releaseHolders()
 	stop := r.relayExecInput(ctx, c, id, execID, fifos.inPath, x)
@@ -255,7 +254,7 @@ func (r *Runtime) runExec(ctx context.Context, id string, x execIO) (int32, erro
 	}
 	if werr != nil {
 		waitCopies(0)
-		return -1, fmt.Errorf("exec in container %s: %w", id, errgrpc.ToNative(werr))
+		return -1, fmt.Errorf("exec in container %s: %w", id, fromShim(werr))
 	}
 	waitCopies(ioDrainWait)
 	return int32(resp.GetExitStatus()), nil
@@ -298,7 +297,7 @@ func (r *Runtime) relayExecInput(ctx context.Context, c *conn, id, execID, inPat
 			cctx, ccancel := r.callCtx(context.WithoutCancel(rctx))
 			defer ccancel()
 			if _, err := c.task.CloseIO(cctx, &task.CloseIORequest{ID: id, ExecID: execID, Stdin: true}); err != nil {
-				r.log.DebugContext(ctx, "close exec stdin", "container_id", id, "exec_id", execID, "error", errgrpc.ToNative(err))
+				r.log.DebugContext(ctx, "close exec stdin", "container_id", id, "exec_id", execID, "error", fromShim(err))
 			}
 		}()
 	}
@@ -320,7 +319,7 @@ func (r *Runtime) relayExecInput(ctx context.Context, c *conn, id, execID, inPat
 				_, err := c.task.ResizePty(cctx, &task.ResizePtyRequest{ID: id, ExecID: execID, Width: uint32(sz.Width), Height: uint32(sz.Height)})
 				ccancel()
 				if err != nil {
-					r.log.DebugContext(ctx, "resize exec terminal", "container_id", id, "exec_id", execID, "error", errgrpc.ToNative(err))
+					r.log.DebugContext(ctx, "resize exec terminal", "container_id", id, "exec_id", execID, "error", fromShim(err))
 				}
 			}
 		}

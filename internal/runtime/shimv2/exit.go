@@ -9,7 +9,6 @@ import (
 	task "github.com/containerd/containerd/api/runtime/task/v2"
 	tasktypes "github.com/containerd/containerd/api/types/task"
 	"github.com/containerd/errdefs"
-	"github.com/containerd/errdefs/pkg/errgrpc"
 
 	"github.com/crin-dev/crin/internal/runtime"
 	"github.com/crin-dev/crin/internal/runtime/shim"
@@ -26,7 +25,7 @@ func (r *Runtime) Status(ctx context.Context, id string) (runtime.Status, error)
 			st, err := r.statusOf(ctx, id, dir, m, resp)
 			return st, true, err
 		}
-		err = errgrpc.ToNative(err)
+		err = fromShim(err)
 		if errdefs.IsNotFound(err) {
 			return runtime.Status{State: runtime.StateUnknown}, true, nil
 		}
@@ -121,7 +120,7 @@ func (r *Runtime) Wait(ctx context.Context, id string) (runtime.Status, error) {
 		if ctx.Err() != nil {
 			return runtime.Status{}, true, fmt.Errorf("wait for container %s: %w", id, ctx.Err())
 		}
-		err = errgrpc.ToNative(err)
+		err = fromShim(err)
 		if errdefs.IsNotFound(err) {
 			// Its exit code is lost: never reported as a success.
 			return runtime.Status{}, true, fmt.Errorf("wait for container %s: its shim no longer knows it: %w", id, err)

@@ -55,7 +55,6 @@ import (
 
 	task "github.com/containerd/containerd/api/runtime/task/v2"
 	"github.com/containerd/errdefs"
-	"github.com/containerd/errdefs/pkg/errgrpc"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"github.com/opencontainers/runtime-spec/specs-go/features"
 	"google.golang.org/protobuf/proto"
@@ -317,7 +316,7 @@ func (r *Runtime) createTask(ctx context.Context, req runtime.CreateRequest, dir
 	defer cancel()
 	cr, err := c.task.Connect(cctx, &task.ConnectRequest{ID: req.ID})
 	if err != nil {
-		return fmt.Errorf("connect to shim: %w", errgrpc.ToNative(err))
+		return fmt.Errorf("connect to shim: %w", fromShim(err))
 	}
 	m.ShimPid = int(cr.GetShimPid())
 	if err := writeMeta(dir, *m); err != nil {
@@ -333,7 +332,7 @@ func (r *Runtime) createTask(ctx context.Context, req runtime.CreateRequest, dir
 		Options:  r.options,
 	})
 	if err != nil {
-		return errgrpc.ToNative(err)
+		return fromShim(err)
 	}
 	m.Pid = int(resp.GetPid())
 	if req.Spec.Linux != nil {
@@ -359,7 +358,7 @@ func (r *Runtime) Start(ctx context.Context, id string) (int, error) {
 	defer cancel()
 	resp, err := c.task.Start(cctx, &task.StartRequest{ID: id})
 	if err != nil {
-		return 0, fmt.Errorf("start container %s: %w", id, errgrpc.ToNative(err))
+		return 0, fmt.Errorf("start container %s: %w", id, fromShim(err))
 	}
 	m.Pid, m.StartedAt = int(resp.GetPid()), time.Now()
 	if err := writeMeta(dir, m); err != nil {
@@ -382,7 +381,7 @@ func (r *Runtime) Signal(ctx context.Context, id string, sig syscall.Signal, opt
 	cctx, cancel := r.callCtx(ctx)
 	defer cancel()
 	_, err = c.task.Kill(cctx, &task.KillRequest{ID: id, Signal: uint32(sig), All: opts.All})
-	if err = errgrpc.ToNative(err); err != nil && !errdefs.IsNotFound(err) {
+	if err = fromShim(err); err != nil && !errdefs.IsNotFound(err) {
 		return fmt.Errorf("signal container %s: %w", id, err)
 	}
 	return nil
@@ -441,7 +440,7 @@ func (r *Runtime) teardown(ctx context.Context, id, dir string, m meta) {
 		if c, err := r.conn(ctx, m.Address); err == nil {
 			cctx, cancel := r.callCtx(ctx)
 			_, err := c.task.Delete(cctx, &task.DeleteRequest{ID: id})
-			if err = errgrpc.ToNative(err); err != nil && !errdefs.IsNotFound(err) {
+			if err = fromShim(err); err != nil && !errdefs.IsNotFound(err) {
 				r.log.WarnContext(ctx, "delete task", "container_id", id, "error", err)
 			}
 			if !r.sharedShim(id, m.Address) {
@@ -500,7 +499,7 @@ func (r *Runtime) Update(ctx context.Context, id string, res *specs.LinuxResourc
 	cctx, cancel := r.callCtx(ctx)
 	defer cancel()
 	if _, err := c.task.Update(cctx, &task.UpdateTaskRequest{ID: id, Resources: &anypb.Any{TypeUrl: resourcesURL, Value: data}}); err != nil {
-		return fmt.Errorf("update container %s: %w", id, errgrpc.ToNative(err))
+		return fmt.Errorf("update container %s: %w", id, fromShim(err))
 	}
 	return nil
 }
