@@ -11,7 +11,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 )
 
 // attachPrimer makes the kernel ready for the OCI runtime's next cgroup
@@ -92,15 +91,15 @@ func (p *attachPrimer) migrate(pid int) (off bool) {
 	if err == nil {
 		var f *os.File
 		if f, err = os.OpenFile(path, os.O_WRONLY, 0); err == nil {
-			// The write's own outcome does not matter: the kernel takes
-			// the lock before it looks at the process, and a process
-			// that exited meanwhile (ESRCH) only means no prime.
+			// The write's outcome is not checked: a process that exited
+			// meanwhile (ESRCH) only means no prime this time (6.18 looks
+			// the process up before it takes the lock).
 			_, _ = f.WriteString(strconv.Itoa(pid))
 			_ = f.Close()
 			return false
 		}
 	}
-	if errors.Is(err, fs.ErrNotExist) && processGone(pid) {
+	if errors.Is(err, fs.ErrNotExist) && !alive(pid) {
 		return false
 	}
 	p.log.Debug("cgroup attach priming off", "pid", pid, "error", err)
@@ -118,20 +117,16 @@ func (p *attachPrimer) close() {
 	p.wg.Wait()
 }
 
-func processGone(pid int) bool {
-	return syscall.Kill(pid, 0) == syscall.ESRCH
-}
-
 // ownCgroupProcs returns the cgroup.procs file of pid's cgroup in one
 // hierarchy: the first cgroup v1 controller hierarchy mounted under
-// /sys/fs/cgroup, else the unified (v2) one. The lock is the same for
+// cgroupRoot, else the unified (v2) one. The lock is the same for
 // every hierarchy, so any will do.
 func ownCgroupProcs(pid int) (string, error) {
 	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cgroup"))
 	if err != nil {
 		return "", err
 	}
-	return cgroupProcsIn("/sys/fs/cgroup", b)
+	return cgroupProcsIn(cgroupRoot, b)
 }
 
 // cgroupProcsIn picks the file from the content of a /proc/<pid>/cgroup
