@@ -28,6 +28,8 @@ import (
 
 	"github.com/containerd/errdefs"
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/crin-dev/crin/internal/txgroup"
 )
 
 // Config configures the image service.
@@ -124,6 +126,7 @@ type Service struct {
 	log     *slog.Logger
 	root    string
 	db      *bolt.DB
+	tx      *txgroup.Committer // db's writes
 	mirrors map[string][]endpoint
 
 	// ctx bounds the pulls and unpacks run on behalf of callers; Close
@@ -204,7 +207,7 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	// The store outlives the request that opened it but not crind.
 	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	s := &Service{
-		cfg: cfg, log: log, root: root, db: db, mirrors: mirrors,
+		cfg: cfg, log: log, root: root, db: db, tx: txgroup.New(db), mirrors: mirrors,
 		ctx: ctx, cancel: cancel,
 		images:  map[string]*imageRecord{},
 		refs:    map[string]string{},
@@ -316,7 +319,7 @@ func (s *Service) Remove(ctx context.Context, ref string) error {
 		return fmt.Errorf("remove image %s: mounted as an image volume by container(s) %s: %w",
 			rec.ID, strings.Join(users, ", "), errdefs.ErrFailedPrecondition)
 	}
-	if err := s.db.Update(func(tx *bolt.Tx) error {
+	if err := s.tx.Update(func(tx *bolt.Tx) error {
 		return tx.Bucket(bucketImages).Delete([]byte(rec.ID))
 	}); err != nil {
 		s.mu.Unlock()

@@ -54,17 +54,20 @@ func (s *Service) PrepareRootfs(ctx context.Context, containerID, imageID string
 		return "", fmt.Errorf("prepare rootfs of %s: it has a rootfs of image %s: %w", containerID, lease.ImageID, errdefs.ErrAlreadyExists)
 	}
 	if !ok {
+		// In memory first, so that the image's layers are held from
+		// now on; on disk below, outside s.mu, where concurrent creates
+		// share one transaction (txgroup). A failure from here on is
+		// undone by ReleaseRootfs, which drops it from both.
 		lease = &leaseRecord{ImageID: img.ID, Layers: slices.Clone(img.Layers)}
-		if err := s.db.Update(func(tx *bolt.Tx) error { return put(tx, bucketLeases, containerID, lease) }); err != nil {
-			s.mu.Unlock()
-			return "", fmt.Errorf("prepare rootfs of %s: %w", containerID, err)
-		}
 		s.leases[containerID] = lease
 		created = true
 	}
 	lowers, err := s.lowerDirsLocked(lease)
 	s.mu.Unlock()
 
+	if err == nil && created {
+		err = s.tx.Update(func(tx *bolt.Tx) error { return put(tx, bucketLeases, containerID, lease) })
+	}
 	if err == nil {
 		err = s.mountRootfs(containerID, lowers, created)
 	}
@@ -149,7 +152,7 @@ func (s *Service) ReleaseRootfs(ctx context.Context, containerID string) error {
 		s.mu.Unlock()
 		return nil
 	}
-	if err := s.db.Update(func(tx *bolt.Tx) error {
+	if err := s.tx.Update(func(tx *bolt.Tx) error {
 		for _, k := range vols {
 			if err := tx.Bucket(bucketVolumes).Delete([]byte(k)); err != nil {
 				return err
@@ -194,11 +197,19 @@ func (s *Service) mountRootfs(containerID string, lowers []string, fresh bool) e
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
-	for _, d := range []struct {
-		name string
-		perm os.FileMode
-	}{{"upper", 0o755}, {"work", 0o700}, {"rootfs", 0o755}, {"empty", 0o755}} {
-		if err := os.Mkdir(filepath.Join(dir, d.name), d.perm); err != nil && !errors.Is(err, os.ErrExist) {
+	mk := []string{"upper", "work", "rootfs"}
+	if len(lowers) == 0 {
+		// overlay needs a lower dir; an image without layers gets an
+		// empty one, made only then (a new inode is not free: see
+		// docs/runtimes.md, Cost).
+		mk = append(mk, "empty")
+	}
+	for _, d := range mk {
+		perm := os.FileMode(0o755)
+		if d == "work" {
+			perm = 0o700
+		}
+		if err := os.Mkdir(filepath.Join(dir, d), perm); err != nil && !errors.Is(err, os.ErrExist) {
 			return err
 		}
 	}
@@ -214,7 +225,6 @@ func (s *Service) mountRootfs(containerID string, lowers []string, fresh bool) e
 	}
 	rel := filepath.Join("containers", containerID)
 	if len(lowers) == 0 {
-		// overlay needs a lower dir; an image without layers gets an empty one.
 		lowers = []string{filepath.Join(rel, "empty")}
 	}
 	top := slices.Clone(lowers)

@@ -11,6 +11,8 @@ import (
 
 	"github.com/containerd/errdefs"
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/crin-dev/crin/internal/txgroup"
 )
 
 var (
@@ -36,6 +38,9 @@ const (
 // concurrent use.
 type Store struct {
 	db *bolt.DB
+	// tx commits concurrent writes together (see txgroup): a burst of
+	// pod starts shares its fdatasyncs.
+	tx *txgroup.Committer
 }
 
 // Open opens (creating) the database at path.
@@ -56,7 +61,7 @@ func Open(path string) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("init store %s: %w", path, err)
 	}
-	return &Store{db: db}, nil
+	return &Store{db: db, tx: txgroup.New(db)}, nil
 }
 
 // Close closes the database.
@@ -81,7 +86,7 @@ func nameKey(k Kind, name string) []byte { return []byte(string(k) + "/" + name)
 // Reserve records that name belongs to id. Reserving a name for the id that
 // holds it is a no-op; another holder is a *NameConflictError.
 func (s *Store) Reserve(k Kind, name, id string) error {
-	return s.db.Update(func(tx *bolt.Tx) error { return reserve(tx, k, name, id) })
+	return s.tx.Update(func(tx *bolt.Tx) error { return reserve(tx, k, name, id) })
 }
 
 func reserve(tx *bolt.Tx, k Kind, name, id string) error {
@@ -102,7 +107,7 @@ func (s *Store) ReserveSandbox(r *Sandbox) error {
 	if err != nil {
 		return fmt.Errorf("encode %s %s: %w", bucketSandboxes, r.ID, err)
 	}
-	return s.db.Update(func(tx *bolt.Tx) error {
+	return s.tx.Update(func(tx *bolt.Tx) error {
 		if err := reserve(tx, KindSandbox, r.Name, r.ID); err != nil {
 			return err
 		}
@@ -118,7 +123,7 @@ func (s *Store) ReserveContainer(r *Container) error {
 
 // Release frees name if id holds it.
 func (s *Store) Release(k Kind, name, id string) error {
-	return s.db.Update(func(tx *bolt.Tx) error { return release(tx, k, name, id) })
+	return s.tx.Update(func(tx *bolt.Tx) error { return release(tx, k, name, id) })
 }
 
 func release(tx *bolt.Tx, k Kind, name, id string) error {
@@ -132,7 +137,7 @@ func release(tx *bolt.Tx, k Kind, name, id string) error {
 // RemoveSandbox deletes sandbox id's record and frees name if id holds
 // it, in one transaction (one write to disk).
 func (s *Store) RemoveSandbox(id, name string) error {
-	return s.db.Update(func(tx *bolt.Tx) error {
+	return s.tx.Update(func(tx *bolt.Tx) error {
 		if err := tx.Bucket(bucketSandboxes).Delete([]byte(id)); err != nil {
 			return err
 		}
@@ -143,7 +148,7 @@ func (s *Store) RemoveSandbox(id, name string) error {
 // RemoveContainer deletes container id's record and spec and frees name
 // if id holds it, in one transaction.
 func (s *Store) RemoveContainer(id, name string) error {
-	return s.db.Update(func(tx *bolt.Tx) error {
+	return s.tx.Update(func(tx *bolt.Tx) error {
 		if err := deleteContainer(tx, id); err != nil {
 			return err
 		}
@@ -166,18 +171,18 @@ func (s *Store) Reservations(k Kind) (map[string]string, error) {
 	return out, err
 }
 
-func put(db *bolt.DB, bucket []byte, id string, v any) error {
+func put(c *txgroup.Committer, bucket []byte, id string, v any) error {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return fmt.Errorf("encode %s %s: %w", bucket, id, err)
 	}
-	return db.Update(func(tx *bolt.Tx) error {
+	return c.Update(func(tx *bolt.Tx) error {
 		return tx.Bucket(bucket).Put([]byte(id), b)
 	})
 }
 
-func del(db *bolt.DB, bucket []byte, id string) error {
-	return db.Update(func(tx *bolt.Tx) error {
+func del(c *txgroup.Committer, bucket []byte, id string) error {
+	return c.Update(func(tx *bolt.Tx) error {
 		return tx.Bucket(bucket).Delete([]byte(id))
 	})
 }
@@ -198,10 +203,10 @@ func all[T any](db *bolt.DB, bucket []byte) ([]*T, error) {
 }
 
 // PutSandbox writes (creates or replaces) a sandbox record.
-func (s *Store) PutSandbox(r *Sandbox) error { return put(s.db, bucketSandboxes, r.ID, r) }
+func (s *Store) PutSandbox(r *Sandbox) error { return put(s.tx, bucketSandboxes, r.ID, r) }
 
 // DeleteSandbox removes a sandbox record; a missing one is not an error.
-func (s *Store) DeleteSandbox(id string) error { return del(s.db, bucketSandboxes, id) }
+func (s *Store) DeleteSandbox(id string) error { return del(s.tx, bucketSandboxes, id) }
 
 // Sandboxes returns every sandbox record.
 func (s *Store) Sandboxes() ([]*Sandbox, error) { return all[Sandbox](s.db, bucketSandboxes) }
@@ -222,7 +227,7 @@ func (s *Store) putContainer(r *Container, first func(*bolt.Tx) error) error {
 	if err != nil {
 		return fmt.Errorf("encode %s %s: %w", bucketContainers, r.ID, err)
 	}
-	return s.db.Update(func(tx *bolt.Tx) error {
+	return s.tx.Update(func(tx *bolt.Tx) error {
 		if first != nil {
 			if err := first(tx); err != nil {
 				return err
@@ -254,7 +259,7 @@ func (s *Store) ContainerSpec(id string) ([]byte, error) {
 // DeleteContainer removes a container record and its spec; a missing one
 // is not an error.
 func (s *Store) DeleteContainer(id string) error {
-	return s.db.Update(func(tx *bolt.Tx) error { return deleteContainer(tx, id) })
+	return s.tx.Update(func(tx *bolt.Tx) error { return deleteContainer(tx, id) })
 }
 
 func deleteContainer(tx *bolt.Tx, id string) error {

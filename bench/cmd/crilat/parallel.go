@@ -3,9 +3,12 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
 	"slices"
 	"sync"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
@@ -79,6 +82,7 @@ func parallelStart(ctx context.Context, c *client, o runOptions, pods int, round
 	}
 	wg.Wait()
 	wall := slices.Max(done)
+	markRound(start, wall)
 	// Removed whatever happened, concurrently, untimed.
 	for _, id := range podIDs {
 		wg.Go(func() { removePod(ctx, c, id) })
@@ -137,4 +141,33 @@ func medianMs(v []float64) float64 {
 		return 0
 	}
 	return p50(v)
+}
+
+// markRound appends the timed span of a round, "<start> <end>" in
+// CLOCK_MONOTONIC nanoseconds, to the file $CRILAT_ROUND_MARKS names, if
+// set: the clock `perf record -k CLOCK_MONOTONIC` stamps its samples with,
+// so a system-wide profile can be cut down to the parallel rounds
+// (bench/README.md, "Profiling the parallel start").
+func markRound(start time.Time, wall time.Duration) {
+	f := os.Getenv("CRILAT_ROUND_MARKS")
+	if f == "" {
+		return
+	}
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		fmt.Fprintf(os.Stderr, "crilat: CRILAT_ROUND_MARKS: %v\n", err)
+		return
+	}
+	begin := ts.Nano() - int64(time.Since(start))
+	line := fmt.Sprintf("%d %d\n", begin, begin+int64(wall))
+	fd, err := os.OpenFile(f, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err == nil {
+		_, err = fd.WriteString(line)
+		if cerr := fd.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "crilat: CRILAT_ROUND_MARKS: %v\n", err)
+	}
 }
