@@ -1,6 +1,7 @@
 package cri
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/crin-dev/crin/internal/cni"
 	"github.com/crin-dev/crin/internal/store"
+	"github.com/crin-dev/crin/internal/topdir"
 )
 
 // podShmSize is the size of a pod's /dev/shm tmpfs.
@@ -198,6 +200,29 @@ func pinAt(dir string, kinds []string, bind func(paths map[string]string) error)
 		return nil, err
 	}
 	return paths, nil
+}
+
+// markTopDirs makes the parents of the per-pod dirs (the pod dirs under
+// RootDir/pods, the namespace pins under NSDir) and marks them for the
+// ext4 allocator (package topdir). It only costs speed when it fails, so
+// that is logged, not returned.
+func (s *Service) markTopDirs(ctx context.Context) {
+	dirs := map[string]os.FileMode{s.opts.NSDir: 0o700} // as pinFiles makes it
+	if s.opts.RootDir != "" {
+		dirs[filepath.Join(s.opts.RootDir, "pods")] = 0o711 // as preparePodDir makes it
+	}
+	for d, perm := range dirs {
+		if !filepath.IsAbs(d) {
+			continue
+		}
+		err := os.MkdirAll(d, perm)
+		if err == nil {
+			err = topdir.Mark(d)
+		}
+		if err != nil {
+			s.log.WarnContext(ctx, "mark top dir", "dir", d, "error", err)
+		}
+	}
 }
 
 // pinFiles creates dir and in it dir/<kind> for each kind, the files

@@ -245,6 +245,7 @@ func New(ctx context.Context, o Options) (*Service, error) {
 	if s.opts.Pinner == nil {
 		s.opts.Pinner = bindPinner{}
 	}
+	s.markTopDirs(ctx)
 	s.ctx, s.cancel = context.WithCancel(ctx)
 	if o.StreamAddress != "" {
 		var err error

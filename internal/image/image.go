@@ -29,6 +29,7 @@ import (
 	"github.com/containerd/errdefs"
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/crin-dev/crin/internal/topdir"
 	"github.com/crin-dev/crin/internal/txgroup"
 )
 
@@ -195,6 +196,13 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 		filepath.Join(root, "l"), filepath.Join(root, "containers")} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, fmt.Errorf("create %s: %w", d, err)
+		}
+	}
+	// One dir per layer and per container rootfs: spread them over the
+	// disk (package topdir). Only speed is lost when it fails.
+	for _, d := range []string{filepath.Join(root, "l"), filepath.Join(root, "containers")} {
+		if err := topdir.Mark(d); err != nil {
+			log.WarnContext(ctx, "mark top dir", "dir", d, "error", err)
 		}
 	}
 	if err := os.Chmod(root, 0o700); err != nil {

@@ -22,6 +22,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/crin-dev/crin/internal/runtime/shim"
+	"github.com/crin-dev/crin/internal/topdir"
 )
 
 // Default timeouts of the oci backend.
@@ -106,6 +107,13 @@ func NewOCI(ctx context.Context, cfg OCIConfig) (*OCI, error) {
 		o.log = slog.New(slog.DiscardHandler)
 	}
 	o.log = o.log.With("runtime", cfg.Name)
+	// A bundle and a shim dir per container and pod, and the runtime's
+	// own dir per container: spread them over the disk (package topdir).
+	for _, d := range []string{cfg.StateDir, cfg.Root} {
+		if err := topdir.Mark(d); err != nil {
+			o.log.WarnContext(ctx, "mark top dir", "dir", d, "error", err)
+		}
+	}
 	o.primer = newAttachPrimer(o.log)
 	o.removeLeftovers()
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
