@@ -1,6 +1,8 @@
 // Package store persists crind's pods, containers and name reservations in a
 // bbolt database, so that a restarted crind can rebuild its state. Every
-// write is one transaction: a crash leaves either the old or the new record.
+// write is all in one transaction, which concurrent writes may share
+// (package txgroup): a crash leaves either the old or the new record, and
+// a write returns once its record is on disk.
 package store
 
 import (
