@@ -1,20 +1,20 @@
 // Package topdir marks the directories under which crind makes one
 // subdirectory per pod or container (its rootfs dirs, pod dirs, bundles,
 // namespace pins and the OCI runtime's state) as tops of unrelated
-// hierarchies for the ext2/3/4 Orlov allocator (FS_TOPDIR_FL, "chattr +T"
-// and what /home gets): each new subdirectory then goes to a block group
-// of its own choosing, not into its parent's group.
+// hierarchies for the ext2/3/4 Orlov allocator (FS_TOPDIR_FL, what
+// "chattr +T" sets): each new subdirectory then goes to a block group of
+// the allocator's choosing, as a directory made in the filesystem's root
+// does, not into its parent's group.
 //
 // Why it matters: ext4 puts a subdirectory, and every file in it, in the
 // parent's block group first. Every pod and container makes and deletes
 // about forty inodes there, and on an ext4 without a journal the
 // allocator steps over each inode of the group freed in the last seconds
 // (minutes, while its inode table block is not yet written back) one by
-// one, looking each up.
-// Measured on the CI machine's disk, a directory of ten entries cost 0.92
-// ms to make under a busy parent and 0.30 ms under a marked one (docs/
-// runtimes.md, Cost). Filesystems without the flag (tmpfs, xfs, btrfs,
-// overlay) refuse it; Mark then does nothing.
+// one, looking each up. Measured on the CI machine's disk, a directory of
+// ten entries cost 0.92 ms to make under a busy parent and 0.30 ms under
+// a marked one (docs/runtimes.md, Cost). Filesystems without the flag
+// (tmpfs, xfs, btrfs, overlay) refuse it; Mark then does nothing.
 package topdir
 
 import (
