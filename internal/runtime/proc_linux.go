@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -83,39 +84,94 @@ func waitPidfd(ctx context.Context, pid int, d time.Duration) (gone, ok bool) {
 	return err == nil, true
 }
 
-// reapChild reaps child p (a shim crind started) once it exits. It waits
-// parked in Go's poller on a pidfd, not in a blocking wait: that would
-// hold an OS thread (with its stacks, about 50 KiB) for as long as each
-// pod runs. Without a pollable pidfd it falls back to the blocking wait.
-// p stays the caller's (to read its Pid, to Kill it: its own handle is a
-// pidfd, so a kill after the reaping reaches no other process); Go closes
-// that handle once p is unreachable.
+// reapChild reaps child p (a shim crind started) once it exits. All
+// children wait in one goroutine, parked in Go's poller on an epoll set of
+// their pidfds: a goroutine each would cost its stack (8 KiB or more) for
+// as long as each pod runs, and a blocking wait each an OS thread (with
+// its stacks, about 50 KiB). Without pidfds it falls back to a blocking
+// wait. p stays the caller's (to read its Pid, to Kill it: its own handle
+// is a pidfd, so a kill after the reaping reaches no other process); Go
+// closes that handle once p is unreachable.
 func reapChild(p *os.Process) {
-	fd, err := unix.PidfdOpen(p.Pid, unix.PIDFD_NONBLOCK)
+	r, err := childReaper()
+	if err == nil {
+		err = r.add(p.Pid)
+	}
 	if err != nil {
 		go func() { _, _ = p.Wait() }()
-		return
 	}
-	f := os.NewFile(uintptr(fd), "pidfd")
+}
+
+// reaper reaps the children whose pidfds are in its epoll set.
+type reaper struct {
+	ep int // the epoll set, in Go's poller
+}
+
+// childReaper is the process's reaper, started on first use.
+var childReaper = sync.OnceValues(func() (*reaper, error) {
+	ep, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		return nil, err
+	}
+	// Non-blocking, so that os.NewFile hands it to the poller: an epoll
+	// set is readable while any of its fds is.
+	if err := unix.SetNonblock(ep, true); err != nil {
+		unix.Close(ep)
+		return nil, err
+	}
+	f := os.NewFile(uintptr(ep), "reaper")
 	rc, err := f.SyscallConn()
 	if err != nil {
 		f.Close()
-		go func() { _, _ = p.Wait() }()
-		return
+		return nil, err
 	}
 	go func() {
+		// f stays reachable (and ep open) for as long as this runs:
+		// the process's life.
 		defer f.Close()
-		// Registered with the poller when opened: an exit before the
-		// first look still wakes the wait.
+		events := make([]unix.EpollEvent, 16)
 		_ = rc.Read(func(fd uintptr) bool {
-			fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
-			if n, err := unix.Poll(fds, 0); err == nil && n == 0 {
-				return false // still running
-			}
-			_ = unix.Waitid(unix.P_PIDFD, int(fd), nil, unix.WEXITED, nil)
-			return true
+			reapReady(int(fd), events)
+			return false // park until the set is readable again
 		})
 	}()
+	return &reaper{ep: ep}, nil
+})
+
+// add puts child pid in the set. An exit before this is still seen: the
+// pidfd of a zombie is readable.
+func (r *reaper) add(pid int) error {
+	fd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		return err
+	}
+	ev := unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(fd)}
+	if err := unix.EpollCtl(r.ep, unix.EPOLL_CTL_ADD, fd, &ev); err != nil {
+		unix.Close(fd)
+		return err
+	}
+	return nil
+}
+
+// reapReady reaps every child of epoll set ep that has exited, until none
+// is left ready.
+func reapReady(ep int, events []unix.EpollEvent) {
+	for {
+		n, err := unix.EpollWait(ep, events, 0)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil || n <= 0 {
+			return
+		}
+		for _, ev := range events[:n] {
+			fd := int(ev.Fd)
+			// Readable: the child exited, so this does not block.
+			_ = unix.Waitid(unix.P_PIDFD, fd, nil, unix.WEXITED|unix.WNOHANG, nil)
+			_ = unix.EpollCtl(ep, unix.EPOLL_CTL_DEL, fd, nil)
+			unix.Close(fd)
+		}
+	}
 }
 
 // zombieExit reads how a zombie pid ended (its wait status, from

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	goruntime "runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -141,8 +142,9 @@ func TestIsShimOf(t *testing.T) {
 }
 
 // TestReapChildHoldsNoThread: children reaped by reapChild are waited for
-// in the poller, not each in a blocking wait on a thread of its own, and
-// are reaped (gone from /proc, not zombies) once they exit.
+// together in the poller, not each in a blocking wait on a thread of its
+// own nor in a goroutine of its own, and are reaped (gone from /proc, not
+// zombies) once they exit.
 func TestReapChildHoldsNoThread(t *testing.T) {
 	threads := func() int {
 		ents, err := os.ReadDir("/proc/self/task")
@@ -153,6 +155,7 @@ func TestReapChildHoldsNoThread(t *testing.T) {
 	}
 	const n = 20
 	before := threads()
+	goroutines := goruntime.NumGoroutine()
 	var procs []*os.Process
 	for range n {
 		cmd := exec.Command("sleep", "60")
@@ -176,6 +179,9 @@ func TestReapChildHoldsNoThread(t *testing.T) {
 	if grown := threads() - before; grown >= n/2 {
 		t.Errorf("%d children being waited for took %d more threads", n, grown)
 	}
+	if grown := goruntime.NumGoroutine() - goroutines; grown >= n/2 {
+		t.Errorf("%d children being waited for took %d more goroutines", n, grown)
+	}
 	for _, pid := range pids {
 		_ = unix.Kill(pid, unix.SIGKILL)
 	}
@@ -187,4 +193,25 @@ func TestReapChildHoldsNoThread(t *testing.T) {
 		}
 		return true, ""
 	})
+}
+
+// TestReapChildZombie: a child that exited before reapChild saw it is
+// reaped all the same, and the reaper goes on reaping the next ones.
+func TestReapChildZombie(t *testing.T) {
+	for i := range 3 {
+		cmd := exec.Command("true")
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		pid := cmd.Process.Pid
+		poll.Until(t, 30*time.Second, "the child to exit", func() (bool, string) {
+			_, zombie := zombieExit(pid)
+			return zombie, fmt.Sprintf("child %d (pid %d) is not a zombie yet", i, pid)
+		})
+		reapChild(cmd.Process)
+		poll.Until(t, 30*time.Second, "the zombie to be reaped", func() (bool, string) {
+			_, err := os.Stat(fmt.Sprintf("/proc/%d", pid))
+			return err != nil, fmt.Sprintf("pid %d is still there (unreaped)", pid)
+		})
+	}
 }
