@@ -5,11 +5,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
+	goruntime "runtime"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -104,7 +107,8 @@ func reapChild(p *os.Process) {
 
 // reaper reaps the children whose pidfds are in its epoll set.
 type reaper struct {
-	ep int // the epoll set, in Go's poller
+	ep      int         // the epoll set, in Go's poller; never closed
+	stopped atomic.Bool // the wait failed: nothing reaps the set any more
 }
 
 // childReaper is the process's reaper, started on first use.
@@ -121,26 +125,38 @@ var childReaper = sync.OnceValues(func() (*reaper, error) {
 	}
 	f := os.NewFile(uintptr(ep), "reaper")
 	rc, err := f.SyscallConn()
+	if err == nil {
+		// A file the poller did not take refuses deadlines.
+		err = f.SetReadDeadline(time.Time{})
+	}
 	if err != nil {
 		f.Close()
 		return nil, err
 	}
+	r := &reaper{ep: ep}
 	go func() {
-		// f stays reachable (and ep open) for as long as this runs:
-		// the process's life.
-		defer f.Close()
 		events := make([]unix.EpollEvent, 16)
-		_ = rc.Read(func(fd uintptr) bool {
+		err := rc.Read(func(fd uintptr) bool {
 			reapReady(int(fd), events)
 			return false // park until the set is readable again
 		})
+		// Only a closed or broken poller gets here. ep stays open (f is
+		// kept) so that its number is never another file's; later
+		// children are reaped each by a wait of their own, and those
+		// already in the set when crind exits.
+		r.stopped.Store(true)
+		slog.Error("shim reaper stopped", "error", err)
+		goruntime.KeepAlive(f)
 	}()
-	return &reaper{ep: ep}, nil
+	return r, nil
 })
 
 // add puts child pid in the set. An exit before this is still seen: the
 // pidfd of a zombie is readable.
 func (r *reaper) add(pid int) error {
+	if r.stopped.Load() {
+		return errors.New("shim reaper stopped")
+	}
 	fd, err := unix.PidfdOpen(pid, 0)
 	if err != nil {
 		return err
