@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -35,12 +36,48 @@ var (
 
 func buildBinaries(t *testing.T) string { return harness.Build(t) }
 
-// TestMain removes the binaries built for the run.
+// TestMain removes the binaries built for the run and the run's shared
+// temp dirs.
 func TestMain(m *testing.M) {
 	code := m.Run()
 	harness.RemoveBuilt()
+	runDirs.removeAll()
 	os.Exit(code)
 }
+
+// runDirs are temp dirs that outlive one test (a built binary, the pods'
+// log dirs) and are removed when the run ends.
+var runDirs tempDirs
+
+type tempDirs struct {
+	mu    sync.Mutex
+	paths []string
+}
+
+// make makes a temp dir named prefix plus random digits, removed with the
+// rest by removeAll.
+func (d *tempDirs) make(prefix string) (string, error) {
+	dir, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		return "", err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.paths = append(d.paths, dir)
+	return dir, nil
+}
+
+func (d *tempDirs) removeAll() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, p := range d.paths {
+		_ = os.RemoveAll(p)
+	}
+	d.paths = nil
+}
+
+// podLogRoot holds the log dirs of the run's pods.
+var podLogRoot = sync.OnceValues(func() (string, error) { return runDirs.make("crinlog") })
 
 // daemon is one crind under test.
 //

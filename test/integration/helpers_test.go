@@ -37,7 +37,12 @@ func (d *daemon) pull(t *testing.T, ref string) string {
 }
 
 func podConfig(name string) *runtimeapi.PodSandboxConfig {
-	logDir, _ := os.MkdirTemp("", "crinlog")
+	// A dir of its own per pod (CRI logs are named by container), under
+	// one the run removes (an error leaves the pod without one).
+	var logDir string
+	if root, err := podLogRoot(); err == nil {
+		logDir, _ = os.MkdirTemp(root, "pod")
+	}
 	return &runtimeapi.PodSandboxConfig{
 		Metadata:     &runtimeapi.PodSandboxMetadata{Name: name, Namespace: "default", Uid: "uid-" + name + "-" + randHex(3)},
 		Hostname:     name,

@@ -37,9 +37,10 @@ var (
 	crinctlErr  error
 )
 
-// goBuild builds pkg (relative to the repo root) into a fresh temp dir.
+// goBuild builds pkg (relative to the repo root) into a fresh temp dir,
+// removed when the run ends.
 func goBuild(pkg, name string) (string, error) {
-	dir, err := os.MkdirTemp("", "crinbin")
+	dir, err := runDirs.make("crinbin")
 	if err != nil {
 		return "", err
 	}

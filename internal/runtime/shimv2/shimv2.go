@@ -63,6 +63,7 @@ import (
 	"github.com/crin-dev/crin/internal/runtime"
 	"github.com/crin-dev/crin/internal/runtime/shim"
 	"github.com/crin-dev/crin/internal/runtime/shimv2/logger"
+	"github.com/crin-dev/crin/internal/topdir"
 )
 
 // Timeouts of the shimv2 backend.
@@ -190,6 +191,11 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		}
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return nil, fmt.Errorf("runtime %s: make dir: %w", cfg.Name, err)
+		}
+		// A bundle per container, and the runtime's own dir per
+		// container: spread them over the disk (package topdir).
+		if err := topdir.Mark(d); err != nil {
+			r.log.WarnContext(ctx, "mark top dir", "dir", d, "error", err)
 		}
 	}
 	r.resume(ctx)
