@@ -141,9 +141,9 @@ var childReaper = sync.OnceValues(func() (*reaper, error) {
 			return false // park until the set is readable again
 		})
 		// Only a closed or broken poller gets here. ep stays open (f is
-		// kept) so that its number is never another file's; later
-		// children are reaped each by a wait of their own, and those
-		// already in the set when crind exits.
+		// kept) so that its number is never another file's. Later
+		// children are reaped each by a wait of their own; those
+		// already in the set stay zombies until crind exits.
 		r.stopped.Store(true)
 		slog.Error("shim reaper stopped", "error", err)
 		goruntime.KeepAlive(f)
