@@ -34,6 +34,7 @@ import (
 
 	// Initialised early: turns heap profiling off unless asked for.
 	_ "github.com/crin-dev/crin/cmd/crind/internal/memprofile"
+	"github.com/crin-dev/crin/internal/cgroup"
 	"github.com/crin-dev/crin/internal/cni"
 	"github.com/crin-dev/crin/internal/config"
 	"github.com/crin-dev/crin/internal/cri"
@@ -118,6 +119,11 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("config: %w", err)
 	}
+	layout, err := cfg.CgroupLayout()
+	if err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	log.InfoContext(ctx, "cgroup driver", "driver", layout.Driver, "cgroup_parent", layout.Parent)
 	if err := makePrivateDirs(cfg.Root, cfg.State); err != nil {
 		return err
 	}
@@ -148,7 +154,7 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	runtimes, closeRuntimes, err := buildRuntimes(ctx, cfg, shim, log)
+	runtimes, closeRuntimes, err := buildRuntimes(ctx, cfg, layout.Driver, shim, log)
 	if err != nil {
 		return err
 	}
@@ -171,6 +177,12 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics := cri.NewMetrics(reg)
 	opts := serviceOptions(cfg, log)
+	opts.CgroupDriver, opts.CgroupParent = layout.Driver, layout.Parent
+	if layout.Driver == cgroup.Systemd {
+		units := cgroup.NewUnits()
+		defer units.Close()
+		opts.Units = units
+	}
 	opts.Store, opts.Images, opts.Network, opts.Runtimes = st, images, network, runtimes
 	opts.PauseRoot, opts.PauseBinary, opts.BlockioClass, opts.Metrics = pauseRoot, pause, blockio, metrics
 	if streamLis != nil {
@@ -254,7 +266,6 @@ func serviceOptions(cfg *config.Config, log *slog.Logger) cri.Options {
 		RootDir:            cfg.Root,
 		NetNSDir:           filepath.Join(cfg.State, "netns"),
 		UserNSDir:          filepath.Clean(cfg.State) + "-userns",
-		CgroupParent:       cfg.CRI.CgroupParent,
 		SeccompProfileRoot: cfg.CRI.SeccompProfileRoot,
 		OOMScoreAdjMin:     ownOOMScoreAdj(),
 		Version:            version,

@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os/exec"
 	"path/filepath"
 
 	"github.com/containerd/errdefs"
 
+	"github.com/crin-dev/crin/internal/cgroup"
 	"github.com/crin-dev/crin/internal/config"
 	"github.com/crin-dev/crin/internal/runtime"
 	"github.com/crin-dev/crin/internal/runtime/shimv2"
@@ -20,7 +22,7 @@ import (
 // unless it is the default. The returned func closes the backends that
 // hold resources (shimv2: connections to shims, shim log readers; oci:
 // its background cgroup attach priming).
-func buildRuntimes(ctx context.Context, cfg *config.Config, shimBin string, log *slog.Logger) (map[string]runtime.Runtime, func(), error) {
+func buildRuntimes(ctx context.Context, cfg *config.Config, driver cgroup.Driver, shimBin string, log *slog.Logger) (map[string]runtime.Runtime, func(), error) {
 	runtimes := map[string]runtime.Runtime{}
 	var closers []func() error
 	closeAll := func() {
@@ -49,7 +51,7 @@ func buildRuntimes(ctx context.Context, cfg *config.Config, shimBin string, log 
 					Binary:       bin,
 					StateDir:     filepath.Join(cfg.State, "shimv2", name),
 					Root:         rc.Root,
-					Options:      rc.Options,
+					Options:      shimv2Options(rc.Options, driver),
 					LoggerBinary: logger,
 					Logger:       rlog,
 				})
@@ -70,8 +72,12 @@ func buildRuntimes(ctx context.Context, cfg *config.Config, shimBin string, log 
 					Binary:     bin,
 					Root:       rc.Root,
 					ShimBinary: shimBin,
-					StateDir:   filepath.Join(cfg.State, "c"),
-					Logger:     rlog,
+					// The runtime makes the containers' cgroups
+					// in the driver's form (scopes in the pod's
+					// slice with systemd).
+					SystemdCgroup: driver == cgroup.Systemd,
+					StateDir:      filepath.Join(cfg.State, "c"),
+					Logger:        rlog,
 				})
 				if err == nil {
 					rt = o
@@ -90,4 +96,22 @@ func buildRuntimes(ctx context.Context, cfg *config.Config, shimBin string, log 
 		runtimes[name] = rt
 	}
 	return runtimes, closeAll, nil
+}
+
+// shimv2Options are a shim v2 handler's options with the cgroup driver's:
+// a runc shim is told systemd_cgroup under the systemd driver, unless
+// the handler's config says otherwise.
+func shimv2Options(opts map[string]string, driver cgroup.Driver) map[string]string {
+	if driver != cgroup.Systemd {
+		return opts
+	}
+	if _, set := opts["systemd_cgroup"]; set {
+		return opts
+	}
+	out := maps.Clone(opts)
+	if out == nil {
+		out = map[string]string{}
+	}
+	out["systemd_cgroup"] = "true"
+	return out
 }

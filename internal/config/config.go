@@ -20,6 +20,8 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/pelletier/go-toml/v2"
+
+	"github.com/crin-dev/crin/internal/cgroup"
 )
 
 // DefaultPath is where crind looks for its config file.
@@ -78,8 +80,15 @@ type CRI struct {
 	// StatsPeriod is how often container writable layers are measured and
 	// CPU usage sampled for the stats RPCs; zero means 10s.
 	StatsPeriod Duration `toml:"stats_period" comment:"how often writable layers are measured and CPU sampled for stats "`
-	// CgroupParent is the cgroup under which pods without a cgroup parent run.
-	CgroupParent string `toml:"cgroup_parent" comment:"cgroup for pods that name no cgroup_parent"`
+	// CgroupDriver is how pod and container cgroups are made: "cgroupfs"
+	// or "systemd"; empty picks systemd when systemd is PID 1 on a cgroup
+	// v2 host, else cgroupfs (cgroup.Detect). RuntimeConfig reports it to
+	// kubelet, whose cgroupDriver must agree.
+	CgroupDriver string `toml:"cgroup_driver" comment:"cgroupfs or systemd; empty: systemd when systemd is PID 1 on a cgroup v2 host, else cgroupfs"`
+	// CgroupParent is the cgroup under which pods without a cgroup parent
+	// run: a path (cgroupfs) or a slice (systemd); empty means /crin or
+	// crin.slice.
+	CgroupParent string `toml:"cgroup_parent" comment:"cgroup for pods that name no cgroup_parent: a path (cgroupfs) or a slice (systemd); empty: /crin or crin.slice"`
 	// PauseBinary is crin-pause, the infra process of every pod; empty means
 	// next to the crind binary, then $PATH.
 	PauseBinary string `toml:"pause_binary" comment:"crin-pause path; empty: next to crind, then $PATH"`
@@ -172,6 +181,27 @@ func (d Duration) MarshalText() ([]byte, error) {
 	return []byte(time.Duration(d).String()), nil
 }
 
+// CgroupLayout is how crind names cgroups on this host: the configured
+// driver (else the one cgroup.Detect picks) and the parent of pods that
+// name none (else the driver's default), checked against each other.
+func (c *Config) CgroupLayout() (cgroup.Layout, error) {
+	d := cgroup.Detect()
+	if c.CRI.CgroupDriver != "" {
+		var err error
+		if d, err = cgroup.ParseDriver(c.CRI.CgroupDriver); err != nil {
+			return cgroup.Layout{}, fmt.Errorf("cri.cgroup_driver: %w", err)
+		}
+	}
+	l := cgroup.Layout{Driver: d, Parent: c.CRI.CgroupParent}
+	if l.Parent == "" {
+		l.Parent = cgroup.DefaultParent(d)
+	}
+	if err := l.CheckParent("cri.cgroup_parent", l.Parent); err != nil {
+		return cgroup.Layout{}, err
+	}
+	return l, nil
+}
+
 // Default returns the built-in configuration.
 func Default() *Config {
 	return &Config{
@@ -184,7 +214,6 @@ func Default() *Config {
 			MetricsAddress: "127.0.0.1:9781",
 			StatsPeriod:    Duration(10 * time.Second),
 			StreamAddress:  "127.0.0.1:0",
-			CgroupParent:   "/crin",
 			CDISpecDirs:    []string{"/etc/cdi", "/var/run/cdi"},
 			BlockioClasses: map[string]BlockioClass{},
 			RdtClasses:     map[string]RdtClass{},
@@ -332,8 +361,14 @@ func (c *Config) validatePaths(bad func(key string, val any, why string)) {
 // validateServing checks the cgroup parent, log level and the addresses
 // and periods crind serves with.
 func (c *Config) validateServing(bad func(key string, val any, why string)) {
-	if c.CRI.CgroupParent != "" && !strings.HasPrefix(c.CRI.CgroupParent, "/") {
-		bad("cri.cgroup_parent", c.CRI.CgroupParent, "must start with /")
+	if d := c.CRI.CgroupDriver; d != "" {
+		if _, err := cgroup.ParseDriver(d); err != nil {
+			bad("cri.cgroup_driver", d, `must be "cgroupfs", "systemd" or empty (picked from the host)`)
+		} else if p := c.CRI.CgroupParent; p != "" {
+			if err := (cgroup.Layout{Driver: cgroup.Driver(d)}).CheckParent("cri.cgroup_parent", p); err != nil {
+				bad("cri.cgroup_parent", p, "not a parent of the "+d+" cgroup driver's form ("+err.Error()+")")
+			}
+		}
 	}
 	if _, err := ParseLevel(c.LogLevel); err != nil {
 		bad("log_level", c.LogLevel, "must be debug, info, warn or error")

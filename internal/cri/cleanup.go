@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/crin-dev/crin/internal/cgroup"
 	"github.com/crin-dev/crin/internal/store"
 )
 
@@ -213,11 +214,14 @@ func (s *Service) cgroupHierarchies() ([]string, error) {
 }
 
 // removeCgroupTree removes the cgroup rel (a path under every hierarchy's
-// root) and everything below it: processes still inside (a runc init
+// root, or a systemd slice or scope: removeUnitCgroup) and everything below it: processes still inside (a runc init
 // whose runc was killed, a container whose runtime delete never ran) are
 // SIGKILLed first. Only for cgroups crind made and no record owns.
 // Already gone is success.
 func (s *Service) removeCgroupTree(ctx context.Context, rel string) error {
+	if cgroup.Unit(rel) != "" {
+		return s.removeUnitCgroup(ctx, rel)
+	}
 	if rel == "" || rel == "/" || !filepath.IsAbs(rel) || filepath.Clean(rel) != rel {
 		return fmt.Errorf("remove cgroup %q: not a clean absolute cgroup path", rel)
 	}

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/crin-dev/crin/internal/cgroup"
 	"github.com/crin-dev/crin/internal/image"
 	"github.com/crin-dev/crin/internal/oci"
 	"github.com/crin-dev/crin/internal/runtime"
@@ -177,7 +178,7 @@ func newContainerRecord(id, name string, sb *sandbox, cfg *runtimeapi.ContainerC
 		ImageID:     img.ID,
 		ImageName:   imageName(img, cfg.Image.Image),
 		ImageDigest: imageDigest(img),
-		CgroupsPath: filepath.Join(sb.rec.CgroupParent, id),
+		CgroupsPath: cgroup.Container(sb.rec.CgroupParent, id),
 		CreatedAt:   time.Now().UnixNano(),
 		StopSignal:  strconv.Itoa(int(stopSig)),
 	}

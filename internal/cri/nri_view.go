@@ -2,7 +2,6 @@ package cri
 
 import (
 	"encoding/json"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 
@@ -11,6 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/crin-dev/crin/internal/cgroup"
 	"github.com/crin-dev/crin/internal/image"
 	"github.com/crin-dev/crin/internal/oci"
 	"github.com/crin-dev/crin/internal/store"
@@ -29,7 +29,7 @@ func nriPod(rec *store.Sandbox, cfg *runtimeapi.PodSandboxConfig, linux *api.Lin
 	}
 	l.CgroupParent = rec.CgroupParent
 	if l.CgroupsPath == "" {
-		l.CgroupsPath = filepath.Join(rec.CgroupParent, rec.ID)
+		l.CgroupsPath = cgroup.Container(rec.CgroupParent, rec.ID)
 	}
 	l.PodOverhead = oci.NRIResourcesFromCRI(cfg.GetLinux().GetOverhead())
 	l.PodResources = oci.NRIResourcesFromCRI(cfg.GetLinux().GetResources())

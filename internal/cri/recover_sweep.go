@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/hex"
 	"errors"
-	"github.com/moby/sys/mountinfo"
 	"maps"
 	"os"
 	"path/filepath"
@@ -13,7 +12,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
+
+	"github.com/crin-dev/crin/internal/cgroup"
 )
 
 // sweep removes, on start-up and after the records are recovered, what
@@ -213,8 +215,8 @@ func unknownID(p string, known func(string) bool) string {
 // and inside a known pod's directory a container cgroup whose container
 // is gone (processes still inside are killed).
 func (s *Service) sweepCgroups(ctx context.Context) {
-	parent := s.opts.CgroupParent
-	if parent == "" || parent == "/" {
+	l := s.layout()
+	if l.Parent == "" || l.Parent == "/" {
 		return
 	}
 	roots, err := s.cgroupHierarchies()
@@ -224,23 +226,25 @@ func (s *Service) sweepCgroups(ctx context.Context) {
 	}
 	stale := map[string]bool{}
 	for _, root := range roots {
-		pods, err := os.ReadDir(filepath.Join(root, parent))
+		pods, err := os.ReadDir(filepath.Join(root, cgroup.Dir(l.Parent)))
 		if err != nil {
 			continue
 		}
 		for _, p := range pods {
-			if !p.IsDir() || !isID(p.Name()) {
+			podID, ok := l.PodOf(p.Name())
+			if !p.IsDir() || !ok || !isID(podID) {
 				continue
 			}
-			podRel := filepath.Join(parent, p.Name())
-			if !s.knownID(p.Name()) {
-				stale[podRel] = true
+			podCg := l.OwnPodParent(podID)
+			if !s.knownID(podID) {
+				stale[podCg] = true
 				continue
 			}
-			ctrs, _ := os.ReadDir(filepath.Join(root, podRel))
+			ctrs, _ := os.ReadDir(filepath.Join(root, cgroup.Dir(podCg)))
 			for _, c := range ctrs {
-				if c.IsDir() && isID(c.Name()) && c.Name() != p.Name() && !s.knownID(c.Name()) {
-					stale[filepath.Join(podRel, c.Name())] = true
+				id, ok := l.ContainerOf(c.Name())
+				if c.IsDir() && ok && isID(id) && id != podID && !s.knownID(id) {
+					stale[cgroup.Container(podCg, id)] = true
 				}
 			}
 		}

@@ -6,6 +6,8 @@ import (
 	"slices"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/crin-dev/crin/internal/cgroup"
 )
 
 // Version reports crind's name and versions.
@@ -88,10 +90,16 @@ func (s *Service) handlerFeatures(name string) *runtimeapi.RuntimeHandlerFeature
 	}
 }
 
-// RuntimeConfig reports the cgroup driver: crind drives cgroupfs.
+// RuntimeConfig reports the cgroup driver crind runs with; kubelet takes
+// it over its own cgroupDriver setting (KubeletCgroupDriverFromCRI), so
+// the pod cgroups it makes and names are in the form crind expects.
 func (s *Service) RuntimeConfig(ctx context.Context, r *runtimeapi.RuntimeConfigRequest) (*runtimeapi.RuntimeConfigResponse, error) {
+	d := runtimeapi.CgroupDriver_CGROUPFS
+	if s.layout().Driver == cgroup.Systemd {
+		d = runtimeapi.CgroupDriver_SYSTEMD
+	}
 	return &runtimeapi.RuntimeConfigResponse{
-		Linux: &runtimeapi.LinuxRuntimeConfiguration{CgroupDriver: runtimeapi.CgroupDriver_CGROUPFS},
+		Linux: &runtimeapi.LinuxRuntimeConfiguration{CgroupDriver: d},
 	}, nil
 }
 

@@ -116,15 +116,16 @@ func unmountAll(path string) error {
 // cgroupRoot is where the cgroup hierarchies are mounted.
 const cgroupRoot = "/sys/fs/cgroup"
 
-// removePodCgroup removes the pod-level cgroup directory crind derived for
-// a pod that named no cgroup parent (<cgroup_parent>/<pod id>): runc
+// removePodCgroup removes the pod-level cgroup crind derived for a pod
+// that named no cgroup parent (<cgroup_parent>/<pod id>, or with the
+// systemd driver the slice <parent>-pod<id>.slice): runc
 // removes each container's own cgroup, not this parent of them. A parent
 // kubelet gave belongs to kubelet and is left alone. What is still inside
 // (a container cgroup whose runtime delete was killed, a stray runc init)
 // is killed and removed too; a removal that fails anyway is retried in the
 // background (cleanup.go) and the error returned.
 func (s *Service) removePodCgroup(rec *store.Sandbox) error {
-	if rec.CgroupParent != filepath.Join(s.opts.CgroupParent, rec.ID) {
+	if rec.CgroupParent != s.layout().OwnPodParent(rec.ID) {
 		return nil
 	}
 	return s.removePodCgroupTree(s.ctx, rec.ID, rec.CgroupParent)

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/crin-dev/crin/internal/cgroup"
 	"github.com/crin-dev/crin/internal/cni"
 	"github.com/crin-dev/crin/internal/idmap"
 	"github.com/crin-dev/crin/internal/oci"
@@ -29,6 +30,11 @@ func (s *Service) RunPodSandbox(ctx context.Context, r *runtimeapi.RunPodSandbox
 	cfg := r.GetConfig()
 	if err := validatePodConfig(cfg); err != nil {
 		return nil, err
+	}
+	if p := cfg.GetLinux().GetCgroupParent(); p != "" {
+		if err := s.layout().CheckParent("config.linux.cgroup_parent", p); err != nil {
+			return nil, err
+		}
 	}
 	handler, rt, err := s.runtimeFor(r.GetRuntimeHandler())
 	if err != nil {
@@ -156,10 +162,7 @@ func (s *Service) setUpPodNamespaces(ctx context.Context, rt runtime.Runtime, re
 
 // newSandboxRecord is the record of a new pod id, in state creating.
 func (s *Service) newSandboxRecord(id, name, handler string, cfg *runtimeapi.PodSandboxConfig) (*store.Sandbox, error) {
-	parent := cfg.GetLinux().GetCgroupParent()
-	if parent == "" {
-		parent = filepath.Join(s.opts.CgroupParent, id)
-	}
+	parent := s.layout().PodParent(cfg.GetLinux().GetCgroupParent(), id)
 	rec := &store.Sandbox{
 		ID:             id,
 		Name:           name,
@@ -267,7 +270,7 @@ func (s *Service) sandboxSpec(rec *store.Sandbox, cfg *runtimeapi.PodSandboxConf
 		Rootfs:             s.opts.PauseRoot,
 		PauseBinary:        s.opts.PauseBinary,
 		NetNSPath:          rec.NetNS,
-		CgroupsPath:        filepath.Join(rec.CgroupParent, id),
+		CgroupsPath:        cgroup.Container(rec.CgroupParent, id),
 		OOMScoreAdjMin:     s.opts.OOMScoreAdjMin,
 		SeccompProfileRoot: s.opts.SeccompProfileRoot,
 	})
@@ -375,9 +378,6 @@ func validatePodConfig(cfg *runtimeapi.PodSandboxConfig) error {
 	}
 	if cfg.GetLinux().GetSecurityContext().GetNamespaceOptions().GetNetwork() == runtimeapi.NamespaceMode_CONTAINER {
 		return fmt.Errorf("config.linux.security_context.namespace_options.network CONTAINER: not supported for a pod: %w", errdefs.ErrInvalidArgument)
-	}
-	if p := cfg.GetLinux().GetCgroupParent(); p != "" && p[0] != '/' {
-		return fmt.Errorf("config.linux.cgroup_parent %q: must be an absolute cgroup path: %w", p, errdefs.ErrInvalidArgument)
 	}
 	return nil
 }

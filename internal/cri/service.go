@@ -24,6 +24,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"k8s.io/cri-streaming/pkg/streaming"
 
+	"github.com/crin-dev/crin/internal/cgroup"
 	"github.com/crin-dev/crin/internal/cni"
 	"github.com/crin-dev/crin/internal/image"
 	"github.com/crin-dev/crin/internal/runtime"
@@ -77,8 +78,15 @@ type Options struct {
 	// PauseRoot is the shared read-only rootfs of infra containers.
 	PauseRoot   string
 	PauseBinary string
-	// CgroupParent is used for pods that name none.
-	CgroupParent       string
+	// CgroupParent is used for pods that name none: a path with the
+	// cgroupfs driver, a slice with systemd.
+	CgroupParent string
+	// CgroupDriver is how pod and container cgroups are named and made
+	// (internal/cgroup); empty means cgroupfs.
+	CgroupDriver cgroup.Driver
+	// Units stops systemd units: the pod slices crind made and leftover
+	// scopes, with the systemd driver. Nil with cgroupfs.
+	Units              UnitStopper
 	SeccompProfileRoot string
 	// OOMScoreAdjMin is crind's own oom_score_adj.
 	OOMScoreAdjMin int

@@ -33,10 +33,6 @@ func TestValidatePodConfig(t *testing.T) {
 				NamespaceOptions: &runtimeapi.NamespaceOption{Network: runtimeapi.NamespaceMode_CONTAINER}}}
 			return c
 		}, "namespace_options.network"},
-		{"relative cgroup parent", func(c *runtimeapi.PodSandboxConfig) *runtimeapi.PodSandboxConfig {
-			c.Linux = &runtimeapi.LinuxPodSandboxConfig{CgroupParent: "kubepods"}
-			return c
-		}, "cgroup_parent"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := validatePodConfig(tc.mut(good()))

@@ -41,11 +41,14 @@ const (
 
 // OCIConfig configures an oci backend.
 type OCIConfig struct {
-	Name       string // the runtime handler name, for logs and errors
-	Binary     string // OCI runtime CLI, e.g. /usr/bin/runc
-	Root       string // the CLI's --root (its state dir), e.g. /run/crin/runc/<name>
-	ShimBinary string // path to crin-shim
-	StateDir   string // bundles and shim sockets live in StateDir/<id>
+	Name   string // the runtime handler name, for logs and errors
+	Binary string // OCI runtime CLI, e.g. /usr/bin/runc
+	Root   string // the CLI's --root (its state dir), e.g. /run/crin/runc/<name>
+	// SystemdCgroup runs the CLI with --systemd-cgroup (the systemd cgroup
+	// driver: specs' cgroupsPath in slice:prefix:name form).
+	SystemdCgroup bool
+	ShimBinary    string // path to crin-shim
+	StateDir      string // bundles and shim sockets live in StateDir/<id>
 	// OOMScoreAdj is the oom_score_adj crind runs with; the shim sets its
 	// own to this value so it is not killed before its container. Nil
 	// leaves the shim with the value it inherits from crind.

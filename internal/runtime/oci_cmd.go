@@ -85,7 +85,9 @@ func (o *OCI) run(ctx context.Context, opts runOpts, args ...string) ([]byte, er
 	}
 	cctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	argv := append([]string{"--root", o.cfg.Root, "--log", logf.Name(), "--log-format", "json"}, args...)
+	global := shim.Config{RuntimeRoot: o.cfg.Root, SystemdCgroup: o.cfg.SystemdCgroup}.RuntimeFlags()
+	argv := append(global, "--log", logf.Name(), "--log-format", "json")
+	argv = append(argv, args...)
 	cmd := exec.CommandContext(cctx, o.cfg.Binary, argv...)
 	if opts.stdin != nil {
 		cmd.Stdin = bytes.NewReader(opts.stdin)

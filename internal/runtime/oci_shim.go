@@ -234,7 +234,7 @@ func (o *OCI) launchShim(ctx context.Context, shimDir string) (int, error) {
 		return 0, err
 	}
 	defer r.Close()
-	cfg := shim.Config{Dir: shimDir, Runtime: o.cfg.Binary, RuntimeRoot: o.cfg.Root, OOMScoreAdj: o.cfg.OOMScoreAdj}
+	cfg := shim.Config{Dir: shimDir, Runtime: o.cfg.Binary, RuntimeRoot: o.cfg.Root, OOMScoreAdj: o.cfg.OOMScoreAdj, SystemdCgroup: o.cfg.SystemdCgroup}
 	cmd := exec.Command(o.cfg.ShimBinary, cfg.Args()...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = null, logf, logf
 	cmd.ExtraFiles = []*os.File{w}

@@ -11,6 +11,8 @@ import (
 
 	"github.com/containerd/cgroups/v3"
 	"github.com/containerd/errdefs"
+
+	"github.com/crin-dev/crin/internal/cgroup"
 )
 
 // Stats are the resource usage figures of one cgroup (cgroup v1 on the
@@ -42,7 +44,7 @@ const cgroupRoot = "/sys/fs/cgroup"
 const userHZ = 100
 
 // CgroupStats reads the usage of the cgroup at cgroupsPath (as written in an
-// OCI spec's linux.cgroupsPath with the cgroupfs driver). A cgroup that does
+// OCI spec's linux.cgroupsPath, in either driver's form: cgroup.Dir). A cgroup that does
 // not exist is errdefs.ErrNotFound.
 //
 // It reads only the files the figures come from (8 small reads, no
@@ -51,7 +53,7 @@ func CgroupStats(cgroupsPath string) (*Stats, error) {
 	if cgroupsPath == "" {
 		return nil, fmt.Errorf("cgroup stats: empty cgroups path: %w", errdefs.ErrInvalidArgument)
 	}
-	path := filepath.Join("/", cgroupsPath)
+	path := cgroup.Dir(cgroupsPath)
 	var s *Stats
 	var err error
 	if cgroups.Mode() == cgroups.Unified {

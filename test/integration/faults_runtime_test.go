@@ -17,6 +17,7 @@ import (
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/crin-dev/crin/internal/cgroup"
 	"github.com/crin-dev/crin/test/poll"
 	"github.com/crin-dev/crin/test/testnet"
 )
@@ -229,8 +230,7 @@ func (d *daemon) plantOrphans(t *testing.T) {
 	start(&exec.Cmd{Path: "/bin/sh", Args: []string{"crin-shim", "-c", "sleep 1000; :", "-dir", filepath.Join(d.state, "c", shimID)}})
 
 	sleeper := start(exec.Command("sleep", "1000"))
-	bases, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup/*", d.cgroup))
-	for _, base := range bases {
+	for _, base := range d.cgroupBases() {
 		dir := filepath.Join(base, podID, podID)
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			t.Fatal(err)
@@ -298,8 +298,7 @@ func (d *daemon) removeAllPods(t *testing.T) {
 // IPAM reservations.
 func (d *daemon) runtimeLeaks() []string {
 	var out []string
-	bases, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup/*", d.cgroup))
-	for _, base := range bases {
+	for _, base := range d.cgroupBases() {
 		_ = filepath.WalkDir(base, func(path string, e os.DirEntry, err error) error {
 			if err == nil && e.IsDir() && path != base {
 				out = append(out, "cgroup "+path)
@@ -314,7 +313,7 @@ func (d *daemon) runtimeLeaks() []string {
 		switch {
 		case bytes.Contains(b, []byte(d.state)):
 			out = append(out, fmt.Sprintf("process %s: %q", filepath.Dir(p), bytes.ReplaceAll(b, []byte{0}, []byte{' '})))
-		case bytes.Contains(cg, []byte(d.cgroup+"/")):
+		case bytes.Contains(cg, []byte(cgroup.Dir(d.cgroup)+"/")):
 			out = append(out, fmt.Sprintf("process in a pod cgroup %s: %q", filepath.Dir(p), bytes.ReplaceAll(b, []byte{0}, []byte{' '})))
 		}
 	}

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/crin-dev/crin/internal/cgroup"
 	"github.com/crin-dev/crin/test/harness"
 	"github.com/crin-dev/crin/test/testnet"
 )
@@ -123,7 +124,7 @@ func startDaemon(t *testing.T, o daemonOptions) *daemon {
 		root:   filepath.Join(base, "root"),
 		state:  filepath.Join(base, "s"),
 		socket: filepath.Join(base, "s", "crin.sock"),
-		cgroup: "/crintest-" + randHex(4),
+		cgroup: testCgroupParent(),
 		logBuf: &lockedBuffer{},
 	}
 	d.net = testnet.Pick(t, "crint", base)
@@ -209,10 +210,38 @@ func (d *daemon) cleanupAll() {
 	d.checkNoLeaks()
 	d.net.CheckNoLeaks(t)
 	d.net.Remove(t)
-	ctls, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup/*", d.cgroup))
-	for _, c := range ctls {
+	if cgroup.IsSlice(d.cgroup) {
+		// systemd made the parent slice when the first pod slice in
+		// it started; it is the suite's, not crind's, to stop.
+		_ = exec.Command("systemctl", "stop", d.cgroup).Run()
+		return
+	}
+	for _, c := range d.cgroupBases() {
 		_ = os.Remove(c)
 	}
+}
+
+// testCgroupParent is a daemon's own cgroup parent in the form of the
+// driver crind picks on this host (cgroup.Detect): a path, or a slice.
+func testCgroupParent() string {
+	if cgroup.Detect() == cgroup.Systemd {
+		return "crintest" + randHex(4) + ".slice"
+	}
+	return "/crintest-" + randHex(4)
+}
+
+// cgroupBases are the daemon's cgroup parent's directories: one per
+// cgroup v1 controller hierarchy (and the cgroup2 mount beside them), or
+// the one on a unified host.
+func (d *daemon) cgroupBases() []string {
+	rel := cgroup.Dir(d.cgroup)
+	bases, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup/*", rel))
+	if _, err := os.Stat("/sys/fs/cgroup/cgroup.controllers"); err == nil {
+		if _, err := os.Stat(filepath.Join("/sys/fs/cgroup", rel)); err == nil {
+			bases = append(bases, filepath.Join("/sys/fs/cgroup", rel))
+		}
+	}
+	return bases
 }
 
 // checkNoLeaks fails the test when crind left mounts, processes or runtime
@@ -237,8 +266,7 @@ func (d *daemon) checkNoLeaks() {
 	}
 	// Every cgroup crind made lives under the daemon's parent, in every
 	// controller hierarchy (and on the cgroup2 mount of a hybrid host).
-	bases, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup/*", d.cgroup))
-	for _, base := range bases {
+	for _, base := range d.cgroupBases() {
 		_ = filepath.WalkDir(base, func(path string, e os.DirEntry, err error) error {
 			if err == nil && e.IsDir() && path != base {
 				t.Errorf("leaked cgroup: %s", path)

@@ -27,8 +27,21 @@ type Config struct {
 	Dir         string // the shim's own dir: shim.pid, shim.sock, shim.log
 	Runtime     string // OCI runtime binary
 	RuntimeRoot string // the runtime's --root
+	// SystemdCgroup makes the runtime run with --systemd-cgroup: the
+	// systemd cgroup driver, container cgroups as scopes in the pod's
+	// slice (linux.cgroupsPath in slice:prefix:name form).
+	SystemdCgroup bool
 	// OOMScoreAdj, when set, becomes the shim's own oom_score_adj.
 	OOMScoreAdj *int
+}
+
+// RuntimeFlags are the OCI runtime's global flags for c, before the
+// command: its --root, and --systemd-cgroup with the systemd driver.
+func (c Config) RuntimeFlags() []string {
+	if c.SystemdCgroup {
+		return []string{"--root", c.RuntimeRoot, "--systemd-cgroup"}
+	}
+	return []string{"--root", c.RuntimeRoot}
 }
 
 // Args returns the command-line flags that make a shim use c.
@@ -36,6 +49,9 @@ func (c Config) Args() []string {
 	args := []string{"-dir", c.Dir, "-runtime", c.Runtime, "-root", c.RuntimeRoot}
 	if c.OOMScoreAdj != nil {
 		args = append(args, "-oom-score-adj", strconv.Itoa(*c.OOMScoreAdj))
+	}
+	if c.SystemdCgroup {
+		args = append(args, "-systemd-cgroup")
 	}
 	return args
 }

@@ -23,11 +23,13 @@ type ctrConfig struct {
 	Dir         string // the container's state dir and bundle
 	Runtime     string
 	RuntimeRoot string
+	// RuntimeFlags are the runtime's global flags (shim.Config.RuntimeFlags).
+	RuntimeFlags []string
 	shim.CreateOptions
 }
 
 func containerConfig(cfg shim.Config, id string, o shim.CreateOptions) ctrConfig {
-	return ctrConfig{ID: id, Dir: o.Bundle, Runtime: cfg.Runtime, RuntimeRoot: cfg.RuntimeRoot, CreateOptions: o}
+	return ctrConfig{ID: id, Dir: o.Bundle, Runtime: cfg.Runtime, RuntimeRoot: cfg.RuntimeRoot, RuntimeFlags: cfg.RuntimeFlags(), CreateOptions: o}
 }
 
 // newContainer creates the container cfg describes ("<runtime> create"),
@@ -230,8 +232,18 @@ func (c *created) stdio(cfg ctrConfig) *stdio {
 
 // runtimeArgv is the runtime command line with the global flags.
 func runtimeArgv(cfg ctrConfig, args ...string) []string {
-	return append([]string{cfg.Runtime, "--root", cfg.RuntimeRoot,
-		"--log", filepath.Join(cfg.Dir, shim.RuntimeLog), "--log-format", "json"}, args...)
+	argv := append([]string{cfg.Runtime}, cfg.globalFlags()...)
+	argv = append(argv, "--log", filepath.Join(cfg.Dir, shim.RuntimeLog), "--log-format", "json")
+	return append(argv, args...)
+}
+
+// globalFlags are the runtime's flags before its command: --root (and
+// --systemd-cgroup with the systemd driver).
+func (cfg ctrConfig) globalFlags() []string {
+	if cfg.RuntimeFlags != nil {
+		return cfg.RuntimeFlags
+	}
+	return []string{"--root", cfg.RuntimeRoot}
 }
 
 // logSize is where the next runtime log messages will start.

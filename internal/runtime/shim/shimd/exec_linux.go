@@ -422,7 +422,8 @@ func startExec(cfg ctrConfig, rp *reaper, o shim.ExecOptions, e *execProc) (_ *e
 		defer console.close()
 		args = append(args, "--console-socket", console.path)
 	}
-	argv := append([]string{cfg.Runtime, "--root", cfg.RuntimeRoot, "--log", o.Log, "--log-format", "json"}, append(args, cfg.ID)...)
+	argv := append(append([]string{cfg.Runtime}, cfg.globalFlags()...), "--log", o.Log, "--log-format", "json")
+	argv = append(argv, append(args, cfg.ID)...)
 
 	since := time.Now()
 	stdio := pp.child()

@@ -51,6 +51,7 @@ func parseArgs(args []string) (shim.Config, error) {
 	fs.StringVar(&c.Runtime, "runtime", "", "OCI runtime binary")
 	fs.StringVar(&c.RuntimeRoot, "root", "", "OCI runtime --root")
 	fs.StringVar(&oom, "oom-score-adj", "", "oom_score_adj for the shim")
+	fs.BoolVar(&c.SystemdCgroup, "systemd-cgroup", false, "run the OCI runtime with --systemd-cgroup")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
