@@ -76,7 +76,48 @@ func (s *Service) containerStats(c *container) (*runtimeapi.ContainerStats, erro
 	}
 	fillCPUMem(st, &out.Cpu, &out.Memory)
 	s.fillNanoCores(id, st, out.Cpu)
+	out.Swap, out.Io = swapUsage(st), ioUsage(st)
 	return out, nil
+}
+
+// psi is a runtime.Pressure as CRI carries it (total in nanoseconds); nil
+// stays nil, so kubelet reads "no PSI here" rather than zero pressure.
+func psi(p *runtime.Pressure) *runtimeapi.PsiStats {
+	if p == nil {
+		return nil
+	}
+	line := func(l runtime.PressureLine) *runtimeapi.PsiData {
+		return &runtimeapi.PsiData{Total: uint64(l.Total), Avg10: l.Avg10, Avg60: l.Avg60, Avg300: l.Avg300}
+	}
+	return &runtimeapi.PsiStats{Some: line(p.Some), Full: line(p.Full)}
+}
+
+// ioUsage is the cgroup's IO pressure, the one IO figure CRI carries;
+// nil without PSI.
+func ioUsage(st *runtime.Stats) *runtimeapi.IoUsage {
+	if st.IOPressure == nil {
+		return nil
+	}
+	return &runtimeapi.IoUsage{Timestamp: st.Timestamp.UnixNano(), Psi: psi(st.IOPressure)}
+}
+
+// swapUsage is the cgroup's swap, where the host accounts it.
+func swapUsage(st *runtime.Stats) *runtimeapi.SwapUsage {
+	if !st.HasSwap {
+		return nil
+	}
+	u := &runtimeapi.SwapUsage{Timestamp: st.Timestamp.UnixNano(), SwapUsageBytes: &runtimeapi.UInt64Value{Value: st.SwapUsageBytes}}
+	if st.SwapLimitBytes > 0 {
+		u.SwapAvailableBytes = &runtimeapi.UInt64Value{Value: sub0(st.SwapLimitBytes, st.SwapUsageBytes)}
+	}
+	return u
+}
+
+func sub0(a, b uint64) uint64 {
+	if b > a {
+		return 0
+	}
+	return a - b
 }
 
 // writableLayer is the container's writable layer usage as the sampler
@@ -110,6 +151,7 @@ func fillCPUMem(st *runtime.Stats, cpu **runtimeapi.CpuUsage, mem **runtimeapi.M
 	*cpu = &runtimeapi.CpuUsage{
 		Timestamp:            ts,
 		UsageCoreNanoSeconds: &runtimeapi.UInt64Value{Value: st.CPUUsageNanos},
+		Psi:                  psi(st.CPUPressure),
 	}
 	*mem = &runtimeapi.MemoryUsage{
 		Timestamp:       ts,
@@ -118,6 +160,7 @@ func fillCPUMem(st *runtime.Stats, cpu **runtimeapi.CpuUsage, mem **runtimeapi.M
 		RssBytes:        &runtimeapi.UInt64Value{Value: st.MemoryRSSBytes},
 		PageFaults:      &runtimeapi.UInt64Value{Value: st.MemoryPageFaults},
 		MajorPageFaults: &runtimeapi.UInt64Value{Value: st.MemoryMajorFaults},
+		Psi:             psi(st.MemoryPressure),
 	}
 	if st.MemoryLimitBytes > 0 {
 		avail := uint64(0)
@@ -183,6 +226,7 @@ func (s *Service) sandboxStats(sb *sandbox) (*runtimeapi.PodSandboxStats, error)
 				Timestamp:    st.Timestamp.UnixNano(),
 				ProcessCount: &runtimeapi.UInt64Value{Value: st.PidsCurrent},
 			}
+			out.Linux.Io = ioUsage(st)
 		case !errors.Is(err, errdefs.ErrNotFound):
 			return nil, err
 		}

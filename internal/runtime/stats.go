@@ -33,6 +33,28 @@ type Stats struct {
 	MemoryLimitBytes uint64 // 0 when unlimited or unknown
 	MemoryFailcnt    uint64 // times usage hit the limit (v1; v2: memory.events max)
 	Processes        uint64 // processes (thread group leaders) in the cgroup
+
+	// Pressure stall information of the cgroup (cgroup v2, a kernel with
+	// PSI): nil where the files are not there.
+	CPUPressure, MemoryPressure, IOPressure *Pressure
+	// SwapUsageBytes and SwapLimitBytes (0: unlimited) are the cgroup's
+	// swap, where the host accounts it (cgroup v2 memory.swap.*);
+	// HasSwap says whether it does.
+	SwapUsageBytes, SwapLimitBytes uint64
+	HasSwap                        bool
+}
+
+// Pressure is one resource's pressure stall information: the share of
+// time some (or all, full) of the cgroup's tasks were stalled on it.
+type Pressure struct {
+	Some, Full PressureLine
+}
+
+// PressureLine is one line of a *.pressure file: running averages over
+// 10, 60 and 300 s, in percent, and the total stall time.
+type PressureLine struct {
+	Avg10, Avg60, Avg300 float64
+	Total                time.Duration
 }
 
 // cgroupRoot is where the cgroup hierarchies are mounted; v1 controllers
@@ -184,11 +206,75 @@ func cgroup2Stats(dir string) (*Stats, error) {
 			s.MemoryWorkingSet = sub0(s.MemoryUsageBytes, inactiveFile)
 		}
 	}
+	if v, err := readCgroupUint(filepath.Join(dir, "memory.swap.current"), buf[:]); err == nil {
+		s.SwapUsageBytes, s.HasSwap = v, true
+		if b, err := readSmall(filepath.Join(dir, "memory.swap.max"), buf[:]); err == nil {
+			if v, err := strconv.ParseUint(string(bytes.TrimSpace(b)), 10, 64); err == nil {
+				s.SwapLimitBytes = v
+			}
+		}
+	}
 	if v, err := readCgroupUint(filepath.Join(dir, "pids.current"), buf[:]); err == nil {
 		s.PidsCurrent = v
 	}
 	s.Processes = countLines(filepath.Join(dir, "cgroup.procs"))
+	s.CPUPressure = readPressure(filepath.Join(dir, "cpu.pressure"), buf[:])
+	s.MemoryPressure = readPressure(filepath.Join(dir, "memory.pressure"), buf[:])
+	s.IOPressure = readPressure(filepath.Join(dir, "io.pressure"), buf[:])
 	return s, nil
+}
+
+// readPressure reads a PSI file ("some avg10=0.12 avg60=0.05 avg300=0.01
+// total=123456", then a "full" line, total in microseconds); nil when it
+// cannot be read (no PSI in this kernel, or psi=0).
+func readPressure(path string, buf []byte) *Pressure {
+	b, err := readSmall(path, buf)
+	if err != nil {
+		return nil
+	}
+	return parsePressure(b)
+}
+
+func parsePressure(b []byte) *Pressure {
+	var p Pressure
+	seen := false
+	for _, line := range bytes.Split(b, []byte{'\n'}) {
+		f := bytes.Fields(line)
+		if len(f) == 0 {
+			continue
+		}
+		var pl *PressureLine
+		switch string(f[0]) {
+		case "some":
+			pl = &p.Some
+		case "full":
+			pl = &p.Full
+		default:
+			continue
+		}
+		seen = true
+		for _, kv := range f[1:] {
+			k, v, ok := bytes.Cut(kv, []byte{'='})
+			if !ok {
+				continue
+			}
+			switch string(k) {
+			case "avg10":
+				pl.Avg10, _ = strconv.ParseFloat(string(v), 64)
+			case "avg60":
+				pl.Avg60, _ = strconv.ParseFloat(string(v), 64)
+			case "avg300":
+				pl.Avg300, _ = strconv.ParseFloat(string(v), 64)
+			case "total":
+				us, _ := strconv.ParseUint(string(v), 10, 64)
+				pl.Total = time.Duration(us) * time.Microsecond
+			}
+		}
+	}
+	if !seen {
+		return nil
+	}
+	return &p
 }
 
 func sub0(a, b uint64) uint64 {

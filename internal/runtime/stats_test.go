@@ -7,6 +7,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
@@ -104,5 +105,22 @@ func TestCgroupStatsOfSelf(t *testing.T) {
 	}
 	if st.CPUUsageNanos == 0 {
 		t.Errorf("own cgroup %s: no CPU usage: %+v", path, st)
+	}
+}
+
+func TestParsePressure(t *testing.T) {
+	p := parsePressure([]byte("some avg10=1.50 avg60=0.25 avg300=0.00 total=1234\nfull avg10=0.10 avg60=0.00 avg300=0.00 total=7\n"))
+	if p == nil {
+		t.Fatal("no pressure parsed")
+	}
+	want := Pressure{
+		Some: PressureLine{Avg10: 1.5, Avg60: 0.25, Total: 1234 * time.Microsecond},
+		Full: PressureLine{Avg10: 0.1, Total: 7 * time.Microsecond},
+	}
+	if *p != want {
+		t.Errorf("parsed %+v, want %+v", *p, want)
+	}
+	if parsePressure([]byte("")) != nil || parsePressure([]byte("garbage\n")) != nil {
+		t.Error("an empty or foreign file parsed as pressure")
 	}
 }
