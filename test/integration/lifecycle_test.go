@@ -3,7 +3,9 @@
 package integration
 
 import (
+	"os"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -188,14 +190,46 @@ func TestCgroupLimits(t *testing.T) {
 		CpusetCpus:         "0",
 	}
 	id := d.runContainer(t, pod, podCfg, cfg)
-	for file, want := range map[string]string{
+	// What the container sees of its own cgroup: v1 files per
+	// controller, or (cgroup v2, a cgroup namespace of its own) the
+	// unified files, with kubelet's shares as a weight (runc: 1 +
+	// (shares-2)*9999/262142).
+	files := map[string]string{
 		"/sys/fs/cgroup/memory/memory.limit_in_bytes": "67108864",
 		"/sys/fs/cgroup/cpu/cpu.cfs_quota_us":         "50000",
 		"/sys/fs/cgroup/cpu/cpu.cfs_period_us":        "100000",
 		"/sys/fs/cgroup/cpu/cpu.shares":               "512",
 		"/sys/fs/cgroup/cpuset/cpuset.cpus":           "0",
-	} {
-		if got := d.execOut(t, id, "cat", file); got != want {
+	}
+	updated := map[string]string{
+		"/sys/fs/cgroup/memory/memory.limit_in_bytes": "100663296",
+		"/sys/fs/cgroup/cpu/cpu.cfs_quota_us":         "20000",
+	}
+	if cgroupV2() {
+		files = map[string]string{
+			"/sys/fs/cgroup/memory.max":   "67108864",
+			"/sys/fs/cgroup/cpu.max":      "50000 100000",
+			"/sys/fs/cgroup/cpuset.cpus":  "0",
+			"/sys/fs/cgroup/cpu.weight":   "20",
+			"/sys/fs/cgroup/pids.current": "",
+		}
+		updated = map[string]string{
+			"/sys/fs/cgroup/memory.max": "100663296",
+			"/sys/fs/cgroup/cpu.max":    "20000 100000",
+		}
+	}
+	for file, want := range files {
+		got := d.execOut(t, id, "cat", file)
+		switch {
+		case want == "" && got == "":
+			t.Errorf("%s in container is empty or missing", file)
+		case file == "/sys/fs/cgroup/cpu.weight" && got != want:
+			// runc's mapping gives 20; other runtimes map shares on a
+			// curve of their own, but never to the default 100.
+			if w, err := strconv.Atoi(got); err != nil || w < 1 || w > 10000 || w == 100 {
+				t.Errorf("%s in container = %q, want a weight from shares 512 (runc: %s)", file, got, want)
+			}
+		case want != "" && got != want && file != "/sys/fs/cgroup/cpu.weight":
 			t.Errorf("%s in container = %q, want %q", file, got, want)
 		}
 	}
@@ -205,14 +239,19 @@ func TestCgroupLimits(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if got := d.execOut(t, id, "cat", "/sys/fs/cgroup/memory/memory.limit_in_bytes"); got != "100663296" {
-		t.Errorf("memory limit after update = %s, want 100663296", got)
-	}
-	if got := d.execOut(t, id, "cat", "/sys/fs/cgroup/cpu/cpu.cfs_quota_us"); got != "20000" {
-		t.Errorf("cpu quota after update = %s, want 20000", got)
+	for file, want := range updated {
+		if got := d.execOut(t, id, "cat", file); got != want {
+			t.Errorf("%s after update = %s, want %s", file, got, want)
+		}
 	}
 	st := d.status(t, id)
 	if st.GetResources().GetLinux().GetMemoryLimitInBytes() != 96<<20 {
 		t.Errorf("ContainerStatus resources = %v", st.GetResources())
 	}
+}
+
+// cgroupV2 reports a unified (cgroup v2 only) host.
+func cgroupV2() bool {
+	_, err := os.Stat("/sys/fs/cgroup/cgroup.controllers")
+	return err == nil
 }
