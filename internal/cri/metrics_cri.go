@@ -46,6 +46,9 @@ type metricDef struct {
 	kind       metricKind
 	// cgroup is the value of a cgroup metric.
 	cgroup func(*runtime.Stats) uint64
+	// cgroupIf is the value of a cgroup metric the host may not have
+	// (PSI): reported only when ok.
+	cgroupIf func(*runtime.Stats) (v uint64, ok bool)
 	// net is the value of a network metric.
 	net func(ifaceCounters) uint64
 	// fs is the value of a filesystem metric.
@@ -101,6 +104,12 @@ func metricDefs() []metricDef {
 			cgroup: func(s *runtime.Stats) uint64 { return s.Processes }},
 		{name: "container_threads", help: "Number of threads running inside the container.", typ: gauge,
 			cgroup: func(s *runtime.Stats) uint64 { return s.PidsCurrent }},
+		pressureDef("cpu", "waiting", func(s *runtime.Stats) *runtime.Pressure { return s.CPUPressure }),
+		pressureDef("cpu", "stalled", func(s *runtime.Stats) *runtime.Pressure { return s.CPUPressure }),
+		pressureDef("memory", "waiting", func(s *runtime.Stats) *runtime.Pressure { return s.MemoryPressure }),
+		pressureDef("memory", "stalled", func(s *runtime.Stats) *runtime.Pressure { return s.MemoryPressure }),
+		pressureDef("io", "waiting", func(s *runtime.Stats) *runtime.Pressure { return s.IOPressure }),
+		pressureDef("io", "stalled", func(s *runtime.Stats) *runtime.Pressure { return s.IOPressure }),
 
 		{name: "container_network_receive_bytes_total", help: "Cumulative count of bytes received.", typ: counter, kind: kindNetwork,
 			net: func(c ifaceCounters) uint64 { return c.rxBytes }},
@@ -128,6 +137,28 @@ func metricDefs() []metricDef {
 		{name: "container_fs_inodes_free", help: "Number of available inodes of the filesystem holding the writable layer.", typ: gauge, kind: kindFs,
 			fs: func(f fsFigures) uint64 { return f.inodesFree }},
 	}
+}
+
+// pressureDef is cAdvisor's PSI counter of one resource: "waiting" is the
+// time some task waited (PSI's some line), "stalled" the time all did
+// (full), in whole seconds; reported only where the cgroup has PSI.
+func pressureDef(resource, which string, p func(*runtime.Stats) *runtime.Pressure) metricDef {
+	help := "Total time duration tasks in the container have waited due to " + resource + " congestion (whole seconds)."
+	if which == "stalled" {
+		help = "Total time duration no tasks in the container could make progress due to " + resource + " congestion (whole seconds)."
+	}
+	return metricDef{name: "container_pressure_" + resource + "_" + which + "_seconds_total", help: help, typ: counter,
+		cgroupIf: func(s *runtime.Stats) (uint64, bool) {
+			pr := p(s)
+			if pr == nil {
+				return 0, false
+			}
+			line := pr.Some
+			if which == "stalled" {
+				line = pr.Full
+			}
+			return wholeSeconds(uint64(line.Total)), true
+		}}
 }
 
 // ListMetricDescriptors describes every metric ListPodSandboxMetrics
@@ -224,6 +255,11 @@ func cgroupMetrics(defs []metricDef, st *runtime.Stats, labels []string) []*runt
 	for _, d := range defs {
 		if d.cgroup != nil {
 			out = append(out, &runtimeapi.Metric{Name: d.name, MetricType: d.typ, LabelValues: labels, Value: &runtimeapi.UInt64Value{Value: d.cgroup(st)}})
+		}
+		if d.cgroupIf != nil {
+			if v, ok := d.cgroupIf(st); ok {
+				out = append(out, &runtimeapi.Metric{Name: d.name, MetricType: d.typ, LabelValues: labels, Value: &runtimeapi.UInt64Value{Value: v}})
+			}
 		}
 	}
 	return out

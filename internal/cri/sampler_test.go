@@ -122,7 +122,12 @@ func TestMetricLabelsMatchDescriptors(t *testing.T) {
 	defs := metricDefs()
 	base := []string{"c", "id", "img", "id", "ns", "pod"}
 	var ms []*runtimeapi.Metric
-	ms = append(ms, cgroupMetrics(defs, &runtime.Stats{CPUUsageNanos: 2500e6}, base)...)
+	pr := &runtime.Pressure{Some: runtime.PressureLine{Total: 3500 * time.Millisecond}, Full: runtime.PressureLine{Total: 1200 * time.Millisecond}}
+	noPSI := len(cgroupMetrics(defs, &runtime.Stats{}, base))
+	ms = append(ms, cgroupMetrics(defs, &runtime.Stats{CPUUsageNanos: 2500e6, CPUPressure: pr, MemoryPressure: pr, IOPressure: pr}, base)...)
+	if len(ms) != noPSI+6 {
+		t.Errorf("%d cgroup metrics with PSI, %d without: want 6 more (waiting and stalled of cpu, memory, io)", len(ms), noPSI)
+	}
 	ms = append(ms, networkMetrics(defs, []ifaceCounters{{name: "lo"}, {name: "eth0", rxBytes: 9}}, base)...)
 	ms = append(ms, fsMetrics(defs, fsFigures{usedBytes: 5}, append(slices.Clone(base), "/var"), 1)...)
 	seen := map[string]bool{}
@@ -133,6 +138,10 @@ func TestMetricLabelsMatchDescriptors(t *testing.T) {
 			t.Errorf("metric %s has no descriptor", m.Name)
 		} else if len(m.LabelValues) != n {
 			t.Errorf("metric %s: %d label values %q, descriptor has %d keys", m.Name, len(m.LabelValues), m.LabelValues, n)
+		}
+		if m.Name == "container_pressure_io_waiting_seconds_total" && m.Value.GetValue() != 3 ||
+			m.Name == "container_pressure_io_stalled_seconds_total" && m.Value.GetValue() != 1 {
+			t.Errorf("%s = %d, want some 3 s and full 1 s (whole seconds)", m.Name, m.Value.GetValue())
 		}
 		if m.Name == "container_cpu_usage_seconds_total" && m.Value.GetValue() != 2 {
 			t.Errorf("cpu seconds %d for 2.5 s, want 2 (whole seconds)", m.Value.GetValue())
