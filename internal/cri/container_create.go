@@ -32,10 +32,13 @@ func (s *Service) CreateContainer(ctx context.Context, r *runtimeapi.CreateConta
 	if err := validateContainerConfig(cfg); err != nil {
 		return nil, err
 	}
+	if err := validateContainerInput(cfg); err != nil {
+		return nil, err
+	}
 	if err := oci.CheckImageMounts(cfg.GetMounts()); err != nil {
 		return nil, err
 	}
-	sb, err := s.getSandbox(r.GetPodSandboxId())
+	sb, err := s.getSandboxExact(r.GetPodSandboxId())
 	if err != nil {
 		return nil, err
 	}

@@ -30,6 +30,9 @@ func (s *Service) RunPodSandbox(ctx context.Context, r *runtimeapi.RunPodSandbox
 	if err := validatePodConfig(cfg); err != nil {
 		return nil, err
 	}
+	if err := validatePodInput(cfg); err != nil {
+		return nil, err
+	}
 	handler, rt, err := s.runtimeFor(r.GetRuntimeHandler())
 	if err != nil {
 		return nil, err
