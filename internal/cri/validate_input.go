@@ -13,6 +13,13 @@ import (
 	"github.com/crin-dev/crin/internal/oci"
 )
 
+// MaxRequestSize is the largest CRI request crind's gRPC server takes;
+// a larger one is refused with ResourceExhausted before it is decoded.
+// It is what containerd takes and what kubelet's client may send (16
+// MiB): the gRPC default of 4 MiB refused CreateContainer configs that
+// environment variables from large ConfigMaps made bigger.
+const MaxRequestSize = 16 << 20
+
 // Limits on what a client may send besides the gRPC message size
 // (docs/errors.md, "Request sizes"). kubelet's own requests stay far below
 // them.
@@ -32,12 +39,15 @@ const (
 	maxPathLen = 4095
 )
 
-// validatePodInput checks what validatePodConfig leaves: annotations and
-// port mappings, which would otherwise fail late (in CNI) or reach the
+// validatePodInput checks what validatePodConfig leaves: annotations, the
+// log directory and port mappings, which would otherwise fail late (in CNI) or reach the
 // spec unchecked.
 func validatePodInput(cfg *runtimeapi.PodSandboxConfig) error {
 	if err := checkAnnotations("config.annotations", cfg.GetAnnotations()); err != nil {
 		return err
+	}
+	if d := cfg.GetLogDirectory(); d != "" && !filepath.IsAbs(d) {
+		return fmt.Errorf("config.log_directory %q: must be absolute: %w", d, errdefs.ErrInvalidArgument)
 	}
 	return checkPortMappings(cfg.GetPortMappings())
 }
