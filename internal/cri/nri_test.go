@@ -337,7 +337,7 @@ func TestNRIEngineCallsFromInsideAnEvent(t *testing.T) {
 			t.Errorf("EvictContainer: %v", err)
 		}
 		failed, _ = h.UpdateContainers(ctx, []*api.ContainerUpdate{
-			{ContainerId: victim},
+			cpuUpdate(victim, 512, false),
 			{ContainerId: "gone", IgnoreFailure: true},
 			{ContainerId: "gone-too"},
 		})

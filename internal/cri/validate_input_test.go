@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/containerd/nri/pkg/api"
 	"google.golang.org/grpc/codes"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
@@ -152,4 +153,35 @@ func manyLabels(n int) map[string]string {
 		m[strings.Repeat("k", i+1)] = "v"
 	}
 	return m
+}
+
+// TestNRIEmptyUpdates checks that an NRI plugin's UpdateContainers entry
+// that sets no resources is listed as failed, not dropped, and that the
+// others in the request still apply.
+func TestNRIEmptyUpdates(t *testing.T) {
+	h := newHub(t)
+	ctx := t.Context()
+	pod := h.runPod(t, "web")
+	a, b, c := h.create(t, pod, "a"), h.create(t, pod, "b"), h.create(t, pod, "c")
+	for _, id := range []string{a, b, c} {
+		h.startCtr(t, id)
+	}
+	failed, err := h.UpdateContainers(ctx, []*api.ContainerUpdate{
+		{ContainerId: a},
+		{ContainerId: b, Linux: &api.LinuxContainerUpdate{Resources: &api.LinuxResources{}}},
+		cpuUpdate(c, 512, false),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, u := range failed {
+		ids = append(ids, u.GetContainerId())
+	}
+	if len(ids) != 2 || ids[0] != a || ids[1] != b {
+		t.Errorf("failed = %v, want [%s %s] (the empty entries)", ids, a, b)
+	}
+	if got := h.cpuShares(t, c); got != 512 {
+		t.Errorf("cpu shares of the container with a real update = %d, want 512", got)
+	}
 }
