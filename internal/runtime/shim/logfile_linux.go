@@ -76,7 +76,7 @@ func openWalk(dirfd int, rel string, flags int, mode uint32) (int, error) {
 		}
 	}()
 	for _, p := range parts[:len(parts)-1] {
-		next, err := unix.Openat(cur, p, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		next, err := openDirNoFollow(cur, p)
 		if err != nil {
 			return -1, err
 		}
@@ -86,6 +86,19 @@ func openWalk(dirfd int, rel string, flags int, mode uint32) (int, error) {
 		cur = next
 	}
 	return unix.Openat(cur, parts[len(parts)-1], flags|unix.O_NOFOLLOW|unix.O_CLOEXEC, mode)
+}
+
+// openDirNoFollow opens the directory name in dirfd, refusing a symbolic
+// link with ELOOP (O_DIRECTORY makes the kernel say ENOTDIR for one).
+func openDirNoFollow(dirfd int, name string) (int, error) {
+	fd, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if errors.Is(err, unix.ENOTDIR) {
+		var st unix.Stat_t
+		if unix.Fstatat(dirfd, name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Mode&unix.S_IFMT == unix.S_IFLNK {
+			return -1, unix.ELOOP
+		}
+	}
+	return fd, err
 }
 
 // beneath is path relative to root, refused unless it stays inside it.
@@ -203,7 +216,7 @@ func walkLogPath(root, path string, mode dirMode) error {
 				return pathError(path, err)
 			}
 		}
-		next, err := unix.Openat(cur, p, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		next, err := openDirNoFollow(cur, p)
 		if err != nil {
 			return pathError(path, err)
 		}
