@@ -31,13 +31,7 @@ import (
 // every step.
 func (s *Service) CreateContainer(ctx context.Context, r *runtimeapi.CreateContainerRequest) (_ *runtimeapi.CreateContainerResponse, retErr error) {
 	cfg := r.GetConfig()
-	if err := validateContainerConfig(cfg); err != nil {
-		return nil, err
-	}
-	if err := validateContainerInput(cfg); err != nil {
-		return nil, err
-	}
-	if err := oci.CheckImageMounts(cfg.GetMounts()); err != nil {
+	if err := validateCreateRequest(cfg); err != nil {
 		return nil, err
 	}
 	sb, err := s.getSandboxExact(r.GetPodSandboxId())
@@ -326,6 +320,18 @@ func (s *Service) publishContainer(rec *store.Container, cfg *runtimeapi.Contain
 	s.mu.Unlock()
 	s.emitContainer(eventCreated, c)
 	return c
+}
+
+// validateCreateRequest is every check of a container config that needs
+// no state.
+func validateCreateRequest(cfg *runtimeapi.ContainerConfig) error {
+	if err := validateContainerConfig(cfg); err != nil {
+		return err
+	}
+	if err := validateContainerInput(cfg); err != nil {
+		return err
+	}
+	return oci.CheckImageMounts(cfg.GetMounts())
 }
 
 func validateContainerConfig(cfg *runtimeapi.ContainerConfig) error {

@@ -39,6 +39,14 @@ const (
 	maxPathLen = 4095
 )
 
+// validateRunRequest is every check of a pod config that needs no state.
+func validateRunRequest(cfg *runtimeapi.PodSandboxConfig) error {
+	if err := validatePodConfig(cfg); err != nil {
+		return err
+	}
+	return validatePodInput(cfg)
+}
+
 // validatePodInput checks what validatePodConfig leaves: annotations, the
 // log directory and port mappings, which would otherwise fail late (in CNI) or reach the
 // spec unchecked.

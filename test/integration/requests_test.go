@@ -156,7 +156,9 @@ func TestBadRequests(t *testing.T) {
 		}), "InvalidArgument", "relative"},
 		{"escaping log path", pod, ctr(func(c *runtimeapi.ContainerConfig) { c.LogPath = "../../etc/x" }), "InvalidArgument", "log_path"},
 		{"log file name of 300 bytes", pod, ctr(func(c *runtimeapi.ContainerConfig) { c.LogPath = strings.Repeat("l", 300) }), "InvalidArgument", "config.log_path"},
-		{"crin's own annotation", pod, ctr(func(c *runtimeapi.ContainerConfig) { c.Annotations = map[string]string{"io.crin.container-type": "sandbox"} }), "InvalidArgument", `config.annotations["io.crin.container-type"]`},
+		{"crin's own annotation", pod, ctr(func(c *runtimeapi.ContainerConfig) {
+			c.Annotations = map[string]string{"io.crin.container-type": "sandbox"}
+		}), "InvalidArgument", `config.annotations["io.crin.container-type"]`},
 		{"one-character pod id", pod[:1], ctr(func(*runtimeapi.ContainerConfig) {}), "InvalidArgument", "pod_sandbox_id"},
 	} {
 		t.Run("container "+tc.name, func(t *testing.T) {
