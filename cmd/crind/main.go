@@ -291,6 +291,7 @@ type servers struct {
 // ends or one of them fails, then shuts them all down within a deadline.
 func runServers(ctx context.Context, cfg *config.Config, log *slog.Logger, sv servers) error {
 	srv := grpc.NewServer(
+		grpc.MaxRecvMsgSize(cri.MaxRequestSize),
 		grpc.UnaryInterceptor(cri.Interceptor(log, sv.metrics)),
 		grpc.StreamInterceptor(cri.StreamInterceptor(log, sv.metrics)),
 	)

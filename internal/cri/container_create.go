@@ -3,6 +3,7 @@ package cri
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -19,6 +20,7 @@ import (
 	"github.com/crin-dev/crin/internal/image"
 	"github.com/crin-dev/crin/internal/oci"
 	"github.com/crin-dev/crin/internal/runtime"
+	"github.com/crin-dev/crin/internal/runtime/shim"
 	"github.com/crin-dev/crin/internal/store"
 	"github.com/crin-dev/crin/internal/trace"
 )
@@ -30,13 +32,10 @@ import (
 // every step.
 func (s *Service) CreateContainer(ctx context.Context, r *runtimeapi.CreateContainerRequest) (_ *runtimeapi.CreateContainerResponse, retErr error) {
 	cfg := r.GetConfig()
-	if err := validateContainerConfig(cfg); err != nil {
+	if err := validateCreateRequest(cfg); err != nil {
 		return nil, err
 	}
-	if err := oci.CheckImageMounts(cfg.GetMounts()); err != nil {
-		return nil, err
-	}
-	sb, err := s.getSandbox(r.GetPodSandboxId())
+	sb, err := s.getSandboxExact(r.GetPodSandboxId())
 	if err != nil {
 		return nil, err
 	}
@@ -64,6 +63,9 @@ func (s *Service) CreateContainer(ctx context.Context, r *runtimeapi.CreateConta
 	}()
 	rec, err := newContainerRecord(id, name, sb, cfg, img)
 	if err != nil {
+		return nil, err
+	}
+	if err := prepareLog(rec, cfg); err != nil {
 		return nil, err
 	}
 	// The name and the record, in state creating, in one write: a crind
@@ -183,7 +185,7 @@ func newContainerRecord(id, name string, sb *sandbox, cfg *runtimeapi.ContainerC
 		StopSignal:  strconv.Itoa(int(stopSig)),
 	}
 	if dir, p := sb.config.GetLogDirectory(), cfg.GetLogPath(); dir != "" && p != "" {
-		rec.LogPath = filepath.Join(dir, p)
+		rec.LogPath, rec.LogRoot = filepath.Join(dir, p), dir
 	}
 	if rec.Config, err = proto.Marshal(cfg); err != nil {
 		return nil, fmt.Errorf("encode container config: %w", err)
@@ -213,7 +215,7 @@ func (s *Service) createInRuntime(ctx context.Context, rt runtime.Runtime, handl
 	defer trace.Mark(ctx, "runtime_create")
 	id := rec.ID
 	if err := rt.Create(ctx, runtime.CreateRequest{
-		ID: id, Spec: spec, SpecJSON: rec.Spec, LogPath: rec.LogPath,
+		ID: id, Spec: spec, SpecJSON: rec.Spec, LogPath: rec.LogPath, LogRoot: rec.LogRoot,
 		Stdin: cfg.GetStdin(), StdinOnce: cfg.GetStdinOnce(),
 	}); err != nil {
 		return fmt.Errorf("create container: %w", err)
@@ -296,7 +298,7 @@ func (s *Service) containerSpec(ctx context.Context, sb *sandbox, rec *store.Con
 }
 
 // recordSpec stores the final spec in rec (and the annotations and
-// resources read from it) and makes the directory of its log.
+// resources read from it).
 func recordSpec(rec *store.Container, spec *specs.Spec) error {
 	rec.Annotations = spec.Annotations
 	if spec.Linux != nil && spec.Linux.Resources != nil {
@@ -305,11 +307,6 @@ func recordSpec(rec *store.Container, spec *specs.Spec) error {
 	var err error
 	if rec.Spec, err = json.Marshal(spec); err != nil {
 		return fmt.Errorf("encode spec: %w", err)
-	}
-	if rec.LogPath != "" {
-		if err := os.MkdirAll(filepath.Dir(rec.LogPath), 0o755); err != nil {
-			return fmt.Errorf("create log dir: %w", err)
-		}
 	}
 	return nil
 }
@@ -324,6 +321,18 @@ func (s *Service) publishContainer(rec *store.Container, cfg *runtimeapi.Contain
 	s.mu.Unlock()
 	s.emitContainer(eventCreated, c)
 	return c
+}
+
+// validateCreateRequest is every check of a container config that needs
+// no state.
+func validateCreateRequest(cfg *runtimeapi.ContainerConfig) error {
+	if err := validateContainerConfig(cfg); err != nil {
+		return err
+	}
+	if err := validateContainerInput(cfg); err != nil {
+		return err
+	}
+	return oci.CheckImageMounts(cfg.GetMounts())
 }
 
 func validateContainerConfig(cfg *runtimeapi.ContainerConfig) error {
@@ -363,4 +372,29 @@ func (s *Service) targetPid(cfg *runtimeapi.ContainerConfig) (int, error) {
 			ns.GetTargetId(), target.rec.State, errdefs.ErrFailedPrecondition)
 	}
 	return target.rec.Pid, nil
+}
+
+// prepareLog makes the directories of the container's CRI log beneath the
+// pod's log directory and refuses a log_path the shim could not write
+// without following a symbolic link or leaving that directory
+// (shim.PrepareLogPath), or that is too long once joined to it.
+func prepareLog(rec *store.Container, cfg *runtimeapi.ContainerConfig) error {
+	if rec.LogPath == "" {
+		return nil
+	}
+	if len(rec.LogPath) > maxPathLen {
+		return fmt.Errorf("config.log_path %q: %d bytes with the pod's log_directory, longer than %d: %w", cfg.GetLogPath(), len(rec.LogPath), maxPathLen, errdefs.ErrInvalidArgument)
+	}
+	// The pod's directory is kubelet's to make; crind made it when it
+	// was missing, and still does.
+	if err := os.MkdirAll(rec.LogRoot, 0o755); err != nil {
+		return fmt.Errorf("create log dir: %w", err)
+	}
+	if err := shim.PrepareLogPath(rec.LogRoot, rec.LogPath); err != nil {
+		if errors.Is(err, shim.ErrLogPath) {
+			return fmt.Errorf("config.log_path %q: %w: %w", cfg.GetLogPath(), err, errdefs.ErrInvalidArgument)
+		}
+		return fmt.Errorf("create log dir: %w", err)
+	}
+	return nil
 }

@@ -18,7 +18,7 @@ const execOutputLimit = 16 << 20
 // ExecSync runs a command in a running container and returns its output and
 // exit code. A timeout that expires is DeadlineExceeded.
 func (s *Service) ExecSync(ctx context.Context, r *runtimeapi.ExecSyncRequest) (*runtimeapi.ExecSyncResponse, error) {
-	c, err := s.getContainer(r.GetContainerId())
+	c, err := s.getContainerExact(r.GetContainerId())
 	if err != nil {
 		return nil, err
 	}

@@ -17,7 +17,7 @@ import (
 // says RemoveContainer "must not return an error if the container has
 // already been removed".
 func (s *Service) RemoveContainer(ctx context.Context, r *runtimeapi.RemoveContainerRequest) (*runtimeapi.RemoveContainerResponse, error) {
-	c, err := s.getContainer(r.GetContainerId())
+	c, err := s.getContainerExact(r.GetContainerId())
 	if errors.Is(err, errdefs.ErrNotFound) {
 		return &runtimeapi.RemoveContainerResponse{}, nil
 	}

@@ -25,7 +25,7 @@ const startSettleTimeout = 30 * time.Second
 // fails the call and leaves the container created. The runtime start runs
 // under c.op only: status, list and NRI Snapshot do not wait for it.
 func (s *Service) StartContainer(ctx context.Context, r *runtimeapi.StartContainerRequest) (*runtimeapi.StartContainerResponse, error) {
-	c, err := s.getContainer(r.GetContainerId())
+	c, err := s.getContainerExact(r.GetContainerId())
 	if err != nil {
 		return nil, err
 	}

@@ -125,6 +125,9 @@ func containerResources(rec *store.Container) *runtimeapi.ContainerResources {
 // ListContainers lists the visible containers matching the filter.
 func (s *Service) ListContainers(ctx context.Context, r *runtimeapi.ListContainersRequest) (*runtimeapi.ListContainersResponse, error) {
 	f := r.GetFilter()
+	if err := checkContainerFilter(f); err != nil {
+		return nil, err
+	}
 	cs := s.allContainers()
 	resp := &runtimeapi.ListContainersResponse{}
 	for _, c := range cs {

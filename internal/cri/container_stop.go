@@ -26,7 +26,7 @@ import (
 // StopContainer "must not return an error if the container has already
 // been stopped".
 func (s *Service) StopContainer(ctx context.Context, r *runtimeapi.StopContainerRequest) (*runtimeapi.StopContainerResponse, error) {
-	c, err := s.getContainer(r.GetContainerId())
+	c, err := s.getContainerExact(r.GetContainerId())
 	if errors.Is(err, errdefs.ErrNotFound) {
 		return &runtimeapi.StopContainerResponse{}, nil
 	}

@@ -28,7 +28,7 @@ import (
 // it is marked IgnoreFailure: then the request's resources alone are
 // applied (docs/nri-engine.md).
 func (s *Service) UpdateContainerResources(ctx context.Context, r *runtimeapi.UpdateContainerResourcesRequest) (*runtimeapi.UpdateContainerResourcesResponse, error) {
-	c, err := s.getContainer(r.GetContainerId())
+	c, err := s.getContainerExact(r.GetContainerId())
 	if err != nil {
 		return nil, err
 	}

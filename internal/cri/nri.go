@@ -265,7 +265,12 @@ func (s *Service) applyUpdate(ctx context.Context, u *api.ContainerUpdate, src u
 		return fmt.Errorf("nri update: container %q: %w", id, errdefs.ErrNotFound)
 	}
 	res := u.GetLinux().GetResources()
-	if res == nil {
+	if res == nil || proto.Size(res) == 0 {
+		if src.request == "UpdateContainers" {
+			// Asked for on its own, an update that changes nothing is a
+			// plugin's mistake: it is listed as failed, not dropped.
+			return fmt.Errorf("nri update: container %q: the update sets no resources: %w", id, errdefs.ErrInvalidArgument)
+		}
 		return nil
 	}
 	opts := s.updateOptions(id, s.handlerOf(c.rec.SandboxID))

@@ -337,7 +337,7 @@ func TestNRIEngineCallsFromInsideAnEvent(t *testing.T) {
 			t.Errorf("EvictContainer: %v", err)
 		}
 		failed, _ = h.UpdateContainers(ctx, []*api.ContainerUpdate{
-			{ContainerId: victim},
+			cpuUpdate(victim, 512, false),
 			{ContainerId: "gone", IgnoreFailure: true},
 			{ContainerId: "gone-too"},
 		})
@@ -482,7 +482,7 @@ func TestNRIUpdatePodSandboxResources(t *testing.T) {
 	if got := shares(); got != 2048 {
 		t.Errorf("cpu shares after restart = %d, want 2048", got)
 	}
-	if _, err := h.UpdatePodSandboxResources(ctx, &runtimeapi.UpdatePodSandboxResourcesRequest{PodSandboxId: "nope"}); !errdefs.IsNotFound(err) {
+	if _, err := h.UpdatePodSandboxResources(ctx, &runtimeapi.UpdatePodSandboxResourcesRequest{PodSandboxId: strings.Repeat("0f", 32)}); !errdefs.IsNotFound(err) {
 		t.Errorf("unknown pod: %v, want NotFound", err)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strings"
 	"testing"
 
 	"github.com/containerd/errdefs"
@@ -292,6 +293,9 @@ func TestRPCCodes(t *testing.T) {
 		}
 		return classify(err)
 	}
+	// Calls that change or give access take only full ids: an unknown one
+	// is NotFound (or success, for stop and remove).
+	unknown := strings.Repeat("0f", 32)
 	for _, tc := range []struct {
 		name string
 		got  codes.Code
@@ -301,14 +305,14 @@ func TestRPCCodes(t *testing.T) {
 		{"PodSandboxStatus unknown", code(h.PodSandboxStatus(ctx, &runtimeapi.PodSandboxStatusRequest{PodSandboxId: "nope"})), codes.NotFound},
 		{"ContainerStatus empty", code(h.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{})), codes.InvalidArgument},
 		{"ContainerStatus unknown", code(h.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: "nope"})), codes.NotFound},
-		{"StartContainer unknown", code(h.StartContainer(ctx, &runtimeapi.StartContainerRequest{ContainerId: "nope"})), codes.NotFound},
-		{"StopContainer unknown", code(h.StopContainer(ctx, &runtimeapi.StopContainerRequest{ContainerId: "nope"})), codes.OK},
-		{"RemoveContainer unknown", code(h.RemoveContainer(ctx, &runtimeapi.RemoveContainerRequest{ContainerId: "nope"})), codes.OK},
-		{"StopPodSandbox unknown", code(h.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: "nope"})), codes.OK},
-		{"RemovePodSandbox unknown", code(h.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: "nope"})), codes.OK},
+		{"StartContainer unknown", code(h.StartContainer(ctx, &runtimeapi.StartContainerRequest{ContainerId: unknown})), codes.NotFound},
+		{"StopContainer unknown", code(h.StopContainer(ctx, &runtimeapi.StopContainerRequest{ContainerId: unknown})), codes.OK},
+		{"RemoveContainer unknown", code(h.RemoveContainer(ctx, &runtimeapi.RemoveContainerRequest{ContainerId: unknown})), codes.OK},
+		{"StopPodSandbox unknown", code(h.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: unknown})), codes.OK},
+		{"RemovePodSandbox unknown", code(h.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: unknown})), codes.OK},
 		{"RunPodSandbox same name", code(h.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: podConfig("web")})), codes.AlreadyExists},
 		{"CreateContainer same name", code(h.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{PodSandboxId: pod, Config: ctrConfig("created"), SandboxConfig: podConfig("web")})), codes.AlreadyExists},
-		{"CreateContainer unknown pod", code(h.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{PodSandboxId: "nope", Config: ctrConfig("x"), SandboxConfig: podConfig("web")})), codes.NotFound},
+		{"CreateContainer unknown pod", code(h.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{PodSandboxId: unknown, Config: ctrConfig("x"), SandboxConfig: podConfig("web")})), codes.NotFound},
 		{"CreateContainer no config", code(h.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{PodSandboxId: pod})), codes.InvalidArgument},
 		{"RunPodSandbox unknown handler", code(h.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: podConfig("other"), RuntimeHandler: "nope"})), codes.InvalidArgument},
 		{"ReopenContainerLog not running", code(h.ReopenContainerLog(ctx, &runtimeapi.ReopenContainerLogRequest{ContainerId: created})), codes.FailedPrecondition},
@@ -318,16 +322,16 @@ func TestRPCCodes(t *testing.T) {
 		{"PodSandboxStats empty", code(h.PodSandboxStats(ctx, &runtimeapi.PodSandboxStatsRequest{})), codes.InvalidArgument},
 		{"PodSandboxStats unknown", code(h.PodSandboxStats(ctx, &runtimeapi.PodSandboxStatsRequest{PodSandboxId: "nope"})), codes.NotFound},
 		{"UpdateContainerResources empty", code(h.UpdateContainerResources(ctx, &runtimeapi.UpdateContainerResourcesRequest{})), codes.InvalidArgument},
-		{"UpdateContainerResources unknown", code(h.UpdateContainerResources(ctx, &runtimeapi.UpdateContainerResourcesRequest{ContainerId: "nope", Linux: &runtimeapi.LinuxContainerResources{}})), codes.NotFound},
-		{"UpdatePodSandboxResources unknown", code(h.UpdatePodSandboxResources(ctx, &runtimeapi.UpdatePodSandboxResourcesRequest{PodSandboxId: "nope"})), codes.NotFound},
-		{"ReopenContainerLog unknown", code(h.ReopenContainerLog(ctx, &runtimeapi.ReopenContainerLogRequest{ContainerId: "nope"})), codes.NotFound},
+		{"UpdateContainerResources unknown", code(h.UpdateContainerResources(ctx, &runtimeapi.UpdateContainerResourcesRequest{ContainerId: unknown, Linux: &runtimeapi.LinuxContainerResources{}})), codes.NotFound},
+		{"UpdatePodSandboxResources unknown", code(h.UpdatePodSandboxResources(ctx, &runtimeapi.UpdatePodSandboxResourcesRequest{PodSandboxId: unknown})), codes.NotFound},
+		{"ReopenContainerLog unknown", code(h.ReopenContainerLog(ctx, &runtimeapi.ReopenContainerLogRequest{ContainerId: unknown})), codes.NotFound},
 		{"ExecSync empty", code(h.ExecSync(ctx, &runtimeapi.ExecSyncRequest{Cmd: []string{"true"}})), codes.InvalidArgument},
-		{"ExecSync unknown", code(h.ExecSync(ctx, &runtimeapi.ExecSyncRequest{ContainerId: "nope", Cmd: []string{"true"}})), codes.NotFound},
+		{"ExecSync unknown", code(h.ExecSync(ctx, &runtimeapi.ExecSyncRequest{ContainerId: unknown, Cmd: []string{"true"}})), codes.NotFound},
 		{"ExecSync no command", code(h.ExecSync(ctx, &runtimeapi.ExecSyncRequest{ContainerId: created})), codes.InvalidArgument},
-		{"Exec unknown", code(h.Exec(ctx, &runtimeapi.ExecRequest{ContainerId: "nope", Cmd: []string{"sh"}, Stdout: true})), codes.NotFound},
-		{"Attach unknown", code(h.Attach(ctx, &runtimeapi.AttachRequest{ContainerId: "nope", Stdout: true})), codes.NotFound},
-		{"PortForward unknown", code(h.PortForward(ctx, &runtimeapi.PortForwardRequest{PodSandboxId: "nope", Port: []int32{80}})), codes.NotFound},
-		{"CheckpointContainer unknown", code(h.CheckpointContainer(ctx, &runtimeapi.CheckpointContainerRequest{ContainerId: "nope", Location: "/tmp/x.tar"})), codes.NotFound},
+		{"Exec unknown", code(h.Exec(ctx, &runtimeapi.ExecRequest{ContainerId: unknown, Cmd: []string{"sh"}, Stdout: true})), codes.NotFound},
+		{"Attach unknown", code(h.Attach(ctx, &runtimeapi.AttachRequest{ContainerId: unknown, Stdout: true})), codes.NotFound},
+		{"PortForward unknown", code(h.PortForward(ctx, &runtimeapi.PortForwardRequest{PodSandboxId: unknown, Port: []int32{80}})), codes.NotFound},
+		{"CheckpointContainer unknown", code(h.CheckpointContainer(ctx, &runtimeapi.CheckpointContainerRequest{ContainerId: unknown, Location: "/tmp/x.tar"})), codes.NotFound},
 		{"ImageStatus empty", code(h.ImageStatus(ctx, &runtimeapi.ImageStatusRequest{})), codes.InvalidArgument},
 		{"PullImage empty", code(h.PullImage(ctx, &runtimeapi.PullImageRequest{})), codes.InvalidArgument},
 		{"RemoveImage empty", code(h.RemoveImage(ctx, &runtimeapi.RemoveImageRequest{})), codes.InvalidArgument},

@@ -48,7 +48,7 @@ func validatePorts(ports []int32) error {
 
 // readySandbox returns a copy of a ready pod's record.
 func (s *Service) readySandbox(id string) (store.Sandbox, error) {
-	sb, err := s.getSandbox(id)
+	sb, err := s.getSandboxExact(id)
 	if err != nil {
 		return store.Sandbox{}, err
 	}

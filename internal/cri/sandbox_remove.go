@@ -17,7 +17,7 @@ import (
 // be forcibly terminated and removed ... must not return an error if the
 // sandbox has already been removed").
 func (s *Service) RemovePodSandbox(ctx context.Context, r *runtimeapi.RemovePodSandboxRequest) (*runtimeapi.RemovePodSandboxResponse, error) {
-	sb, err := s.getSandbox(r.GetPodSandboxId())
+	sb, err := s.getSandboxExact(r.GetPodSandboxId())
 	if errors.Is(err, errdefs.ErrNotFound) {
 		return &runtimeapi.RemovePodSandboxResponse{}, nil
 	}

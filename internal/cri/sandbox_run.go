@@ -28,7 +28,7 @@ import (
 // it visible. Any failure (a plugin's included) undoes every step.
 func (s *Service) RunPodSandbox(ctx context.Context, r *runtimeapi.RunPodSandboxRequest) (_ *runtimeapi.RunPodSandboxResponse, retErr error) {
 	cfg := r.GetConfig()
-	if err := validatePodConfig(cfg); err != nil {
+	if err := validateRunRequest(cfg); err != nil {
 		return nil, err
 	}
 	if p := cfg.GetLinux().GetCgroupParent(); p != "" {

@@ -72,6 +72,9 @@ func sandboxState(s store.SandboxState) runtimeapi.PodSandboxState {
 // ListPodSandbox lists the visible pods matching the filter.
 func (s *Service) ListPodSandbox(ctx context.Context, r *runtimeapi.ListPodSandboxRequest) (*runtimeapi.ListPodSandboxResponse, error) {
 	f := r.GetFilter()
+	if err := checkPodFilter(f); err != nil {
+		return nil, err
+	}
 	sbs := s.allSandboxes()
 	resp := &runtimeapi.ListPodSandboxResponse{}
 	for _, sb := range sbs {

@@ -21,7 +21,7 @@ import (
 // says StopPodSandbox must be idempotent and must not return an error if
 // all relevant resources have already been reclaimed.
 func (s *Service) StopPodSandbox(ctx context.Context, r *runtimeapi.StopPodSandboxRequest) (*runtimeapi.StopPodSandboxResponse, error) {
-	sb, err := s.getSandbox(r.GetPodSandboxId())
+	sb, err := s.getSandboxExact(r.GetPodSandboxId())
 	if errors.Is(err, errdefs.ErrNotFound) {
 		return &runtimeapi.StopPodSandboxResponse{}, nil
 	}

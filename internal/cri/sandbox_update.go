@@ -33,7 +33,7 @@ func (s *Service) UpdatePodSandboxResources(ctx context.Context, r *runtimeapi.U
 			return nil, err
 		}
 	}
-	sb, err := s.getSandbox(r.GetPodSandboxId())
+	sb, err := s.getSandboxExact(r.GetPodSandboxId())
 	if err != nil {
 		return nil, err
 	}

@@ -349,7 +349,8 @@ func (s *Service) runtimeFor(handler string) (string, runtime.Runtime, error) {
 	return name, rt, nil
 }
 
-// getSandbox finds a visible pod by id or unique id prefix.
+// getSandbox finds a visible pod by id or unique id prefix, for the RPCs
+// that only read (status, stats): crictl passes what its user typed.
 func (s *Service) getSandbox(id string) (*sandbox, error) {
 	if id == "" {
 		return nil, fmt.Errorf("pod_sandbox_id: must not be empty: %w", errdefs.ErrInvalidArgument)
@@ -372,6 +373,67 @@ func (s *Service) getSandbox(id string) (*sandbox, error) {
 		return nil, fmt.Errorf("pod sandbox %q: %w", id, errdefs.ErrNotFound)
 	}
 	return found, nil
+}
+
+// idLen is the length of the ids crind makes (newID): 32 random bytes in
+// lowercase hex.
+const idLen = 64
+
+// isFullID says whether id has the form of an id crind makes.
+func isFullID(id string) bool {
+	if len(id) != idLen {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		if c := id[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// checkExactID refuses, for the RPCs that change, destroy or give access
+// to a pod or container, an id that is not one crind could have made: a
+// prefix must never act on whatever it happens to match (docs/errors.md,
+// "Ids"). An id held in the maps is taken as is, whatever its form.
+func checkExactID(field, id string) error {
+	if id == "" {
+		return fmt.Errorf("%s: must not be empty: %w", field, errdefs.ErrInvalidArgument)
+	}
+	if !isFullID(id) {
+		return fmt.Errorf("%s %q: must be a full %d-character id: this call does not resolve id prefixes: %w", field, id, idLen, errdefs.ErrInvalidArgument)
+	}
+	return nil
+}
+
+// getSandboxExact finds a visible pod by its full id, for the RPCs that
+// change or destroy it. An id of the right form that matches nothing is
+// NotFound; anything else that matches nothing is InvalidArgument.
+func (s *Service) getSandboxExact(id string) (*sandbox, error) {
+	s.mu.RLock()
+	sb, ok := s.sandboxes[id]
+	s.mu.RUnlock()
+	if ok {
+		return sb, nil
+	}
+	if err := checkExactID("pod_sandbox_id", id); err != nil {
+		return nil, err
+	}
+	return nil, fmt.Errorf("pod sandbox %q: %w", id, errdefs.ErrNotFound)
+}
+
+// getContainerExact is getSandboxExact for containers.
+func (s *Service) getContainerExact(id string) (*container, error) {
+	s.mu.RLock()
+	c, ok := s.containers[id]
+	s.mu.RUnlock()
+	if ok {
+		return c, nil
+	}
+	if err := checkExactID("container_id", id); err != nil {
+		return nil, err
+	}
+	return nil, fmt.Errorf("container %q: %w", id, errdefs.ErrNotFound)
 }
 
 // getContainer finds a visible container by id or unique id prefix.

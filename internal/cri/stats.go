@@ -29,6 +29,9 @@ func (s *Service) ContainerStats(ctx context.Context, r *runtimeapi.ContainerSta
 // filter; containers whose cgroup is gone (exited) are skipped.
 func (s *Service) ListContainerStats(ctx context.Context, r *runtimeapi.ListContainerStatsRequest) (*runtimeapi.ListContainerStatsResponse, error) {
 	f := r.GetFilter()
+	if err := checkContainerFilter(f); err != nil {
+		return nil, err
+	}
 	cs := s.allContainers()
 	resp := &runtimeapi.ListContainerStatsResponse{}
 	for _, c := range cs {
@@ -188,6 +191,9 @@ func (s *Service) PodSandboxStats(ctx context.Context, r *runtimeapi.PodSandboxS
 // ListPodSandboxStats reports the usage of the pods matching the filter.
 func (s *Service) ListPodSandboxStats(ctx context.Context, r *runtimeapi.ListPodSandboxStatsRequest) (*runtimeapi.ListPodSandboxStatsResponse, error) {
 	f := r.GetFilter()
+	if err := checkPodFilter(f); err != nil {
+		return nil, err
+	}
 	sbs := s.allSandboxes()
 	resp := &runtimeapi.ListPodSandboxStatsResponse{}
 	for _, sb := range sbs {

@@ -218,7 +218,7 @@ func (r *streamRuntime) Attach(ctx context.Context, containerID string, in io.Re
 // runningContainer finds a running container and its runtime: unknown is
 // NotFound, not running FailedPrecondition.
 func (s *Service) runningContainer(id string) (containerRef, runtime.Runtime, error) {
-	c, err := s.getContainer(id)
+	c, err := s.getContainerExact(id)
 	if err != nil {
 		return containerRef{}, nil, err
 	}

@@ -61,14 +61,14 @@ func FuzzValidateRequests(f *testing.F) {
 			if proto.Unmarshal(b, r) != nil {
 				return
 			}
-			err = validatePodConfig(r.GetConfig())
+			err = validateRunRequest(r.GetConfig())
 		case 1:
 			r := &runtimeapi.CreateContainerRequest{}
 			m = r
 			if proto.Unmarshal(b, r) != nil {
 				return
 			}
-			err = validateContainerConfig(r.GetConfig())
+			err = validateCreateRequest(r.GetConfig())
 			if e := validatePodConfig(r.GetSandboxConfig()); err == nil {
 				err = e
 			}
@@ -114,9 +114,9 @@ func TestValidRequestsPass(t *testing.T) {
 		var err error
 		switch r := m.(type) {
 		case *runtimeapi.RunPodSandboxRequest:
-			err = validatePodConfig(r.GetConfig())
+			err = validateRunRequest(r.GetConfig())
 		case *runtimeapi.CreateContainerRequest:
-			err = validateContainerConfig(r.GetConfig())
+			err = validateCreateRequest(r.GetConfig())
 		case *runtimeapi.PortForwardRequest:
 			err = validatePorts(r.GetPort())
 		case *runtimeapi.ExecRequest:

@@ -23,9 +23,22 @@ type unsafeEntryError struct{}
 func (unsafeEntryError) Error() string { return "layer entry escapes the layer root" }
 func (unsafeEntryError) Unwrap() error { return errdefs.ErrInvalidArgument }
 
+// ErrBadEntry is wrapped by the errors of Pull for layer entries no file
+// system can hold or no OCI layer may have: an empty name, a NUL in it, a
+// name longer than NAME_MAX (255 bytes) or a path longer than PATH_MAX, a
+// whiteout that names nothing (".wh.", ".wh..", ".wh..."). It wraps
+// errdefs.ErrInvalidArgument: the image can never be pulled, so kubelet
+// must not retry it.
+var ErrBadEntry error = badEntryError{}
+
+type badEntryError struct{}
+
+func (badEntryError) Error() string { return "layer entry cannot be unpacked" }
+func (badEntryError) Unwrap() error { return errdefs.ErrInvalidArgument }
+
 // pullError is what Pull returns: the whole message of the failure, and a
-// chain that holds only its class (an errdefs error, a context error or
-// ErrUnsafeEntry). The errors of net and of the registry client can hold
+// chain that holds only its class (an errdefs error, a context error,
+// ErrUnsafeEntry or ErrBadEntry). The errors of net and of the registry client can hold
 // links that error mappers cannot walk (a *net.DNSError's Unwrap returns
 // nil, which crashed errgrpc), so none of them is kept in the chain.
 type pullError struct {
@@ -56,6 +69,8 @@ func classOf(err error) error {
 	switch {
 	case errors.Is(err, ErrUnsafeEntry):
 		return ErrUnsafeEntry
+	case errors.Is(err, ErrBadEntry):
+		return ErrBadEntry
 	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
 		return errdefs.ErrResourceExhausted
 	}

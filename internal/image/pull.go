@@ -31,7 +31,8 @@ import (
 // The error's chain holds its class and nothing else (see
 // docs/recovery.md, "Registry faults"):
 //   - a bad reference, a malformed manifest or config, a layer entry that
-//     would land outside its root (ErrUnsafeEntry): errdefs.ErrInvalidArgument;
+//     would land outside its root (ErrUnsafeEntry) or that no file system
+//     can hold (ErrBadEntry): errdefs.ErrInvalidArgument;
 //   - no endpoint has the image: errdefs.ErrNotFound, also when a mirror
 //     answered 404 and the upstream host could not be reached;
 //   - rejected credentials: errdefs.ErrUnauthenticated or

@@ -6,6 +6,7 @@ import (
 	"path"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/containerd/errdefs"
@@ -51,6 +52,9 @@ func parseReference(s string) (reference, error) {
 			return reference{}, fmt.Errorf("image reference %q: repository path component %q is not valid: %w", s, c, errdefs.ErrInvalidArgument)
 		}
 	}
+	if err := checkRegistryPort(ref.host); err != nil {
+		return reference{}, fmt.Errorf("image reference %q: %w", s, err)
+	}
 	if ref.host == name.DefaultRegistry {
 		ref.host = dockerHub
 	}
@@ -61,6 +65,22 @@ func parseReference(s string) (reference, error) {
 		ref.tag = r.TagStr()
 	}
 	return ref, nil
+}
+
+// checkRegistryPort refuses a registry host whose port is not a TCP
+// port: the parser takes any digits, and a pull would then fail as a dial
+// error, Unavailable, which kubelet retries for ever.
+func checkRegistryPort(host string) error {
+	i := strings.LastIndexByte(host, ':')
+	if i < 0 || strings.HasSuffix(host, "]") {
+		return nil
+	}
+	port := host[i+1:]
+	n, err := strconv.Atoi(port)
+	if err != nil || n < 1 || n > 65535 {
+		return fmt.Errorf("registry port %q: must be 1 to 65535: %w", port, errdefs.ErrInvalidArgument)
+	}
+	return nil
 }
 
 // repo is the normalized repository name, "docker.io/library/busybox".

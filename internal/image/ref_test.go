@@ -39,7 +39,7 @@ func TestParseReference(t *testing.T) {
 }
 
 func TestParseReferenceErrors(t *testing.T) {
-	for _, in := range []string{"", "Busybox", "busybox:", "busybox:a:b", " busybox", "busybox@sha256:abc", "a//b", "http://x/y"} {
+	for _, in := range []string{"", "Busybox", "busybox:", "busybox:a:b", " busybox", "busybox@sha256:abc", "a//b", "http://x/y", "127.0.0.1:99999/x:1", "reg:0/x", "[::1]:70000/x"} {
 		t.Run(in, func(t *testing.T) {
 			_, err := parseReference(in)
 			if !errors.Is(err, errdefs.ErrInvalidArgument) {

@@ -589,3 +589,38 @@ func TestPlainHTTPHosts(t *testing.T) {
 		t.Errorf("pull with %s in PlainHTTP: %v", host, err)
 	}
 }
+
+// TestPullRefusesBadEntries checks that a layer entry no file system can
+// hold, or a whiteout that hides nothing, fails the pull as
+// InvalidArgument (ErrBadEntry) naming the layer and the entry, and that
+// nothing of the image is left.
+func TestPullRefusesBadEntries(t *testing.T) {
+	host := imagetest.StartRegistry(t)
+	long := strings.Repeat("n", 4000)
+	imagetest.Push(t, host, "whiteout:v1", imagetest.Image(t, v1.Config{},
+		imagetest.Layer(t, imagetest.File("a/.wh..", "", 0o644))))
+	imagetest.Push(t, host, "long:v1", imagetest.Image(t, v1.Config{},
+		imagetest.Layer(t, imagetest.File(long, "x", 0o644))))
+	s, err := New(t.Context(), Config{Root: filepath.Join(t.TempDir(), "root")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ ref, entry string }{
+		{"whiteout:v1", `"a/.wh.."`},
+		{"long:v1", "(4000 bytes)"},
+	} {
+		t.Run(tc.ref, func(t *testing.T) {
+			_, err := s.Pull(ctxT(t), host+"/"+tc.ref, nil)
+			if !errors.Is(err, ErrBadEntry) || !errors.Is(err, errdefs.ErrInvalidArgument) ||
+				!strings.Contains(err.Error(), "unpack layer sha256:") || !strings.Contains(err.Error(), tc.entry) {
+				t.Fatalf("pull: %v; want ErrBadEntry naming the layer and %s", err, tc.entry)
+			}
+			if len(err.Error()) > 1024 {
+				t.Errorf("error of %d bytes: the entry name is not cut", len(err.Error()))
+			}
+			if _, err := s.Get(host + "/" + tc.ref); !errors.Is(err, errdefs.ErrNotFound) {
+				t.Errorf("image recorded after a refused pull: %v", err)
+			}
+		})
+	}
+}

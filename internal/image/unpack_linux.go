@@ -124,7 +124,7 @@ func unpackTar(ctx context.Context, r io.Reader, dir string, opts unpackOptions)
 		}
 		name, err := entryPath(hdr.Name)
 		if err != nil {
-			return fmt.Errorf("entry %q: %w", hdr.Name, err)
+			return fmt.Errorf("entry %s: %w", quoteEntry(hdr.Name), err)
 		}
 		if name == "." {
 			continue // the layer root itself
@@ -137,13 +137,16 @@ func unpackTar(ctx context.Context, r io.Reader, dir string, opts unpackOptions)
 			cost += max(hdr.Size, 0)
 		}
 		if err := opts.budget.take(cost); err != nil {
-			return fmt.Errorf("entry %q: %w", hdr.Name, err)
+			return fmt.Errorf("entry %s: %w", quoteEntry(hdr.Name), err)
 		}
 		if err := extractEntry(root, name, hdr, tr, opts); err != nil {
-			if isEscape(err) {
+			switch {
+			case isEscape(err):
 				err = fmt.Errorf("%w: %w", ErrUnsafeEntry, err)
+			case errors.Is(err, unix.ENAMETOOLONG):
+				err = fmt.Errorf("%w: %w", ErrBadEntry, err)
 			}
-			return fmt.Errorf("entry %q: %w", hdr.Name, err)
+			return fmt.Errorf("entry %s: %w", quoteEntry(hdr.Name), err)
 		}
 		if hdr.Typeflag == tar.TypeDir {
 			dirTimes = append(dirTimes, dirTime{name, hdr.ModTime})
@@ -159,6 +162,22 @@ func unpackTar(ctx context.Context, r io.Reader, dir string, opts unpackOptions)
 	return nil
 }
 
+// The longest entry name and path a layer may have: NAME_MAX, and
+// PATH_MAX less its NUL.
+const (
+	maxEntryName = 255
+	maxEntryPath = 4095
+)
+
+// quoteEntry quotes a tar entry name for an error, cut to 256 bytes: a
+// name may be as long as the tar header allows.
+func quoteEntry(name string) string {
+	if len(name) <= 256 {
+		return fmt.Sprintf("%q", name)
+	}
+	return fmt.Sprintf("%q... (%d bytes)", name[:256], len(name))
+}
+
 // isEscape reports whether err is os.Root refusing a path that leads out
 // of it (the os package does not export that error).
 func isEscape(err error) bool {
@@ -169,17 +188,23 @@ func isEscape(err error) bool {
 // refusing absolute names and ".." components.
 func entryPath(name string) (string, error) {
 	if name == "" {
-		return "", errors.New("empty name")
+		return "", fmt.Errorf("%w: empty name", ErrBadEntry)
+	}
+	if len(name) > maxEntryPath {
+		return "", fmt.Errorf("%w: name of %d bytes, longer than %d", ErrBadEntry, len(name), maxEntryPath)
 	}
 	if strings.HasPrefix(name, "/") {
 		return "", fmt.Errorf("%w: absolute path", ErrUnsafeEntry)
 	}
 	if strings.IndexByte(name, 0) >= 0 {
-		return "", errors.New("NUL in name")
+		return "", fmt.Errorf("%w: NUL in name", ErrBadEntry)
 	}
 	for _, c := range strings.Split(name, "/") {
 		if c == ".." {
 			return "", fmt.Errorf("%w: \"..\" component", ErrUnsafeEntry)
+		}
+		if len(c) > maxEntryName {
+			return "", fmt.Errorf("%w: a name of %d bytes, longer than %d", ErrBadEntry, len(c), maxEntryName)
 		}
 	}
 	return path.Clean(name), nil
@@ -249,7 +274,7 @@ func applyWhiteout(root *os.Root, pfd int, parent, base string) (bool, error) {
 		return false, nil
 	}
 	if hidden == "" || hidden == "." || hidden == ".." {
-		return true, errors.New("bad whiteout name")
+		return true, fmt.Errorf("%w: whiteout %q hides no file", ErrBadEntry, base)
 	}
 	target := path.Join(parent, hidden)
 	if err := root.RemoveAll(target); err != nil {

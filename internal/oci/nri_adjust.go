@@ -135,7 +135,7 @@ func (a *adjuster) apply(adj *api.ContainerAdjustment) error {
 // plugin changing them would confuse crin and shim v2 runtimes about what
 // the container is.
 func reservedAnnotation(k string) bool {
-	return strings.HasPrefix(k, "io.crin.") || k == criContainerTypeKey || k == criSandboxIDKey
+	return strings.HasPrefix(k, AnnotationPrefix) || k == criContainerTypeKey || k == criSandboxIDKey
 }
 
 func (a *adjuster) annotations(adj *api.ContainerAdjustment) error {

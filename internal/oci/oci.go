@@ -46,6 +46,9 @@ import (
 
 // Annotation keys crin writes into every spec.
 const (
+	// AnnotationPrefix starts every key crin sets itself; CRI annotations
+	// under it are refused, so none in a spec came from a client.
+	AnnotationPrefix = "io.crin."
 	// AnnotationContainerType is ContainerTypeSandbox or ContainerTypeContainer.
 	AnnotationContainerType = "io.crin.container-type"
 	// AnnotationSandboxID is the id of the pod the container belongs to.

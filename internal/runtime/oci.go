@@ -188,7 +188,7 @@ func (o *OCI) Create(ctx context.Context, req CreateRequest) (retErr error) {
 		}
 	}
 	opts, err := json.Marshal(shim.CreateOptions{
-		Bundle: dir, LogPath: req.LogPath, Stdin: req.Stdin, StdinOnce: req.StdinOnce,
+		Bundle: dir, LogPath: req.LogPath, LogRoot: req.LogRoot, Stdin: req.Stdin, StdinOnce: req.StdinOnce,
 		TTY: req.Spec.Process != nil && req.Spec.Process.Terminal, Start: true, PrivatePID: privatePID(req.Spec),
 	})
 	if err != nil {

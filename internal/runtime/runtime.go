@@ -141,6 +141,10 @@ type CreateRequest struct {
 	// the CRI format. Empty means the output is discarded. With a
 	// terminal (Spec.Process.Terminal) all output is stdout.
 	LogPath string
+	// LogRoot is the pod's log directory, which LogPath lies in: the log
+	// is opened beneath it, no symbolic link followed (shim.OpenBeneath).
+	// Empty opens LogPath as it is.
+	LogRoot string
 	// Stdin keeps the container's stdin open for attach (see Attacher);
 	// without it the container's stdin is /dev/null.
 	Stdin bool

@@ -72,6 +72,7 @@ type Container struct {
 	ImageID     string            `json:"image_id"`
 	ImageName   string            `json:"image_name"` // resolved repo tag or digest
 	LogPath     string            `json:"log_path,omitempty"`
+	LogRoot     string            `json:"log_root,omitempty"` // the pod's log directory, which LogPath is in
 	Rootfs      string            `json:"rootfs"`
 	CgroupsPath string            `json:"cgroups_path"`
 	Annotations map[string]string `json:"annotations,omitempty"` // final, after adjustments

@@ -35,7 +35,8 @@ func TestCheckpointRefusals(t *testing.T) {
 		{&runtimeapi.CheckpointContainerRequest{ContainerId: id}, "InvalidArgument", "location"},
 		{&runtimeapi.CheckpointContainerRequest{ContainerId: id, Location: "rel.tar"}, "InvalidArgument", "location"},
 		{&runtimeapi.CheckpointContainerRequest{Location: out}, "InvalidArgument", "container_id"},
-		{&runtimeapi.CheckpointContainerRequest{ContainerId: "nope", Location: out}, "NotFound", "nope"},
+		{&runtimeapi.CheckpointContainerRequest{ContainerId: strings.Repeat("0e", 32), Location: out}, "NotFound", "0e0e"},
+		{&runtimeapi.CheckpointContainerRequest{ContainerId: "nope", Location: out}, "InvalidArgument", "nope"},
 	} {
 		_, err := d.rs.CheckpointContainer(ctx, tc.req)
 		if code(err) != tc.code || !strings.Contains(err.Error(), tc.want) {

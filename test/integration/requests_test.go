@@ -104,6 +104,13 @@ func TestBadRequests(t *testing.T) {
 	noName.Metadata.Name = ""
 	badSysctl := podConfig("sysctl")
 	badSysctl.Linux.Sysctls = map[string]string{"kernel.panic": "1"}
+	spoof := podConfig("spoof")
+	spoof.Annotations["io.crin.sandbox-id"] = "someone-else"
+	ports := func(pm *runtimeapi.PortMapping) *runtimeapi.PodSandboxConfig {
+		c := podConfig("ports")
+		c.PortMappings = []*runtimeapi.PortMapping{{ContainerPort: 80, HostPort: 8080}, pm}
+		return c
+	}
 	for _, tc := range []struct {
 		name    string
 		req     *runtimeapi.RunPodSandboxRequest
@@ -114,6 +121,12 @@ func TestBadRequests(t *testing.T) {
 		{"missing name", &runtimeapi.RunPodSandboxRequest{Config: noName}, "InvalidArgument", "metadata.name"},
 		{"invalid sysctl", &runtimeapi.RunPodSandboxRequest{Config: badSysctl}, "InvalidArgument", "kernel.panic"},
 		{"unknown runtime handler", &runtimeapi.RunPodSandboxRequest{Config: podConfig("h"), RuntimeHandler: "nope"}, "InvalidArgument", "runc"},
+		{"crin's own annotation", &runtimeapi.RunPodSandboxRequest{Config: spoof}, "InvalidArgument", `config.annotations["io.crin.sandbox-id"]`},
+		{"negative host port", &runtimeapi.RunPodSandboxRequest{Config: ports(&runtimeapi.PortMapping{ContainerPort: 80, HostPort: -1})}, "InvalidArgument", "config.port_mappings[1].host_port -1"},
+		{"host port too big", &runtimeapi.RunPodSandboxRequest{Config: ports(&runtimeapi.PortMapping{ContainerPort: 80, HostPort: 65536})}, "InvalidArgument", "config.port_mappings[1].host_port 65536"},
+		{"container port 0", &runtimeapi.RunPodSandboxRequest{Config: ports(&runtimeapi.PortMapping{HostPort: 8081})}, "InvalidArgument", "config.port_mappings[1].container_port 0"},
+		{"container port too big", &runtimeapi.RunPodSandboxRequest{Config: ports(&runtimeapi.PortMapping{ContainerPort: 65536, HostPort: 8081})}, "InvalidArgument", "config.port_mappings[1].container_port 65536"},
+		{"bad protocol", &runtimeapi.RunPodSandboxRequest{Config: ports(&runtimeapi.PortMapping{ContainerPort: 80, HostPort: 8081, Protocol: 9})}, "InvalidArgument", "config.port_mappings[1].protocol 9"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := d.rs.RunPodSandbox(ctxT(t), tc.req)
@@ -142,6 +155,11 @@ func TestBadRequests(t *testing.T) {
 			c.Mounts = []*runtimeapi.Mount{{HostPath: "/tmp", ContainerPath: "relative"}}
 		}), "InvalidArgument", "relative"},
 		{"escaping log path", pod, ctr(func(c *runtimeapi.ContainerConfig) { c.LogPath = "../../etc/x" }), "InvalidArgument", "log_path"},
+		{"log file name of 300 bytes", pod, ctr(func(c *runtimeapi.ContainerConfig) { c.LogPath = strings.Repeat("l", 300) }), "InvalidArgument", "config.log_path"},
+		{"crin's own annotation", pod, ctr(func(c *runtimeapi.ContainerConfig) {
+			c.Annotations = map[string]string{"io.crin.container-type": "sandbox"}
+		}), "InvalidArgument", `config.annotations["io.crin.container-type"]`},
+		{"one-character pod id", pod[:1], ctr(func(*runtimeapi.ContainerConfig) {}), "InvalidArgument", "pod_sandbox_id"},
 	} {
 		t.Run("container "+tc.name, func(t *testing.T) {
 			_, err := d.rs.CreateContainer(ctxT(t), &runtimeapi.CreateContainerRequest{PodSandboxId: tc.pod, Config: tc.cfg, SandboxConfig: good})
@@ -151,19 +169,24 @@ func TestBadRequests(t *testing.T) {
 		})
 	}
 	for _, tc := range []struct {
-		name string
-		err  error
-		code string
+		name    string
+		err     error
+		code    string
+		mention string
 	}{
-		{"status of unknown container", errOf(d.rs.ContainerStatus(ctxT(t), &runtimeapi.ContainerStatusRequest{ContainerId: "feedbeef"})), "NotFound"},
-		{"status of unknown pod", errOf(d.rs.PodSandboxStatus(ctxT(t), &runtimeapi.PodSandboxStatusRequest{PodSandboxId: "feedbeef"})), "NotFound"},
-		{"start unknown", errOf(d.rs.StartContainer(ctxT(t), &runtimeapi.StartContainerRequest{ContainerId: "feedbeef"})), "NotFound"},
-		{"exec unknown", errOf(d.rs.ExecSync(ctxT(t), &runtimeapi.ExecSyncRequest{ContainerId: "feedbeef", Cmd: []string{"true"}})), "NotFound"},
-		{"bad image ref", errOf(d.is.PullImage(ctxT(t), &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: "Bad Ref!!"}})), "InvalidArgument"},
-		{"empty image ref", errOf(d.is.PullImage(ctxT(t), &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{}})), "InvalidArgument"},
+		{"status of unknown container", errOf(d.rs.ContainerStatus(ctxT(t), &runtimeapi.ContainerStatusRequest{ContainerId: "feedbeef"})), "NotFound", ""},
+		{"status of unknown pod", errOf(d.rs.PodSandboxStatus(ctxT(t), &runtimeapi.PodSandboxStatusRequest{PodSandboxId: "feedbeef"})), "NotFound", ""},
+		{"start unknown", errOf(d.rs.StartContainer(ctxT(t), &runtimeapi.StartContainerRequest{ContainerId: strings.Repeat("fe", 32)})), "NotFound", ""},
+		{"exec unknown", errOf(d.rs.ExecSync(ctxT(t), &runtimeapi.ExecSyncRequest{ContainerId: strings.Repeat("fe", 32), Cmd: []string{"true"}})), "NotFound", ""},
+		{"bad image ref", errOf(d.is.PullImage(ctxT(t), &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: "Bad Ref!!"}})), "InvalidArgument", ""},
+		{"empty image ref", errOf(d.is.PullImage(ctxT(t), &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{}})), "InvalidArgument", ""},
+		{"registry port out of range", errOf(d.is.PullImage(ctxT(t), &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: "127.0.0.1:99999/x:1"}})), "InvalidArgument", "127.0.0.1:99999/x:1"},
+		{"stop pod by one-character prefix", errOf(d.rs.StopPodSandbox(ctxT(t), &runtimeapi.StopPodSandboxRequest{PodSandboxId: pod[:1]})), "InvalidArgument", "pod_sandbox_id"},
+		{"remove pod by one-character prefix", errOf(d.rs.RemovePodSandbox(ctxT(t), &runtimeapi.RemovePodSandboxRequest{PodSandboxId: pod[:1]})), "InvalidArgument", "pod_sandbox_id"},
+		{"list with 65 selector labels", errOf(d.rs.ListContainers(ctxT(t), &runtimeapi.ListContainersRequest{Filter: &runtimeapi.ContainerFilter{LabelSelector: labels(65)}})), "InvalidArgument", "filter.label_selector"},
 	} {
-		if code(tc.err) != tc.code {
-			t.Errorf("%s: %v, want %s", tc.name, tc.err, tc.code)
+		if code(tc.err) != tc.code || !strings.Contains(errText(tc.err), tc.mention) {
+			t.Errorf("%s: %v, want %s mentioning %q", tc.name, tc.err, tc.code, tc.mention)
 		}
 	}
 	// None of it left a pod or container behind.
@@ -175,3 +198,20 @@ func TestBadRequests(t *testing.T) {
 }
 
 func errOf[T any](_ T, err error) error { return err }
+
+// errText is err's message, "" for nil.
+func errText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+// labels is a label selector of n entries.
+func labels(n int) map[string]string {
+	m := make(map[string]string, n)
+	for i := range n {
+		m[strings.Repeat("k", i+1)] = "v"
+	}
+	return m
+}

@@ -162,7 +162,8 @@ func TestExecStream(t *testing.T) {
 			req  *runtimeapi.ExecRequest
 			want string
 		}{
-			{"unknown container", &runtimeapi.ExecRequest{ContainerId: "nosuch", Cmd: []string{"true"}, Stdout: true}, "NotFound"},
+			{"unknown container", &runtimeapi.ExecRequest{ContainerId: strings.Repeat("0e", 32), Cmd: []string{"true"}, Stdout: true}, "NotFound"},
+			{"id prefix", &runtimeapi.ExecRequest{ContainerId: ctr[:4], Cmd: []string{"true"}, Stdout: true}, "InvalidArgument"},
 			{"not running", &runtimeapi.ExecRequest{ContainerId: done, Cmd: []string{"true"}, Stdout: true}, "FailedPrecondition"},
 			{"no streams", &runtimeapi.ExecRequest{ContainerId: ctr, Cmd: []string{"true"}}, "InvalidArgument"},
 			{"tty and stderr", &runtimeapi.ExecRequest{ContainerId: ctr, Cmd: []string{"true"}, Tty: true, Stdout: true, Stderr: true}, "InvalidArgument"},
@@ -210,7 +211,7 @@ func TestPortForward(t *testing.T) {
 		req  *runtimeapi.PortForwardRequest
 		want string
 	}{
-		{"unknown pod", &runtimeapi.PortForwardRequest{PodSandboxId: "nosuch", Port: []int32{80}}, "NotFound"},
+		{"unknown pod", &runtimeapi.PortForwardRequest{PodSandboxId: strings.Repeat("0e", 32), Port: []int32{80}}, "NotFound"},
 		{"bad port", &runtimeapi.PortForwardRequest{PodSandboxId: pod, Port: []int32{70000}}, "InvalidArgument"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

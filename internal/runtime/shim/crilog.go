@@ -35,6 +35,7 @@ const timestampFormat = "2006-01-02T15:04:05.000000000Z07:00"
 // its stream closes. Records from concurrent streams never interleave.
 type LogWriter struct {
 	path    string
+	root    string
 	maxLine int
 	now     func() time.Time
 	onError func(error)
@@ -53,12 +54,17 @@ type LogOptions struct {
 	// output keeps being drained (and dropped) so the container never
 	// blocks on a full pipe.
 	OnError func(error)
+	// Root is the pod's log directory: when set, the log is opened
+	// beneath it with no symbolic link followed, at open and at every
+	// reopen (see OpenBeneath). Empty opens the path as it is (records
+	// from before crind passed the directory).
+	Root string
 }
 
 // OpenLog opens (creating or appending to) the CRI log at path. An empty
 // path gives a writer that discards everything.
 func OpenLog(path string, opts LogOptions) (*LogWriter, error) {
-	w := &LogWriter{path: path, maxLine: opts.MaxLine, now: opts.Now, onError: opts.OnError}
+	w := &LogWriter{path: path, root: opts.Root, maxLine: opts.MaxLine, now: opts.Now, onError: opts.OnError}
 	if w.maxLine <= 0 {
 		w.maxLine = DefaultMaxLine
 	}
@@ -68,7 +74,7 @@ func OpenLog(path string, opts LogOptions) (*LogWriter, error) {
 	if path == "" {
 		return w, nil
 	}
-	f, err := openLogFile(path)
+	f, err := openLogFile(w.root, path)
 	if err != nil {
 		return nil, err
 	}
@@ -76,21 +82,15 @@ func OpenLog(path string, opts LogOptions) (*LogWriter, error) {
 	return w, nil
 }
 
-func openLogFile(path string) (*os.File, error) {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o640)
-	if err != nil {
-		return nil, fmt.Errorf("open container log %s: %w", path, err)
-	}
-	return f, nil
-}
-
 // Reopen closes the log file and opens path again, so a log rotated by
-// renaming continues in a fresh file.
+// renaming continues in a fresh file. If the path cannot be opened, the
+// old file stays in use and the error says why (ErrLogPath and
+// errdefs.ErrFailedPrecondition when it is what is on disk).
 func (w *LogWriter) Reopen() error {
 	if w.path == "" {
 		return nil
 	}
-	f, err := openLogFile(w.path)
+	f, err := openLogFile(w.root, w.path)
 	if err != nil {
 		return err
 	}

@@ -112,6 +112,10 @@ type CreateOptions struct {
 	Bundle string `json:"bundle"`
 	// LogPath is the CRI log file; empty discards the output.
 	LogPath string `json:"log_path,omitempty"`
+	// LogRoot is the pod's log directory: the log is opened beneath it
+	// with no symbolic link followed (OpenBeneath). Empty opens LogPath
+	// as it is.
+	LogRoot string `json:"log_root,omitempty"`
 	// Stdin keeps the container's stdin open for attach clients (a
 	// pipe, or the terminal with TTY); without it stdin is /dev/null.
 	Stdin bool `json:"stdin,omitempty"`

@@ -45,7 +45,7 @@ func (r *Runtime) Attach(ctx context.Context, id string, req runtime.AttachReque
 	if m.LogPath == "" {
 		return fmt.Errorf("attach to container %s: its output is not logged: %w", id, errdefs.ErrFailedPrecondition)
 	}
-	f, err := os.Open(m.LogPath)
+	f, err := openLogRead(m)
 	if err != nil {
 		return fmt.Errorf("attach to container %s: %w", id, err)
 	}
@@ -82,7 +82,7 @@ func (r *Runtime) Attach(ctx context.Context, id string, req runtime.AttachReque
 			return nil
 		}
 		if rotated(f, m.LogPath) {
-			nf, err := os.Open(m.LogPath)
+			nf, err := openLogRead(m)
 			if err == nil {
 				f.Close()
 				f, pending = nf, pending[:0]
@@ -126,4 +126,15 @@ func rotated(f *os.File, path string) bool {
 	a, err1 := f.Stat()
 	b, err2 := os.Stat(path)
 	return err1 == nil && err2 == nil && !os.SameFile(a, b)
+}
+
+// openLogRead opens the container's CRI log for reading, beneath its
+// pod's log directory with no symbolic link followed when the record
+// names the directory: a link planted in its place must not hand a host
+// file to the attach client.
+func openLogRead(m meta) (*os.File, error) {
+	if m.LogRoot == "" {
+		return os.Open(m.LogPath)
+	}
+	return shim.OpenBeneath(m.LogRoot, m.LogPath, os.O_RDONLY, 0)
 }

@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/crin-dev/crin/internal/runtime/shim"
 	"github.com/crin-dev/crin/internal/runtime/shimv2/logger"
 )
 
@@ -89,7 +90,12 @@ func reopenLog(ctx context.Context, dir, path string) error {
 	}
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		if _, err := os.Stat(path); err == nil {
+		// Lstat: a link planted in its place is not the log (the logger
+		// refuses to open it and keeps writing the old file).
+		if st, err := os.Lstat(path); err == nil {
+			if !st.Mode().IsRegular() {
+				return fmt.Errorf("log %s is not a regular file: the logger did not reopen it: %w", path, shim.ErrLogPath)
+			}
 			return nil
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {

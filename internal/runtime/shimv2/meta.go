@@ -12,9 +12,11 @@ import (
 
 // meta is what crind keeps of a container besides its bundle.
 type meta struct {
-	Address   string    `json:"address"`
-	ShimPid   int       `json:"shim_pid,omitempty"`
-	LogPath   string    `json:"log_path,omitempty"`
+	Address string `json:"address"`
+	ShimPid int    `json:"shim_pid,omitempty"`
+	LogPath string `json:"log_path,omitempty"`
+	// LogRoot is the pod's log directory (runtime.CreateRequest.LogRoot).
+	LogRoot   string    `json:"log_root,omitempty"`
 	Pid       int       `json:"pid,omitempty"`
 	StartedAt time.Time `json:"started_at,omitzero"`
 	// OOMCounter is the cgroup file counting the container's OOM kills and

@@ -268,7 +268,7 @@ func (r *Runtime) Create(ctx context.Context, req runtime.CreateRequest) (retErr
 	if err != nil {
 		return err
 	}
-	m := meta{LogPath: req.LogPath}
+	m := meta{LogPath: req.LogPath, LogRoot: req.LogRoot}
 	defer func() {
 		if retErr == nil {
 			return
@@ -519,7 +519,7 @@ func (r *Runtime) ReopenLog(ctx context.Context, id string) error {
 		return err
 	}
 	if err := reopenLog(ctx, dir, m.LogPath); err != nil {
-		if errors.Is(err, errLoggerGone) {
+		if errors.Is(err, errLoggerGone) || errors.Is(err, shim.ErrLogPath) {
 			err = fmt.Errorf("%w: %w", err, errdefs.ErrFailedPrecondition)
 		}
 		return fmt.Errorf("reopen log of container %s: %w", id, err)

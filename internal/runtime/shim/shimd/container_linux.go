@@ -42,7 +42,7 @@ func newContainer(ctx context.Context, log *slog.Logger, cfg ctrConfig, rp *reap
 	if err := os.WriteFile(filepath.Join(cfg.Dir, shim.ShimPidFile), []byte(strconv.Itoa(os.Getpid())), 0o600); err != nil {
 		return nil, fmt.Errorf("write shim pid: %w", err)
 	}
-	logw, err := shim.OpenLog(cfg.LogPath, shim.LogOptions{OnError: func(err error) { log.Warn("container log", "error", err) }})
+	logw, err := shim.OpenLog(cfg.LogPath, shim.LogOptions{Root: cfg.LogRoot, OnError: func(err error) { log.Warn("container log", "error", err) }})
 	if err != nil {
 		return nil, err
 	}

@@ -185,6 +185,9 @@ func checkCreate(req shim.Request) error {
 	if req.Create.LogPath != "" && !filepath.IsAbs(req.Create.LogPath) {
 		return fmt.Errorf("log path %q is not absolute: %w", req.Create.LogPath, errdefs.ErrInvalidArgument)
 	}
+	if req.Create.LogRoot != "" && !filepath.IsAbs(req.Create.LogRoot) {
+		return fmt.Errorf("log root %q is not absolute: %w", req.Create.LogRoot, errdefs.ErrInvalidArgument)
+	}
 	return nil
 }
 

@@ -44,12 +44,13 @@ func URI(binary, dir string) string {
 }
 
 // Run copies fds 3 and 4 into the CRI log named by the bundle's meta.json
-// ("log_path"; empty discards) until both end, reopens the log on SIGUSR1
+// ("log_path", opened beneath "log_root" when set; empty discards) until both end, reopens the log on SIGUSR1
 // and, on SIGTERM, stops after drainWait. It writes its pid to PidFile and
 // then closes fd 5 to tell the shim it is ready.
 func Run(dir string) error {
 	var meta struct {
 		LogPath string `json:"log_path"`
+		LogRoot string `json:"log_root"`
 	}
 	data, err := os.ReadFile(filepath.Join(dir, "meta.json"))
 	if err != nil {
@@ -58,7 +59,7 @@ func Run(dir string) error {
 	if err := json.Unmarshal(data, &meta); err != nil {
 		return fmt.Errorf("decode meta: %w", err)
 	}
-	lw, err := shim.OpenLog(meta.LogPath, shim.LogOptions{})
+	lw, err := shim.OpenLog(meta.LogPath, shim.LogOptions{Root: meta.LogRoot})
 	if err != nil {
 		return err
 	}
