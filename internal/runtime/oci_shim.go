@@ -282,9 +282,16 @@ func (o *OCI) dropFromShim(ctx context.Context, id, dir string) error {
 	pid := readPid(filepath.Join(dir, shim.ShimPidFile))
 	deleted := false
 	if pid > 0 && alive(pid) && isShimOf(pid, shimDir) {
-		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		resp, err := shim.Do(sctx, shim.SocketPath(shimDir), shim.Request{Op: shim.OpDelete, ID: id})
-		cancel()
+		resp, err := o.shimDelete(ctx, id, shimDir)
+		if errdefs.IsFailedPrecondition(err) {
+			// The shim runs it still, though the caller saw it stopped
+			// (an exit on record). Deleting it behind the shim's back
+			// would leave it counted there for good, and the shim
+			// would never exit: kill it through the shim, which drops
+			// it once it recorded the exit.
+			o.log.WarnContext(ctx, "delete: the shim still runs the container; killing it", "container_id", id, "error", err)
+			resp, err = o.killAndDrop(ctx, id, shimDir)
+		}
 		deleted = err == nil
 		switch {
 		case resp.ShimExiting && err == nil:
@@ -308,6 +315,46 @@ func (o *OCI) dropFromShim(ctx context.Context, id, dir string) error {
 		o.removeDeadShimDir(shimDir)
 	}
 	return nil
+}
+
+// shimDelete asks the shim in shimDir to drop container id (shim.OpDelete).
+func (o *OCI) shimDelete(ctx context.Context, id, shimDir string) (shim.Response, error) {
+	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	return shim.Do(sctx, shim.SocketPath(shimDir), shim.Request{Op: shim.OpDelete, ID: id})
+}
+
+// killAndDrop kills container id, which its shim still runs, waits for
+// the shim to record its exit, and has the shim drop it.
+func (o *OCI) killAndDrop(ctx context.Context, id, shimDir string) (shim.Response, error) {
+	sock := shim.SocketPath(shimDir)
+	_, err := shim.Do(ctx, sock, shim.Request{Op: shim.OpKill, ID: id, Signal: int(unix.SIGKILL), All: true})
+	if errors.Is(err, shim.ErrUnsupported) {
+		_, err = o.run(ctx, runOpts{}, "kill", "--all", id, "9")
+		if isRuntimeNotExist(err) {
+			err = nil
+		}
+	}
+	if err != nil {
+		o.log.WarnContext(ctx, "delete: kill", "container_id", id, "error", err)
+	}
+	deadline := time.Now().Add(deleteStopWait)
+	for {
+		wctx, cancel := context.WithDeadline(ctx, deadline)
+		_, werr := shim.Call(wctx, sock, id, shim.OpWait)
+		cancel()
+		resp, err := o.shimDelete(ctx, id, shimDir)
+		if !errdefs.IsFailedPrecondition(err) || time.Now().After(deadline) || ctx.Err() != nil {
+			return resp, err
+		}
+		if werr != nil {
+			// The wait could not be made: do not spin on it.
+			select {
+			case <-ctx.Done():
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}
 }
 
 // removeDeadShimDir removes shimDir unless a shim serves it. A shim
