@@ -4,6 +4,9 @@ package runtime
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"syscall"
@@ -99,4 +102,34 @@ func TestDeleteOfContainerItsShimRuns(t *testing.T) {
 		return len(shimsOf(id)) == 0, "still running"
 	})
 	assertGone(t, o, id, shimPid, pid)
+}
+
+// TestDeleteOfLastContainerWaitsForShim deletes a pod shim's last
+// container: when Delete returns, the shim is gone and so is its dir
+// (RemovePodSandbox returned while the shim was still exiting, and a
+// loaded machine showed it as a shim that outlived its pod).
+func TestDeleteOfLastContainerWaitsForShim(t *testing.T) {
+	o, _ := newEnv(t, "/usr/sbin/runc")
+	for i := range 5 {
+		id := fmt.Sprintf("%s-%d", testID(t), i)
+		killLeftShims(t, o, id)
+		ctx := ctxT(t, 3*time.Minute)
+		if err := o.Create(ctx, CreateRequest{ID: id, Spec: testSpec(rootfs(t), id, "sleep", "1000")}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := o.Start(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+		shimDir := filepath.Join(o.cfg.StateDir, shimDirPrefix+id)
+		shimPid := readPid(filepath.Join(shimDir, shim.ShimPidFile))
+		if err := o.Delete(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+		if alive(shimPid) {
+			t.Errorf("%s: shim %d still running when Delete of its last container returned", id, shimPid)
+		}
+		if _, err := os.Stat(shimDir); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s: shim dir still there when Delete of its last container returned: %v", id, err)
+		}
+	}
 }
