@@ -71,6 +71,13 @@ type OCI struct {
 	mu sync.Mutex
 	// pods serializes starting each pod's shim (oci_shim.go).
 	pods podLocks
+	// starts serializes, per container, the start of a pending
+	// container with the signals that decide it is pending
+	// (oci_pending.go).
+	starts startLocks
+	// beforeShimStart, when set, runs as a pending container's start
+	// is about to ask the shim (tests inject interleavings with it).
+	beforeShimStart func(id string)
 	// primer readies the cgroup attach of the runtime commands to come
 	// (attach_prime.go).
 	primer *attachPrimer
@@ -233,12 +240,18 @@ func (o *OCI) call(ctx context.Context, id, op string) (shim.Response, error) {
 // Start has the pod's shim create and start a pending container (see
 // Create), or start one a shim created (crind before 2026-11-24 created
 // containers in Create). A container that is not in the created state is
-// errdefs.ErrFailedPrecondition.
+// errdefs.ErrFailedPrecondition. A Signal of the container waits for the
+// start of a pending one (startLocks).
 func (o *OCI) Start(ctx context.Context, id string) (int, error) {
 	dir, err := o.known(id)
 	if err != nil {
 		return 0, err
 	}
+	unlock, err := o.starts.lock(ctx, id)
+	if err != nil {
+		return 0, fmt.Errorf("start container %s: %w", id, err)
+	}
+	defer unlock()
 	if pending(dir) {
 		if _, err := shim.ReadExit(dir); err == nil {
 			return 0, fmt.Errorf("start container %s: it was killed before it started: %w", id, errdefs.ErrFailedPrecondition)
@@ -263,15 +276,22 @@ func (o *OCI) Start(ctx context.Context, id string) (int, error) {
 
 // Signal runs "<runtime> kill". A container that has already stopped is
 // not an error; one that never started (pending) is recorded killed by
-// SIGKILL.
+// SIGKILL. A signal that comes while the container starts waits for the
+// start, and then reaches the started container.
 func (o *OCI) Signal(ctx context.Context, id string, sig syscall.Signal, opts SignalOptions) error {
 	dir, err := o.known(id)
 	if err != nil {
 		return err
 	}
+	unlock, err := o.starts.lock(ctx, id)
+	if err != nil {
+		return fmt.Errorf("signal container %s: wait for its start: %w", id, err)
+	}
 	if pending(dir) {
+		defer unlock()
 		return o.signalPending(id, dir, sig)
 	}
+	unlock()
 	// An exited container has nothing left to signal (its shim deletes
 	// it from the runtime as it exits); the caller only wanted it to stop.
 	if _, err := shim.ReadExit(dir); err == nil {

@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sync"
 	"syscall"
 	"time"
 
@@ -37,8 +38,70 @@ func pending(dir string) bool {
 	return errors.Is(err, fs.ErrNotExist)
 }
 
+// startLocks are per-container locks that Start holds while a pending
+// container becomes a running one, and that Signal takes to decide
+// whether the container is pending. Without them a SIGKILL that came
+// while Start waited for the pod's shim was recorded as the kill of a
+// container that never started (signalPending), the start then ran it
+// all the same, and the container ran under its shim with an exit on
+// record: nothing killed it, and its shim, which counts it, never exited.
+type startLocks struct {
+	mu    sync.Mutex
+	locks map[string]*startLock
+}
+
+type startLock struct {
+	token chan struct{} // holds one value while locked
+	users int           // holders and waiters; guarded by startLocks.mu
+}
+
+// lock locks id's lock and returns its unlock, or ctx's error when ctx
+// ends first.
+func (l *startLocks) lock(ctx context.Context, id string) (func(), error) {
+	l.mu.Lock()
+	if l.locks == nil {
+		l.locks = make(map[string]*startLock)
+	}
+	k := l.locks[id]
+	if k == nil {
+		k = &startLock{token: make(chan struct{}, 1)}
+		l.locks[id] = k
+	}
+	k.users++
+	l.mu.Unlock()
+	select {
+	case k.token <- struct{}{}:
+		return func() {
+			<-k.token
+			l.release(id, k)
+		}, nil
+	case <-ctx.Done():
+		l.release(id, k)
+		return nil, ctx.Err()
+	}
+}
+
+func (l *startLocks) release(id string, k *startLock) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if k.users--; k.users == 0 {
+		delete(l.locks, id)
+	}
+}
+
+// users is how many hold or wait for id's lock (tests watch it).
+func (l *startLocks) users(id string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if k := l.locks[id]; k != nil {
+		return k.users
+	}
+	return 0
+}
+
 // startPending has the pod's shim create and start the pending container
-// in dir; on error nothing of it runs and it is pending again.
+// in dir; on error nothing of it runs and it is pending again. The
+// caller holds id's start lock.
 func (o *OCI) startPending(ctx context.Context, id, dir string) (int, error) {
 	data, err := os.ReadFile(filepath.Join(dir, createFile))
 	if err != nil {
@@ -50,6 +113,9 @@ func (o *OCI) startPending(ctx context.Context, id, dir string) (int, error) {
 	}
 	opts.Bundle, opts.Start = dir, true
 	shimDir := shimDirFor(dir)
+	if o.beforeShimStart != nil {
+		o.beforeShimStart(id)
+	}
 	resp, err := o.createInShim(ctx, id, shimDir, opts)
 	if err == nil {
 		// The phase trace of the StartContainer call: crind's side and
@@ -99,7 +165,8 @@ func (o *OCI) rollbackStart(ctx context.Context, id, dir, shimDir string) {
 
 // signalPending "signals" a container the runtime does not know yet:
 // SIGKILL records it as killed (exit 137) so it never starts; other
-// signals have nothing to reach.
+// signals have nothing to reach. The caller holds id's start lock, so no
+// start is under way.
 func (o *OCI) signalPending(id, dir string, sig syscall.Signal) error {
 	if sig != syscall.SIGKILL {
 		return nil

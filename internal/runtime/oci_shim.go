@@ -137,8 +137,15 @@ func (o *OCI) ReleasePodShim(ctx context.Context, podID string) error {
 		switch {
 		case err == nil && resp.ShimExiting:
 			o.stopShim(ctx, pid)
-		case errors.Is(err, shim.ErrShimExiting), errors.Is(err, shim.ErrShimGone):
+		case errors.Is(err, shim.ErrShimExiting):
 			return nil // it exits by itself: its last container is gone
+		case errors.Is(err, shim.ErrShimGone):
+			// It closed its socket: exiting, or killed. Once it is
+			// gone its dir goes too (an exiting shim removes it
+			// itself; a killed one cannot).
+			if !waitGone(ctx, pid, releaseWait) {
+				return nil // still exiting: it removes its dir itself
+			}
 		case errdefs.IsFailedPrecondition(err):
 			return nil // it holds a container
 		default:
@@ -150,6 +157,10 @@ func (o *OCI) ReleasePodShim(ctx context.Context, podID string) error {
 	removeDeadShimDirLocked(dir)
 	return nil
 }
+
+// releaseWait is how long ReleasePodShim waits for a shim that closed its
+// socket to be gone.
+const releaseWait = 10 * time.Second
 
 // createInShim asks the pod's shim to create (and, with opts.Start,
 // start) container id, starting the shim when the pod has none. A shim
@@ -263,7 +274,12 @@ func (o *OCI) launchShim(ctx context.Context, shimDir string) (int, error) {
 		err = fmt.Errorf("handshake %q", data)
 	}
 	if err != nil {
+		// Killed and waited for, so that its dir goes now: a pod torn
+		// down while its shim was starting (a cancelled RunPodSandbox)
+		// leaves neither. The pod's lock is held (ensureShim).
 		_ = cmd.Process.Kill()
+		waitGone(context.WithoutCancel(ctx), cmd.Process.Pid, shimExitWait)
+		removeDeadShimDirLocked(shimDir)
 		if ctx.Err() != nil {
 			err = ctx.Err()
 		}
@@ -282,15 +298,28 @@ func (o *OCI) dropFromShim(ctx context.Context, id, dir string) error {
 	pid := readPid(filepath.Join(dir, shim.ShimPidFile))
 	deleted := false
 	if pid > 0 && alive(pid) && isShimOf(pid, shimDir) {
-		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		resp, err := shim.Do(sctx, shim.SocketPath(shimDir), shim.Request{Op: shim.OpDelete, ID: id})
-		cancel()
+		resp, err := o.shimDelete(ctx, id, shimDir)
+		if errdefs.IsFailedPrecondition(err) {
+			// The shim runs it still, though the caller saw it stopped
+			// (an exit on record). Deleting it behind the shim's back
+			// would leave it counted there for good, and the shim
+			// would never exit: kill it through the shim, which drops
+			// it once it recorded the exit.
+			o.log.WarnContext(ctx, "delete: the shim still runs the container; killing it", "container_id", id, "error", err)
+			resp, err = o.killAndDrop(ctx, id, shimDir)
+		}
 		deleted = err == nil
 		switch {
 		case resp.ShimExiting && err == nil:
-			// It exits and removes its dir by itself: not waited for
-			// here. A create in the pod before it is gone is refused
-			// by it, and waits for it then (createInShim).
+			// It exits and removes its dir by itself, at once: it
+			// holds nothing more. Waited for, so that a pod's removal
+			// returns with its shim gone; not killed when slow (it
+			// may still be writing what it owes), since a create in
+			// the pod before it is gone is refused by it, and waits
+			// for it then (createInShim).
+			if !waitGone(ctx, pid, shimExitWait) {
+				o.log.WarnContext(ctx, "delete: the pod's shim is slow to exit after its last container", "container_id", id, "shim_pid", pid)
+			}
 			return nil
 		case shimDir == dir && errdefs.IsInvalidArgument(err):
 			// A shim from before OpDelete serves this container alone.
@@ -308,6 +337,46 @@ func (o *OCI) dropFromShim(ctx context.Context, id, dir string) error {
 		o.removeDeadShimDir(shimDir)
 	}
 	return nil
+}
+
+// shimDelete asks the shim in shimDir to drop container id (shim.OpDelete).
+func (o *OCI) shimDelete(ctx context.Context, id, shimDir string) (shim.Response, error) {
+	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	return shim.Do(sctx, shim.SocketPath(shimDir), shim.Request{Op: shim.OpDelete, ID: id})
+}
+
+// killAndDrop kills container id, which its shim still runs, waits for
+// the shim to record its exit, and has the shim drop it.
+func (o *OCI) killAndDrop(ctx context.Context, id, shimDir string) (shim.Response, error) {
+	sock := shim.SocketPath(shimDir)
+	_, err := shim.Do(ctx, sock, shim.Request{Op: shim.OpKill, ID: id, Signal: int(unix.SIGKILL), All: true})
+	if errors.Is(err, shim.ErrUnsupported) {
+		_, err = o.run(ctx, runOpts{}, "kill", "--all", id, "9")
+		if isRuntimeNotExist(err) {
+			err = nil
+		}
+	}
+	if err != nil {
+		o.log.WarnContext(ctx, "delete: kill", "container_id", id, "error", err)
+	}
+	deadline := time.Now().Add(deleteStopWait)
+	for {
+		wctx, cancel := context.WithDeadline(ctx, deadline)
+		_, werr := shim.Call(wctx, sock, id, shim.OpWait)
+		cancel()
+		resp, err := o.shimDelete(ctx, id, shimDir)
+		if !errdefs.IsFailedPrecondition(err) || time.Now().After(deadline) || ctx.Err() != nil {
+			return resp, err
+		}
+		if werr != nil {
+			// The wait could not be made: do not spin on it.
+			select {
+			case <-ctx.Done():
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}
 }
 
 // removeDeadShimDir removes shimDir unless a shim serves it. A shim

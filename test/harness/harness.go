@@ -12,7 +12,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -143,12 +142,22 @@ func (c Crind) Start(t testing.TB) (*exec.Cmd, *grpc.ClientConn) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	poll.Until(t, time.Minute, "crind listens on "+c.Socket, func() (bool, string) {
-		conn, err := net.Dial("unix", c.Socket)
-		if err != nil {
-			return false, fmt.Sprintf("%v; crind log:\n%s", err, c.Log.String())
+	// A dial that connects proves nothing about this crind, which listens
+	// only once it recovered its state: until then the socket file is the
+	// last crind's, and when that one was SIGKILLed while it forked (a
+	// burst of runtime commands), its listening socket lives on in the
+	// children that had not exec'd yet, so a dial connects and is reset
+	// when they exec (the "connection reset by peer" of issue 23, with
+	// the new crind's log still in start-up). So the wait is for an
+	// answer, on a connection of its own each time (a grpc.ClientConn
+	// backs off after a failed connection).
+	poll.Until(t, 2*time.Minute, "crind serves CRI on "+c.Socket, func() (bool, string) {
+		if exited(cmd.Process.Pid) {
+			t.Fatalf("crind exited before it served; crind log:\n%s", Tail(c.Log.String(), 8000))
 		}
-		conn.Close()
+		if err := answers(c.Socket); err != nil {
+			return false, fmt.Sprintf("%v; crind log:\n%s", err, Tail(c.Log.String(), 4000))
+		}
 		return true, ""
 	})
 	conn, err := grpc.NewClient("unix://"+c.Socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -156,6 +165,31 @@ func (c Crind) Start(t testing.TB) (*exec.Cmd, *grpc.ClientConn) {
 		t.Fatal(err)
 	}
 	return cmd, conn
+}
+
+// answers reports whether a CRI server answers a Version call on socket.
+func answers(socket string) error {
+	conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err = runtimeapi.NewRuntimeServiceClient(conn).Version(ctx, &runtimeapi.VersionRequest{})
+	return err
+}
+
+// exited reports whether process pid is gone or a zombie (its parent, the
+// test, has not reaped it yet).
+func exited(pid int) bool {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true
+	}
+	// pid (comm) state ...: comm may hold spaces and parens.
+	i := bytes.LastIndexByte(stat, ')')
+	return i < 0 || i+2 >= len(stat) || stat[i+2] == 'Z' || stat[i+2] == 'X'
 }
 
 // Kill closes the client connection and SIGKILLs crind and reaps it

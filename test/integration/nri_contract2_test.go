@@ -121,7 +121,11 @@ func TestNRIContractRestart(t *testing.T) {
 	podCfg := podConfig("survive")
 	pod := d.runPod(t, podCfg)
 	id := d.runContainer(t, pod, podCfg, containerConfig("long", ref, "sleep", "1000"))
-	dies := d.runContainer(t, pod, podCfg, containerConfig("dies", ref, "sh", "-c", "trap 'exit 5' TERM; while true; do sleep 1; done"))
+	diesCfg := containerConfig("dies", ref, "sh", "-c", "trap 'exit 5' TERM; echo ready; while true; do sleep 1; done")
+	dies := d.runContainer(t, pod, podCfg, diesCfg)
+	// Its SIGTERM below must find the trap set (a loaded machine runs the
+	// shell late).
+	waitLog(t, logPath(podCfg, diesCfg), "ready")
 	evs := waitEvents(t, pre, 30*time.Second, func(evs []pluginEvent) bool {
 		return contractByID(evs, "PostStartContainer", id) != nil && contractByID(evs, "PostStartContainer", dies) != nil
 	})

@@ -124,6 +124,10 @@ func TestNRIPluginSpec(t *testing.T) {
 
 	// When crind stops, the external plugin gets Shutdown and exits: its
 	// connection is closed. (Cleanup starts crind again to remove the pod.)
+	// Not before crind has it ready: the plugin logs its Synchronize
+	// before crind has its answer, and a stop during the handshake closes
+	// the plugin without a Shutdown (seen on a loaded machine).
+	waitPluginsReady(t, d, "30-late")
 	d.stop()
 	waitEvents(t, late, time.Minute, hasEvent("Shutdown", ""))
 	waitEvents(t, late, time.Minute, func([]pluginEvent) bool { return ext.Exited() })
