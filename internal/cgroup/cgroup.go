@@ -86,8 +86,8 @@ type Layout struct {
 func (l Layout) CheckParent(field, p string) error {
 	switch l.Driver {
 	case Systemd:
-		if err := checkSlice(p); err != nil {
-			return fmt.Errorf("%s %q: %v (the systemd cgroup driver takes a slice name such as kubepods-burstable-pod<uid>.slice, as kubelet sends with cgroupDriver: systemd): %w",
+		if err := checkSystemdParent(p); err != nil {
+			return fmt.Errorf("%s %q: %v (the systemd cgroup driver takes a slice, by name or by path: kubepods-burstable-pod<uid>.slice or /kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod<uid>.slice, as kubelet sends with cgroupDriver: systemd): %w",
 				field, p, err, errdefs.ErrInvalidArgument)
 		}
 	default:
@@ -100,9 +100,14 @@ func (l Layout) CheckParent(field, p string) error {
 }
 
 // PodParent is the cgroup parent recorded for pod id: given (checked
-// already) or, when empty, crind's own one derived from id.
+// already; with the systemd driver a slice's path is recorded as the
+// slice's name, the form runc's slice:prefix:name takes) or, when empty,
+// crind's own one derived from id.
 func (l Layout) PodParent(given, id string) string {
 	if given != "" {
+		if l.Driver == Systemd && strings.Contains(given, "/") {
+			return filepath.Base(given)
+		}
 		return given
 	}
 	return l.OwnPodParent(id)
@@ -191,6 +196,26 @@ func ExpandSlice(s string) string {
 		}
 	}
 	return filepath.Join(dir, s)
+}
+
+// checkSystemdParent checks a parent for the systemd driver: a slice's
+// name, or its path under the cgroup root, which kubelet sends (the path
+// systemd gives the slice: each dash-separated prefix a slice above it).
+func checkSystemdParent(p string) error {
+	if !strings.Contains(p, "/") {
+		return checkSlice(p)
+	}
+	if err := checkPath(p); err != nil {
+		return err
+	}
+	base := filepath.Base(p)
+	if err := checkSlice(base); err != nil {
+		return err
+	}
+	if want := ExpandSlice(base); p != want {
+		return fmt.Errorf("not the path systemd gives slice %s (%s)", base, want)
+	}
+	return nil
 }
 
 // checkSlice checks a slice unit name as systemd does: unit-name

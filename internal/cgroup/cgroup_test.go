@@ -62,10 +62,13 @@ func TestCheckParent(t *testing.T) {
 		{"cgroupfs trailing slash", fs, "/kubepods/", "clean path"},
 		{"cgroupfs given a slice", fs, "kubepods-pod1.slice", "absolute"},
 		{"systemd slice", sd, "kubepods-burstable-pod1_2.slice", ""},
-		{"systemd given a path", sd, "/kubepods/burstable/pod1", "must end in .slice"},
+		{"systemd given a cgroupfs path", sd, "/kubepods/burstable/pod1", "must end in .slice"},
+		{"systemd slice path, as kubelet sends", sd, "/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1_2.slice", ""},
+		{"systemd slice path elsewhere", sd, "/other.slice/kubepods-burstable-pod1.slice", "not the path systemd gives"},
+		{"systemd slice path climbing", sd, "/kubepods.slice/../kubepods-pod1.slice", "clean path"},
 		{"systemd double dash", sd, "kubepods--pod1.slice", "dashes"},
 		{"systemd leading dash", sd, "-kubepods.slice", "dashes"},
-		{"systemd slash", sd, "a/b.slice", "not allowed"},
+		{"systemd relative path", sd, "a/b.slice", "absolute"},
 		{"systemd bad byte", sd, "kube pods.slice", "not allowed"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -105,6 +108,9 @@ func TestOwnParents(t *testing.T) {
 	}
 	if fs.PodParent("/kubepods/x", "ff") != "/kubepods/x" || fs.PodParent("", "ff") != "/crin/ff" {
 		t.Error("PodParent ignores or invents the given parent")
+	}
+	if p := sd.PodParent("/kubepods.slice/kubepods-pod1.slice", "ff"); p != "kubepods-pod1.slice" {
+		t.Errorf("systemd PodParent of a slice path = %q, want the slice's name", p)
 	}
 }
 

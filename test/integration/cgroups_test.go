@@ -69,11 +69,17 @@ func TestCgroupDriver(t *testing.T) {
 
 	ref, _ := busybox(t)
 	d.pull(t, ref)
-	kubeletParent := filepath.Join(d.cgroup, "kubepods", "pod"+randHex(4))
-	if l.Driver == cgroup.Systemd {
-		kubeletParent = strings.TrimSuffix(d.cgroup, ".slice") + "-pod" + randHex(4) + ".slice"
+	cases := []struct{ name, parent string }{
+		{"kubelet's parent", filepath.Join(d.cgroup, "kubepods", "pod"+randHex(4))},
+		{"crind's own parent", ""},
 	}
-	for _, tc := range []struct{ name, parent string }{{"kubelet's parent", kubeletParent}, {"crind's own parent", ""}} {
+	if l.Driver == cgroup.Systemd {
+		// kubelet sends the slice's path; a slice's name is taken too.
+		slice := strings.TrimSuffix(d.cgroup, ".slice") + "-pod" + randHex(4) + ".slice"
+		cases[0].parent = cgroup.ExpandSlice(slice)
+		cases = append(cases, struct{ name, parent string }{"a slice's name", strings.TrimSuffix(d.cgroup, ".slice") + "-pod" + randHex(4) + ".slice"})
+	}
+	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			podCfg := podConfig("cg")
 			podCfg.Linux.CgroupParent = tc.parent
@@ -109,18 +115,17 @@ func TestCgroupDriver(t *testing.T) {
 				})
 			}
 			// kubelet removes the pod cgroup it made itself.
-			removeKubeletParent(l, tc.parent)
+			if tc.parent != "" {
+				removeKubeletParent(l.PodParent(tc.parent, pod))
+			}
 		})
 	}
 }
 
 // removeKubeletParent removes a pod cgroup parent as kubelet does after
 // the pod is gone: its slice stopped, or its directories removed.
-func removeKubeletParent(l cgroup.Layout, parent string) {
-	if parent == "" {
-		return
-	}
-	if l.Driver == cgroup.Systemd {
+func removeKubeletParent(parent string) {
+	if cgroup.IsSlice(parent) {
 		_ = exec.Command("systemctl", "stop", parent).Run()
 		return
 	}
