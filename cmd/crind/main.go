@@ -295,6 +295,12 @@ func runServers(ctx context.Context, cfg *config.Config, log *slog.Logger, sv se
 		adminLis.Close()
 		return err
 	}
+	// Both sockets are bound, so clients that connect from now on are
+	// answered: a unit of Type=notify is started, and units ordered after
+	// it may dial the CRI socket.
+	if err := notifySystemd("READY=1"); err != nil {
+		log.WarnContext(ctx, "service manager not told crind is ready", "error", err)
+	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
 		if err := admin.Serve(adminLis); !errors.Is(err, http.ErrServerClosed) {
@@ -340,6 +346,9 @@ func runServers(ctx context.Context, cfg *config.Config, log *slog.Logger, sv se
 // metrics and admin servers within 5s.
 func shutdownServers(ctx context.Context, log *slog.Logger, srv *grpc.Server, hs *http.Server, admin *http.Server) {
 	log.InfoContext(ctx, "crind shutting down")
+	if err := notifySystemd("STOPPING=1"); err != nil {
+		log.WarnContext(ctx, "service manager not told crind is stopping", "error", err)
+	}
 	done := make(chan struct{})
 	go func() { srv.GracefulStop(); close(done) }()
 	select {
