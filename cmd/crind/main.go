@@ -104,14 +104,16 @@ func run(args []string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	tuneGoRuntime(ctx, cfg, log)
-	return serve(ctx, cfg, log)
+	// Taken before any child starts (NRI plugins, shims): see notify.go.
+	notifier := takeNotifySocket()
+	return serve(ctx, cfg, log, notifier)
 }
 
 // serve runs crind until ctx ends or a server fails: it opens the store,
 // the image service, the network and the runtimes, recovers the CRI
 // service's state, starts NRI, then serves CRI, streams, admin and
 // metrics. Whatever it opened is closed in reverse order on the way out.
-func serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
+func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, notifier systemdNotifier) error {
 	// Block I/O class devices are resolved now, so a typo in a device
 	// path stops crind instead of failing containers later.
 	blockio, err := cfg.CRI.BlockioResolver()
@@ -196,7 +198,7 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		}
 		plugins = ad
 	}
-	return runServers(ctx, cfg, log, servers{svc: svc, metrics: metrics, reg: reg, plugins: plugins, streamLis: streamLis, runtimes: len(runtimes)})
+	return runServers(ctx, cfg, log, servers{svc: svc, metrics: metrics, reg: reg, plugins: plugins, streamLis: streamLis, runtimes: len(runtimes), notifier: notifier})
 }
 
 // makePrivateDirs creates dirs (mode 0700) and makes an existing one 0700.
@@ -274,6 +276,7 @@ type servers struct {
 	plugins   pluginLister
 	streamLis net.Listener // nil: no streaming server
 	runtimes  int
+	notifier  systemdNotifier
 }
 
 // runServers serves CRI, the admin socket, streams and metrics until ctx
@@ -298,7 +301,7 @@ func runServers(ctx context.Context, cfg *config.Config, log *slog.Logger, sv se
 	// Both sockets are bound, so clients that connect from now on are
 	// answered: a unit of Type=notify is started, and units ordered after
 	// it may dial the CRI socket.
-	if err := notifySystemd("READY=1"); err != nil {
+	if err := sv.notifier.notify("READY=1"); err != nil {
 		log.WarnContext(ctx, "service manager not told crind is ready", "error", err)
 	}
 	g, gctx := errgroup.WithContext(ctx)
@@ -332,6 +335,9 @@ func runServers(ctx context.Context, cfg *config.Config, log *slog.Logger, sv se
 	}
 	g.Go(func() error {
 		<-gctx.Done()
+		if err := sv.notifier.notify("STOPPING=1"); err != nil {
+			log.WarnContext(ctx, "service manager not told crind is stopping", "error", err)
+		}
 		shutdownServers(ctx, log, srv, hs, admin)
 		return nil
 	})
@@ -346,9 +352,6 @@ func runServers(ctx context.Context, cfg *config.Config, log *slog.Logger, sv se
 // metrics and admin servers within 5s.
 func shutdownServers(ctx context.Context, log *slog.Logger, srv *grpc.Server, hs *http.Server, admin *http.Server) {
 	log.InfoContext(ctx, "crind shutting down")
-	if err := notifySystemd("STOPPING=1"); err != nil {
-		log.WarnContext(ctx, "service manager not told crind is stopping", "error", err)
-	}
 	done := make(chan struct{})
 	go func() { srv.GracefulStop(); close(done) }()
 	select {

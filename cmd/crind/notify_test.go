@@ -22,25 +22,28 @@ func TestNotifySystemd(t *testing.T) {
 	defer conn.Close()
 
 	t.Setenv("NOTIFY_SOCKET", path)
-	if err := notifySystemd("READY=1"); err != nil {
+	n := takeNotifySocket()
+	// Children (shims, so runc and crun) must not see it.
+	if v, ok := os.LookupEnv("NOTIFY_SOCKET"); ok {
+		t.Errorf("NOTIFY_SOCKET=%q still set after takeNotifySocket", v)
+	}
+	if err := n.notify("READY=1"); err != nil {
 		t.Fatal(err)
 	}
 	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
 	buf := make([]byte, 64)
-	n, err := conn.Read(buf)
+	m, err := conn.Read(buf)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := string(buf[:n]); got != "READY=1" {
+	if got := string(buf[:m]); got != "READY=1" {
 		t.Errorf("systemd got %q, want READY=1", got)
 	}
 
-	t.Setenv("NOTIFY_SOCKET", filepath.Join(dir, "nobody"))
-	if err := notifySystemd("READY=1"); err == nil {
+	if err := (systemdNotifier{socket: filepath.Join(dir, "nobody")}).notify("READY=1"); err == nil {
 		t.Error("notify to a socket nobody listens on: no error")
 	}
-	t.Setenv("NOTIFY_SOCKET", "")
-	if err := notifySystemd("READY=1"); err != nil {
+	if err := (systemdNotifier{}).notify("READY=1"); err != nil {
 		t.Errorf("without NOTIFY_SOCKET: %v, want nil", err)
 	}
 }
