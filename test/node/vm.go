@@ -20,6 +20,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -42,9 +43,11 @@ const (
 const (
 	bootTimeout     = 8 * time.Minute
 	shutdownTimeout = 3 * time.Minute
-	// lifetime bounds a whole boot: a VM still up then is killed, so a
-	// hung guest cannot hang the run.
-	lifetime = 40 * time.Minute
+	// lifetime bounds a whole boot (or less: the test's own deadline less
+	// deadlineMargin): a VM still up then is killed, so a hung guest cannot
+	// hang the run, and the test still has time to say so.
+	lifetime       = 40 * time.Minute
+	deadlineMargin = 2 * time.Minute
 )
 
 // image is image.sh's output dir, found once per run.
@@ -75,6 +78,7 @@ type VM struct {
 	exited  chan struct{} // closed when qemu has exited
 	waitErr error         // qemu's exit, set before exited is closed
 	killer  *time.Timer   // kills qemu at the end of its lifetime
+	killed  atomic.Bool   // the killer fired
 	master  *exec.Cmd     // the ssh connection commands share
 }
 
@@ -112,7 +116,12 @@ func Boot(t *testing.T) *VM {
 		vm.waitErr = vm.qemu.Wait()
 		close(vm.exited)
 	}()
-	vm.killer = time.AfterFunc(lifetime, func() {
+	life := lifetime
+	if d, ok := t.Deadline(); ok && time.Until(d)-deadlineMargin < life {
+		life = max(time.Until(d)-deadlineMargin, time.Minute)
+	}
+	vm.killer = time.AfterFunc(life, func() {
+		vm.killed.Store(true)
 		_ = vm.qemu.Process.Kill()
 	})
 
@@ -342,8 +351,11 @@ func (vm *VM) Console() string { return vm.console }
 func (vm *VM) fatalf(format string, args ...any) {
 	vm.t.Helper()
 	con, _ := os.ReadFile(vm.console)
-	vm.t.Fatalf("%s\n(VM serial console: %s; its end:\n%s)", fmt.Sprintf(format, args...), vm.console,
-		harness.Tail(string(con), 3000))
+	msg := fmt.Sprintf(format, args...)
+	if vm.killed.Load() {
+		msg += "\n(the VM was killed at the end of its lifetime: hung, or the test ran out of time)"
+	}
+	vm.t.Fatalf("%s\n(VM serial console: %s; its end:\n%s)", msg, vm.console, harness.Tail(string(con), 3000))
 }
 
 // cleanup powers the VM off (killing it if it does not stop in time) and
