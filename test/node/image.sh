@@ -141,7 +141,7 @@ done
 # /usr is done here or not at all (snapshot boots always look updated).
 chroot "$root" systemctl mask containerd.service modprobe@drm.service modprobe@efi_pstore.service \
 	systemd-pstore.service systemd-journal-catalog-update.service systemd-update-done.service \
-	ldconfig.service systemd-hwdb-update.service >&2
+	ldconfig.service systemd-hwdb-update.service getty@tty1.service serial-getty@ttyS0.service >&2
 chroot "$root" journalctl --update-catalog >&2 || true
 mkdir -p "$root/etc/systemd/journald.conf.d"
 printf '[Journal]\nStorage=volatile\n' >"$root/etc/systemd/journald.conf.d/crin-node.conf"
@@ -175,7 +175,10 @@ mkfs.ext4 -q -L crin-node -d "$root" "$tmp/disk.img" >&2
 rm -rf "$root"
 
 trap - EXIT
-rm -rf "$out"
-mv "$tmp" "$out"
+# Another build of the same recipe may have finished first: keep its
+# image (a VM may be booting from it) and drop this one.
+if ! mv -T "$tmp" "$out" 2>/dev/null; then
+	rm -rf "$tmp"
+fi
 echo "node image: built $out in $(( $(date +%s) - start ))s ($(du -sh "$out/disk.img" | cut -f1) used)" >&2
 echo "$out"
