@@ -13,6 +13,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -56,8 +57,9 @@ var image = sync.OnceValues(func() (string, error) {
 		return dir, nil
 	}
 	cmd := exec.Command(filepath.Join(harness.RepoRoot(), "test", "node", "image.sh"))
+	// Its progress shows as it goes: a cold build takes minutes.
 	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
+	cmd.Stderr = io.MultiWriter(&stderr, os.Stderr)
 	out, err := cmd.Output()
 	if err != nil {
 		return "", fmt.Errorf("test/node/image.sh: %w\n%s", err, harness.Tail(stderr.String(), 4000))
