@@ -3,7 +3,7 @@ GO ?= go
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 
-.PHONY: build test unit integration integration-loaded integration-shimv2 e2e e2e-loaded lint run bench clean deps fuzz
+.PHONY: build test unit integration integration-loaded integration-shimv2 e2e e2e-loaded node node-bench lint run bench clean deps fuzz
 
 # crind: pure Go (no libc mapped) and without grpc's x/net/trace (which
 # links text/template, whose reflection keeps every exported method in the
@@ -66,6 +66,16 @@ e2e:
 	./test/e2e/kubelet/build.sh
 	$(GO) test -tags e2e -count=1 -p 1 -timeout $(E2E_TIMEOUT) ./test/e2e/...
 
+# The node lane: a Debian 13 VM (systemd, cgroup v2) under qemu's software
+# emulation, with crind installed from contrib/systemd/crind.service. The
+# image is built once per recipe into ~/.cache/crin (docs/node-lane.md).
+# Not part of `test` yet. NODE_RUN picks the node tests (a -run pattern);
+# CRIN_NODE_INTEGRATION_RUN picks the integration tests run in the VM.
+NODE_RUN ?= .
+node:
+	./test/node/image.sh >/dev/null
+	$(GO) test -tags node -count=1 -p 1 -timeout 60m -v -run '$(NODE_RUN)' ./test/node/...
+
 # Fuzz every Go native fuzz target for FUZZTIME each (default 30s); their
 # seed corpora run in every `make unit`.
 fuzz:
@@ -77,6 +87,7 @@ lint:
 	$(GO) vet ./...
 	$(GO) vet -tags integration ./...
 	$(GO) vet -tags e2e ./...
+	$(GO) vet -tags node ./...
 	./scripts/golangci-lint.sh
 
 run:

@@ -105,14 +105,16 @@ func run(args []string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	tuneGoRuntime(ctx, cfg, log)
-	return serve(ctx, cfg, log)
+	// Taken before any child starts (NRI plugins, shims): see notify.go.
+	notifier := takeNotifySocket()
+	return serve(ctx, cfg, log, notifier)
 }
 
 // serve runs crind until ctx ends or a server fails: it opens the store,
 // the image service, the network and the runtimes, recovers the CRI
 // service's state, starts NRI, then serves CRI, streams, admin and
 // metrics. Whatever it opened is closed in reverse order on the way out.
-func serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
+func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, notifier systemdNotifier) error {
 	// Block I/O class devices are resolved now, so a typo in a device
 	// path stops crind instead of failing containers later.
 	blockio, err := cfg.CRI.BlockioResolver()
@@ -208,7 +210,7 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger) error {
 		}
 		plugins = ad
 	}
-	return runServers(ctx, cfg, log, servers{svc: svc, metrics: metrics, reg: reg, plugins: plugins, streamLis: streamLis, runtimes: len(runtimes)})
+	return runServers(ctx, cfg, log, servers{svc: svc, metrics: metrics, reg: reg, plugins: plugins, streamLis: streamLis, runtimes: len(runtimes), notifier: notifier})
 }
 
 // makePrivateDirs creates dirs (mode 0700) and makes an existing one 0700.
@@ -285,6 +287,7 @@ type servers struct {
 	plugins   pluginLister
 	streamLis net.Listener // nil: no streaming server
 	runtimes  int
+	notifier  systemdNotifier
 }
 
 // runServers serves CRI, the admin socket, streams and metrics until ctx
@@ -306,6 +309,12 @@ func runServers(ctx context.Context, cfg *config.Config, log *slog.Logger, sv se
 	if err != nil {
 		adminLis.Close()
 		return err
+	}
+	// Both sockets are bound, so clients that connect from now on are
+	// answered: a unit of Type=notify is started, and units ordered after
+	// it may dial the CRI socket.
+	if err := sv.notifier.notify("READY=1"); err != nil {
+		log.WarnContext(ctx, "service manager not told crind is ready", "error", err)
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
@@ -338,6 +347,9 @@ func runServers(ctx context.Context, cfg *config.Config, log *slog.Logger, sv se
 	}
 	g.Go(func() error {
 		<-gctx.Done()
+		if err := sv.notifier.notify("STOPPING=1"); err != nil {
+			log.WarnContext(ctx, "service manager not told crind is stopping", "error", err)
+		}
 		shutdownServers(ctx, log, srv, hs, admin)
 		return nil
 	})

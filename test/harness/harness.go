@@ -35,23 +35,41 @@ var (
 	binErr  error
 )
 
+// BinDirEnv names a dir of prebuilt crind, crin-shim, crin-pause and
+// crin-logger that Build returns instead of building them: for a test
+// binary run where there is no Go toolchain (the node lane's VM,
+// docs/node-lane.md). RemoveBuilt leaves that dir alone.
+const BinDirEnv = "CRIN_TEST_BIN_DIR"
+
+// builtBinaries are the binaries Build makes, or finds in BinDirEnv.
+var builtBinaries = []struct{ name, pkg string }{
+	{"crind", "./cmd/crind"}, {"crin-shim", "./cmd/crin-shim"}, {"crin-pause", "./cmd/crin-pause"},
+	{"crin-logger", "./cmd/crin-logger"},
+}
+
 // Build builds crind, crin-shim, crin-pause and crin-logger once for the
-// run and returns the dir holding them. It skips the test when not root:
+// run and returns the dir holding them, or returns $CRIN_TEST_BIN_DIR when
+// set, after checking it holds them all. It skips the test when not root:
 // every test that runs crind needs root.
 func Build(t testing.TB) string {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("tests that run crind need root")
 	}
+	if dir := os.Getenv(BinDirEnv); dir != "" {
+		for _, b := range builtBinaries {
+			if _, err := exec.LookPath(filepath.Join(dir, b.name)); err != nil {
+				t.Fatalf("%s=%s: %v", BinDirEnv, dir, err)
+			}
+		}
+		return dir
+	}
 	binOnce.Do(func() {
 		binDir, binErr = os.MkdirTemp("", "crinbin")
 		if binErr != nil {
 			return
 		}
-		for _, b := range []struct{ name, pkg string }{
-			{"crind", "./cmd/crind"}, {"crin-shim", "./cmd/crin-shim"}, {"crin-pause", "./cmd/crin-pause"},
-			{"crin-logger", "./cmd/crin-logger"},
-		} {
+		for _, b := range builtBinaries {
 			cmd := exec.Command("go", "build", "-o", filepath.Join(binDir, b.name), b.pkg)
 			cmd.Dir = RepoRoot()
 			cmd.Env = append(os.Environ(), "CGO_ENABLED=0")

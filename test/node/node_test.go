@@ -1,0 +1,214 @@
+//go:build node
+
+package node
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/crin-dev/crin/internal/image/imagetest"
+	"github.com/crin-dev/crin/test/harness"
+	"github.com/crin-dev/crin/test/poll"
+)
+
+// IntegrationRunEnv is the -test.run pattern of the integration tests
+// TestIntegrationInVM runs in the VM (default defaultIntegrationRun).
+const IntegrationRunEnv = "CRIN_NODE_INTEGRATION_RUN"
+
+// defaultIntegrationRun are integration tests that need nothing of the
+// host lane's: a registry they start themselves, runc, CNI.
+const defaultIntegrationRun = "^(TestPodContainerLifecycle)$"
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	harness.RemoveBuilt()
+	os.Exit(code)
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// TestNodeSystem checks the guest is what the lane promises: systemd as
+// PID 1 and a unified cgroup v2 hierarchy with the controllers crind
+// needs.
+func TestNodeSystem(t *testing.T) {
+	vm := Boot(t)
+	if got := strings.TrimSpace(vm.MustRun("readlink /proc/1/exe")); !strings.HasSuffix(got, "/systemd") {
+		t.Errorf("PID 1 is %q, want systemd", got)
+	}
+	if got := strings.TrimSpace(vm.MustRun("stat -fc %T /sys/fs/cgroup")); got != "cgroup2fs" {
+		t.Errorf("/sys/fs/cgroup is %q, want cgroup2fs (unified)", got)
+	}
+	ctrls := strings.Fields(vm.MustRun("cat /sys/fs/cgroup/cgroup.controllers"))
+	for _, want := range []string{"cpu", "memory", "pids", "io", "cpuset"} {
+		if !contains(ctrls, want) {
+			t.Errorf("cgroup.controllers %v has no %s", ctrls, want)
+		}
+	}
+	for _, bin := range []string{"runc", "crun", "containerd-shim-runc-v2", "criu", "busybox", "iptables", "/usr/lib/cni/bridge"} {
+		if _, err := vm.Run("command -v " + bin); err != nil {
+			t.Errorf("%s not in the guest", bin)
+		}
+	}
+}
+
+// TestCrindService installs crind from the shipped unit, runs a pod and a
+// container through CRI, and restarts crind under systemd: the container
+// keeps running and crind finds it again.
+func TestCrindService(t *testing.T) {
+	host := imagetest.StartRegistry(t)
+	imagetest.Push(t, host, "library/busybox:latest", imagetest.Busybox(t))
+	// The guest reaches the host's 127.0.0.1 as 10.0.2.2 (qemu user net).
+	_, port, _ := strings.Cut(host, ":")
+	guestHost := "10.0.2.2:" + port
+	ref := guestHost + "/library/busybox:latest"
+
+	vm := Boot(t)
+	c := Install(t, vm, InstallOptions{Config: fmt.Sprintf("[registry]\nplain_http = [%q]\n", guestHost)})
+
+	if got := strings.TrimSpace(vm.MustRun("systemctl is-active crind")); got != "active" {
+		t.Fatalf("systemctl is-active crind: %q", got)
+	}
+	pid := c.MainPID(t)
+	if got := strings.TrimSpace(vm.MustRun("cat /proc/" + pid + "/cgroup")); got != "0::/system.slice/crind.service" {
+		t.Errorf("crind (pid %s) is in cgroup %q, want 0::/system.slice/crind.service", pid, got)
+	}
+
+	if _, err := c.IS.PullImage(ctxT(t), &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: ref}}); err != nil {
+		t.Fatalf("PullImage %s: %v\n%s", ref, err, c.Journal())
+	}
+	podCfg := &runtimeapi.PodSandboxConfig{
+		Metadata:     &runtimeapi.PodSandboxMetadata{Name: "node", Namespace: "default", Uid: "uid-node-" + harness.RandHex(3)},
+		Hostname:     "node",
+		LogDirectory: "/var/log/pods/node",
+		Linux:        &runtimeapi.LinuxPodSandboxConfig{},
+	}
+	pr, err := c.RS.RunPodSandbox(ctxT(t), &runtimeapi.RunPodSandboxRequest{Config: podCfg})
+	if err != nil {
+		t.Fatalf("RunPodSandbox: %v\n%s", err, c.Journal())
+	}
+	ctrCfg := &runtimeapi.ContainerConfig{
+		Metadata: &runtimeapi.ContainerMetadata{Name: "main"},
+		Image:    &runtimeapi.ImageSpec{Image: ref},
+		Command:  []string{"sh", "-c", "echo started; exec sleep 100000"},
+		LogPath:  "main.log",
+		Linux:    &runtimeapi.LinuxContainerConfig{Resources: &runtimeapi.LinuxContainerResources{}},
+	}
+	cr, err := c.RS.CreateContainer(ctxT(t), &runtimeapi.CreateContainerRequest{PodSandboxId: pr.PodSandboxId, Config: ctrCfg, SandboxConfig: podCfg})
+	if err != nil {
+		t.Fatalf("CreateContainer: %v\n%s", err, c.Journal())
+	}
+	id := cr.ContainerId
+	if _, err := c.RS.StartContainer(ctxT(t), &runtimeapi.StartContainerRequest{ContainerId: id}); err != nil {
+		t.Fatalf("StartContainer: %v\n%s", err, c.Journal())
+	}
+	before := c.containerStatus(t, id)
+	if before.State != runtimeapi.ContainerState_CONTAINER_RUNNING {
+		t.Fatalf("container state %v, want RUNNING", before.State)
+	}
+	poll.Until(t, time.Minute, "the container's log line", func() (bool, string) {
+		out, _, _ := vm.Exec(time.Minute, "cat /var/log/pods/node/main.log")
+		return strings.Contains(out, "stdout F started"), out
+	})
+	sleepPID := strings.TrimSpace(vm.MustRun("pgrep -x -f 'sleep 100000'"))
+
+	// crind restarts; with KillMode=process its shims and containers stay.
+	vm.MustRun("systemctl restart crind")
+	if got := c.MainPID(t); got == pid || got == "0" {
+		t.Fatalf("crind's MainPID %s after restart (was %s): not restarted", got, pid)
+	}
+	c.WaitServing(t)
+	after := c.containerStatus(t, id)
+	if after.State != runtimeapi.ContainerState_CONTAINER_RUNNING || after.StartedAt != before.StartedAt {
+		t.Errorf("after restart: state %v started_at %d; want RUNNING, started_at %d as before", after.State, after.StartedAt, before.StartedAt)
+	}
+	if got := strings.TrimSpace(vm.MustRun("pgrep -x -f 'sleep 100000'")); got != sleepPID {
+		t.Errorf("the container's process is %q after the restart, was %q", got, sleepPID)
+	}
+
+	if _, err := c.RS.StopPodSandbox(ctxT(t), &runtimeapi.StopPodSandboxRequest{PodSandboxId: pr.PodSandboxId}); err != nil {
+		t.Fatalf("StopPodSandbox: %v\n%s", err, c.Journal())
+	}
+	if _, err := c.RS.RemovePodSandbox(ctxT(t), &runtimeapi.RemovePodSandboxRequest{PodSandboxId: pr.PodSandboxId}); err != nil {
+		t.Fatalf("RemovePodSandbox: %v\n%s", err, c.Journal())
+	}
+	if out, err := vm.Run("pgrep -x -f 'sleep 100000'"); err == nil {
+		t.Errorf("the container's process outlived its pod: %s", out)
+	}
+}
+
+func (c *Crind) containerStatus(t *testing.T, id string) *runtimeapi.ContainerStatus {
+	t.Helper()
+	resp, err := c.RS.ContainerStatus(ctxT(t), &runtimeapi.ContainerStatusRequest{ContainerId: id})
+	if err != nil {
+		t.Fatalf("ContainerStatus %s: %v\n%s", id, err, c.Journal())
+	}
+	return resp.Status
+}
+
+// TestIntegrationInVM runs host-built integration tests in the VM: the
+// test binary and crind's binaries are built here (pure Go), copied in,
+// and the binary runs there with CRIN_TEST_BIN_DIR, so it needs no Go
+// toolchain. CRIN_NODE_INTEGRATION_RUN picks the tests (a -test.run
+// pattern); they start crind themselves, as on the host lane.
+func TestIntegrationInVM(t *testing.T) {
+	run := os.Getenv(IntegrationRunEnv)
+	if run == "" {
+		run = defaultIntegrationRun
+	}
+	bin := harness.Build(t)
+	dir, err := os.MkdirTemp("", "crinnode")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	testBin := filepath.Join(dir, "integration.test")
+	build := exec.Command("go", "test", "-c", "-tags", "integration", "-o", testBin, "./test/integration")
+	build.Dir = harness.RepoRoot()
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build the integration test binary: %v\n%s", err, out)
+	}
+
+	vm := Boot(t)
+	// The binary runs in a copy of its package's dir, two levels below a
+	// repository root, as go test would run it (harness.RepoRoot).
+	const root = "/root/crin"
+	for _, name := range []string{"crind", "crin-shim", "crin-pause", "crin-logger"} {
+		vm.CopyIn(filepath.Join(bin, name), root+"/bin/"+name, 0o755)
+	}
+	vm.CopyIn(testBin, root+"/test/integration/integration.test", 0o755)
+
+	start := time.Now()
+	script := fmt.Sprintf("cd %s/test/integration && %s=%s/bin ./integration.test -test.v -test.count=1 -test.timeout=40m -test.run %s",
+		root, harness.BinDirEnv, root, shellQuote(run))
+	out, stderr, err := vm.Exec(45*time.Minute, script)
+	t.Logf("integration tests %q in the VM took %v:\n%s%s", run, time.Since(start).Round(100*time.Millisecond),
+		harness.Tail(out, 20000), harness.Tail(stderr, 4000))
+	if err != nil {
+		vm.fatalf("integration tests in the VM: %v", err)
+	}
+	if !strings.Contains(out, "--- PASS") {
+		t.Errorf("no test passed in the VM: does %q match any?", run)
+	}
+}
+
+func contains(s []string, v string) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
