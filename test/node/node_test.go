@@ -23,9 +23,22 @@ import (
 // TestIntegrationInVM runs in the VM (default defaultIntegrationRun).
 const IntegrationRunEnv = "CRIN_NODE_INTEGRATION_RUN"
 
-// defaultIntegrationRun are integration tests that need nothing of the
-// host lane's: a registry they start themselves, runc, CNI.
-const defaultIntegrationRun = "^(TestPodContainerLifecycle)$"
+// defaultIntegrationRun are the handler-neutral integration tests the
+// lane runs in the VM on each handler of integrationHandlers: they need
+// nothing of the host lane's (a registry they start themselves, the OCI
+// runtime, CNI) and between them cover the cgroup driver, cgroup v2
+// limits and stats, exit codes and OOM, exec, and recovery after crind is
+// killed. docs/node-lane.md lists them; the rest run on the host lane.
+const defaultIntegrationRun = "^(TestCgroupDriver|TestCgroupLimits|TestExitCodes|TestPodContainerLifecycle|TestCrashRecovery|TestKubeletStats)$"
+
+// IntegrationHandlersEnv names the runtime handlers (space-separated:
+// runc, crun, runc-v2) the integration tests run on in the VM, one after
+// the other in the same boot; the default is integrationHandlers.
+const IntegrationHandlersEnv = "CRIN_NODE_INTEGRATION_HANDLERS"
+
+// integrationHandlers: runc, and crun, which runs here (cgroup v2) and
+// not on the host lane's hybrid layout.
+const integrationHandlers = "runc crun"
 
 func TestMain(m *testing.M) {
 	code := m.Run()
@@ -190,17 +203,29 @@ func TestIntegrationInVM(t *testing.T) {
 	}
 	vm.CopyIn(testBin, root+"/test/integration/integration.test", 0o755)
 
-	start := time.Now()
-	script := fmt.Sprintf("cd %s/test/integration && %s=%s/bin ./integration.test -test.v -test.count=1 -test.timeout=40m -test.run %s",
-		root, harness.BinDirEnv, root, shellQuote(run))
-	out, stderr, err := vm.Exec(45*time.Minute, script)
-	t.Logf("integration tests %q in the VM took %v:\n%s%s", run, time.Since(start).Round(100*time.Millisecond),
-		harness.Tail(out, 20000), harness.Tail(stderr, 4000))
-	if err != nil {
-		vm.fatalf("integration tests in the VM: %v", err)
+	handlers := strings.Fields(os.Getenv(IntegrationHandlersEnv))
+	if len(handlers) == 0 {
+		handlers = strings.Fields(integrationHandlers)
 	}
-	if !strings.Contains(out, "--- PASS") {
-		t.Errorf("no test passed in the VM: does %q match any?", run)
+	for _, h := range handlers {
+		t.Run(h, func(t *testing.T) {
+			env := ""
+			if h != "runc" {
+				env = "CRIN_TEST_HANDLER=" + h + " "
+			}
+			start := time.Now()
+			script := fmt.Sprintf("cd %s/test/integration && %s%s=%s/bin ./integration.test -test.v -test.count=1 -test.timeout=40m -test.run %s",
+				root, env, harness.BinDirEnv, root, shellQuote(run))
+			out, stderr, err := vm.Exec(45*time.Minute, script)
+			t.Logf("integration tests %q on %s in the VM took %v:\n%s%s", run, h, time.Since(start).Round(100*time.Millisecond),
+				harness.Tail(out, 20000), harness.Tail(stderr, 4000))
+			if err != nil {
+				t.Errorf("integration tests on %s in the VM: %v (VM console: %s)", h, err, vm.Console())
+			}
+			if !strings.Contains(out, "--- PASS") {
+				t.Errorf("no test passed in the VM: does %q match any?", run)
+			}
+		})
 	}
 }
 

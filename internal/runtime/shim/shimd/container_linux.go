@@ -88,7 +88,7 @@ func newContainer(ctx context.Context, log *slog.Logger, cfg ctrConfig, rp *reap
 		// is recorded once both are done, so that a RemoveContainer
 		// right after a stop finds the runtime's work done.
 		e := shim.Exit{Pid: c.pid, ExitCode: code, Signal: sig, StartedAt: cc.startedTime(),
-			FinishedAt: time.Now(), OOMKilled: oom.killed()}
+			FinishedAt: time.Now(), OOMKilled: oom.killed(sig == int(unix.SIGKILL))}
 		bg.Add(1)
 		go func() {
 			defer bg.Done()
@@ -132,10 +132,15 @@ func copyOutput(log *slog.Logger, logw *shim.LogWriter, fan *fanout, c *created)
 	return done
 }
 
-// oomWatch remembers the container's OOM kill counter at create time.
+// oomWatch remembers the container's OOM kill counter at create time,
+// and on cgroup v2 its parent's (the pod's cgroup), which counts the
+// kills of every cgroup below it and outlives the container's.
 type oomWatch struct {
 	file string // empty when there is no counter to read
 	base uint64
+	// parent and parentBase: the pod cgroup's memory.events (v2 only).
+	parent     string
+	parentBase uint64
 }
 
 func newOOMWatch(log *slog.Logger, pid int) oomWatch {
@@ -149,17 +154,39 @@ func newOOMWatch(log *slog.Logger, pid int) oomWatch {
 		log.Warn("read oom counter", "error", err)
 		return oomWatch{}
 	}
-	return oomWatch{file: file, base: base}
+	w := oomWatch{file: file, base: base}
+	if filepath.Base(file) == "memory.events" {
+		parent := filepath.Join(filepath.Dir(filepath.Dir(file)), "memory.events")
+		if pb, err := shim.ReadOOMKills(parent); err == nil {
+			w.parent, w.parentBase = parent, pb
+		}
+	}
+	return w
 }
 
 // killed reports whether the kernel OOM-killed a process of the container
-// since create. It must run before the runtime deletes the cgroup.
-func (w oomWatch) killed() bool {
+// since create; sigkilled says the container's init died of SIGKILL. It
+// reads the container's counter, which must happen before the cgroup is
+// removed. With the systemd driver that is not crind's to order: systemd
+// stops a container's scope, and removes its cgroup, as soon as the last
+// process in it is gone, which can be before the shim has reaped the
+// init. The pod's counter then tells instead, for an init killed by
+// SIGKILL: it went up since create only if a process below it was
+// OOM-killed (another container of the pod OOM-killed in the same window
+// would be taken for this one's).
+func (w oomWatch) killed(sigkilled bool) bool {
 	if w.file == "" {
 		return false
 	}
 	n, err := shim.ReadOOMKills(w.file)
-	return err == nil && n > w.base
+	if err == nil {
+		return n > w.base
+	}
+	if !sigkilled || w.parent == "" {
+		return false
+	}
+	p, err := shim.ReadOOMKills(w.parent)
+	return err == nil && p > w.parentBase
 }
 
 // recordExit writes the exit file once the output drained (or ioDrainWait

@@ -1,0 +1,413 @@
+//go:build node
+
+package node
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/crin-dev/crin/internal/image/imagetest"
+	"github.com/crin-dev/crin/test/harness"
+	"github.com/crin-dev/crin/test/poll"
+)
+
+// KubeletEnv names the kubelet binary to install in the VM; the default
+// is the one test/e2e/kubelet/build.sh caches.
+const KubeletEnv = "CRIN_KUBELET"
+
+// kubeletVersion is the kubelet the lane runs (test/e2e/kubelet/build.sh).
+const kubeletVersion = "v1.37.2"
+
+// kubeletUnit runs kubelet as an operator's node does: after crind, from
+// a config file, restarted by systemd.
+const kubeletUnit = `[Unit]
+Description=kubelet
+After=crind.service
+Wants=crind.service
+
+[Service]
+ExecStart=/usr/local/bin/kubelet --config=/etc/kubernetes/kubelet.json
+Restart=always
+RestartSec=2
+
+[Install]
+WantedBy=multi-user.target
+`
+
+// kubeletConfig is kubelet's defaults but for what a node without an API
+// server, and under emulation, needs: cgroupDriver systemd, and
+// failCgroupV1 left to its default (true: this node is cgroup v2),
+// static pods from a dir, anonymous access on 127.0.0.1, eviction and
+// image GC thresholds that the VM's small disk cannot trip, and stats
+// taken from the CRI (PodAndContainerStatsFromCRI), so /stats/summary
+// shows crind's figures rather than kubelet's own cAdvisor's.
+func kubeletConfig() []byte {
+	cfg := map[string]any{
+		"kind":                     "KubeletConfiguration",
+		"apiVersion":               "kubelet.config.k8s.io/v1beta1",
+		"cgroupDriver":             "systemd",
+		"containerRuntimeEndpoint": "unix:///run/crin/crin.sock",
+		"staticPodPath":            "/etc/kubernetes/manifests",
+		"fileCheckFrequency":       "2s",
+		"address":                  "127.0.0.1",
+		"healthzBindAddress":       "127.0.0.1",
+		"authentication": map[string]any{
+			"anonymous": map[string]any{"enabled": true},
+			"webhook":   map[string]any{"enabled": false},
+		},
+		"authorization":               map[string]any{"mode": "AlwaysAllow"},
+		"imageGCHighThresholdPercent": 100,
+		"imageGCLowThresholdPercent":  99,
+		"evictionHard": map[string]string{
+			"memory.available":  "1Mi",
+			"nodefs.available":  "1%",
+			"nodefs.inodesFree": "1%",
+			"imagefs.available": "1%",
+		},
+		"featureGates": map[string]bool{"PodAndContainerStatsFromCRI": true},
+	}
+	b, _ := json.MarshalIndent(cfg, "", "  ")
+	return b
+}
+
+// kubeletNode is kubelet running in the VM on crind, and an HTTPS client
+// to its server (port 10250) through a socket forwarded over ssh.
+type kubeletNode struct {
+	t      *testing.T
+	vm     *VM
+	crind  *Crind
+	client *http.Client
+}
+
+// installKubelet copies the cached kubelet in, writes its config and
+// unit, starts it, and waits until its server answers /pods.
+func installKubelet(t *testing.T, vm *VM, c *Crind) *kubeletNode {
+	t.Helper()
+	bin := os.Getenv(KubeletEnv)
+	if bin == "" {
+		home, _ := os.UserHomeDir()
+		bin = filepath.Join(home, ".cache", "crin", "kubelet-"+kubeletVersion)
+	}
+	if _, err := os.Stat(bin); err != nil {
+		t.Fatalf("kubelet %s: %v (test/e2e/kubelet/build.sh builds it; make node runs that first)", bin, err)
+	}
+	vm.CopyIn(bin, "/usr/local/bin/kubelet", 0o755)
+	vm.WriteFile("/etc/kubernetes/kubelet.json", kubeletConfig(), 0o644)
+	vm.WriteFile("/etc/systemd/system/kubelet.service", []byte(kubeletUnit), 0o644)
+	vm.MustRun("mkdir -p /etc/kubernetes/manifests && systemctl daemon-reload && systemctl enable --now kubelet")
+
+	sock := vm.ForwardUnix("127.0.0.1:10250")
+	n := &kubeletNode{t: t, vm: vm, crind: c, client: &http.Client{
+		Transport: &http.Transport{
+			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+				var d net.Dialer
+				return d.DialContext(ctx, "unix", sock)
+			},
+			// kubelet's serving certificate is self-signed.
+			TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // a test's own kubelet
+		},
+		Timeout: 90 * time.Second,
+	}}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("kubelet journal:\n%s", n.journal())
+		}
+	})
+	poll.Until(t, 5*time.Minute, "kubelet serving /pods", func() (bool, string) {
+		_, err := n.get("/pods")
+		if err != nil {
+			return false, err.Error()
+		}
+		return true, ""
+	})
+	return n
+}
+
+func (n *kubeletNode) journal() string {
+	out, _, _ := n.vm.Exec(time.Minute, "journalctl -u kubelet --no-pager | tail -60")
+	return out
+}
+
+func (n *kubeletNode) do(method, path string) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, method, "https://kubelet"+path, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := n.client.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return b, fmt.Errorf("%s %s: %s: %s", method, path, resp.Status, strings.TrimSpace(string(b)))
+	}
+	return b, nil
+}
+
+func (n *kubeletNode) get(path string) ([]byte, error) { return n.do(http.MethodGet, path) }
+
+// addPod writes a static pod manifest.
+func (n *kubeletNode) addPod(name string, spec map[string]any) {
+	m := map[string]any{
+		"apiVersion": "v1", "kind": "Pod",
+		"metadata": map[string]any{"name": name, "namespace": "default"},
+		"spec":     spec,
+	}
+	b, _ := json.Marshal(m)
+	n.vm.WriteFile("/etc/kubernetes/manifests/"+name+".json", b, 0o644)
+}
+
+// The parts of kubelet's /pods the test reads.
+type kubePod struct {
+	Metadata struct {
+		Name string `json:"name"`
+		UID  string `json:"uid"`
+	} `json:"metadata"`
+	Status struct {
+		Phase             string `json:"phase"`
+		ContainerStatuses []struct {
+			Name         string `json:"name"`
+			RestartCount int    `json:"restartCount"`
+			ContainerID  string `json:"containerID"`
+			State        struct {
+				Running    *struct{} `json:"running"`
+				Terminated *struct {
+					Reason   string `json:"reason"`
+					ExitCode int    `json:"exitCode"`
+				} `json:"terminated"`
+			} `json:"state"`
+		} `json:"containerStatuses"`
+	} `json:"status"`
+}
+
+// pod is the static pod whose name starts with name (kubelet appends
+// the node's name), nil when not listed.
+func (n *kubeletNode) pod(name string) (*kubePod, error) {
+	b, err := n.get("/pods")
+	if err != nil {
+		return nil, err
+	}
+	var list struct {
+		Items []kubePod `json:"items"`
+	}
+	if err := json.Unmarshal(b, &list); err != nil {
+		return nil, fmt.Errorf("decode /pods: %w", err)
+	}
+	for i := range list.Items {
+		if strings.HasPrefix(list.Items[i].Metadata.Name, name+"-") {
+			return &list.Items[i], nil
+		}
+	}
+	return nil, nil
+}
+
+// waitPod polls /pods until cond holds for static pod name.
+func (n *kubeletNode) waitPod(name, what string, cond func(*kubePod) bool) *kubePod {
+	n.t.Helper()
+	var got *kubePod
+	poll.Until(n.t, 8*time.Minute, name+": "+what, func() (bool, string) {
+		p, err := n.pod(name)
+		if err != nil {
+			return false, err.Error()
+		}
+		if p == nil {
+			return false, "not in /pods"
+		}
+		got = p
+		b, _ := json.Marshal(p.Status)
+		return cond(p), string(b)
+	})
+	return got
+}
+
+func running(p *kubePod) bool {
+	if p.Status.Phase != "Running" || len(p.Status.ContainerStatuses) == 0 {
+		return false
+	}
+	for _, cs := range p.Status.ContainerStatuses {
+		if cs.State.Running == nil {
+			return false
+		}
+	}
+	return true
+}
+
+// TestKubeletOnNode runs kubelet v1.37.2 with the systemd cgroup driver
+// and its default failCgroupV1 on crind installed from the shipped unit,
+// and checks what an operator would: a pod Running with its limits in the
+// v2 files of its container's scope, its log and exec through kubelet, an
+// OOMKilled container reported as such, /stats/summary with PSI, and no
+// container restarted by `systemctl restart crind` or `systemctl kill -s
+// KILL crind`.
+func TestKubeletOnNode(t *testing.T) {
+	host := imagetest.StartRegistry(t)
+	imagetest.Push(t, host, "library/busybox:latest", imagetest.Busybox(t))
+	_, port, _ := strings.Cut(host, ":")
+	guestHost := "10.0.2.2:" + port
+	ref := guestHost + "/library/busybox:latest"
+
+	vm := Boot(t)
+	c := Install(t, vm, InstallOptions{Config: fmt.Sprintf("[registry]\nplain_http = [%q]\n", guestHost)})
+	rc, err := c.RS.RuntimeConfig(ctxT(t), &runtimeapi.RuntimeConfigRequest{})
+	if err != nil || rc.GetLinux().GetCgroupDriver() != runtimeapi.CgroupDriver_SYSTEMD {
+		t.Fatalf("RuntimeConfig on a systemd cgroup v2 node: %v, %v; want SYSTEMD", rc, err)
+	}
+	n := installKubelet(t, vm, c)
+
+	n.addPod("limits", map[string]any{
+		"containers": []any{map[string]any{
+			"name": "main", "image": ref,
+			"command": []string{"sh", "-c", "echo hello from the node; exec sleep 100000"},
+			"resources": map[string]any{
+				"limits": map[string]string{"memory": "64Mi", "cpu": "500m"},
+			},
+		}},
+	})
+	n.addPod("oom", map[string]any{
+		"restartPolicy": "Never",
+		"containers": []any{map[string]any{
+			"name": "hog", "image": ref,
+			// dd holds a 64 MiB buffer: over the limit at once.
+			"command":   []string{"dd", "if=/dev/zero", "of=/dev/null", "bs=64M", "count=4"},
+			"resources": map[string]any{"limits": map[string]string{"memory": "16Mi"}},
+		}},
+	})
+
+	p := n.waitPod("limits", "Running", running)
+	podName, uid := p.Metadata.Name, p.Metadata.UID
+	ctrID := strings.TrimPrefix(p.Status.ContainerStatuses[0].ContainerID, "crin://")
+	if ctrID == p.Status.ContainerStatuses[0].ContainerID {
+		t.Errorf("container id %q: want the crin:// scheme", ctrID)
+	}
+
+	// The container's scope, in the pod's slice under kubepods (a pod with
+	// limits only is Guaranteed: kubepods-pod<uid>.slice).
+	slice := "kubepods-pod" + strings.ReplaceAll(uid, "-", "_") + ".slice"
+	scope := "/sys/fs/cgroup/kubepods.slice/" + slice + "/crin-" + ctrID + ".scope"
+	for file, want := range map[string]string{"memory.max": "67108864", "cpu.max": "50000 100000"} {
+		got, err := vm.Run("cat " + scope + "/" + file)
+		if err != nil || strings.TrimSpace(got) != want {
+			t.Errorf("%s/%s = %q (%v), want %q", scope, file, got, err, want)
+		}
+	}
+	if unit, err := vm.Run("systemctl show -p Slice --value crin-" + ctrID + ".scope"); err != nil || strings.TrimSpace(unit) != slice {
+		t.Errorf("systemd: scope crin-%s.scope in slice %q (%v), want %s", ctrID, unit, err, slice)
+	}
+
+	// Logs and exec through kubelet.
+	poll.Until(t, 2*time.Minute, "the container's log through kubelet", func() (bool, string) {
+		b, err := n.get("/containerLogs/default/" + podName + "/main")
+		return err == nil && strings.Contains(string(b), "hello from the node"), fmt.Sprintf("%q %v", b, err)
+	})
+	out, err := n.do(http.MethodPost, "/run/default/"+podName+"/main?cmd="+url.QueryEscape("cat /sys/fs/cgroup/memory.max"))
+	if err != nil || strings.TrimSpace(string(out)) != "67108864" {
+		t.Errorf("exec through kubelet: %q, %v; want the container's memory.max 67108864", out, err)
+	}
+
+	// The OOM kill, as kubelet reports it.
+	n.waitPod("oom", "the hog OOMKilled", func(p *kubePod) bool {
+		for _, cs := range p.Status.ContainerStatuses {
+			if cs.State.Terminated != nil {
+				return cs.State.Terminated.Reason == "OOMKilled" && cs.State.Terminated.ExitCode == 137
+			}
+		}
+		return false
+	})
+
+	// /stats/summary from crind's CRI stats, PSI included.
+	poll.Until(t, 3*time.Minute, "/stats/summary with the pod's PSI", func() (bool, string) {
+		b, err := n.get("/stats/summary")
+		if err != nil {
+			return false, err.Error()
+		}
+		var s struct {
+			Pods []struct {
+				PodRef struct {
+					Name string `json:"name"`
+				} `json:"podRef"`
+				Containers []struct {
+					Name string `json:"name"`
+					CPU  struct {
+						PSI *struct {
+							Some *struct{} `json:"some"`
+						} `json:"psi"`
+					} `json:"cpu"`
+					Memory struct {
+						WorkingSetBytes *uint64 `json:"workingSetBytes"`
+						PSI             *struct {
+							Full *struct{} `json:"full"`
+						} `json:"psi"`
+					} `json:"memory"`
+				} `json:"containers"`
+			} `json:"pods"`
+		}
+		if err := json.Unmarshal(b, &s); err != nil {
+			return false, err.Error()
+		}
+		for _, p := range s.Pods {
+			if p.PodRef.Name != podName {
+				continue
+			}
+			for _, c := range p.Containers {
+				if c.Name == "main" && c.CPU.PSI != nil && c.CPU.PSI.Some != nil && c.Memory.PSI != nil &&
+					c.Memory.WorkingSetBytes != nil && *c.Memory.WorkingSetBytes > 0 {
+					return true, ""
+				}
+			}
+		}
+		return false, harness.Tail(string(b), 3000)
+	})
+
+	// crind restarted by systemd, then killed: kubelet restarts nothing.
+	sleepPID := strings.TrimSpace(vm.MustRun("pgrep -x -f 'sleep 100000'"))
+	for _, how := range []string{"systemctl restart crind", "systemctl kill -s KILL crind"} {
+		before := c.MainPID(t)
+		vm.MustRun(how)
+		poll.Until(t, 3*time.Minute, "crind running again after "+how, func() (bool, string) {
+			pid := c.MainPID(t)
+			return pid != before && pid != "0", "MainPID " + pid
+		})
+		c.WaitServing(t)
+		// kubelet's next relist sees crind again; give it a few.
+		p := n.waitPod("limits", "Running after "+how, running)
+		if cs := p.Status.ContainerStatuses[0]; cs.RestartCount != 0 || !strings.HasSuffix(cs.ContainerID, ctrID) {
+			t.Errorf("after %s: restart count %d, container %s; want 0 and %s", how, cs.RestartCount, cs.ContainerID, ctrID)
+		}
+		if got := strings.TrimSpace(vm.MustRun("pgrep -x -f 'sleep 100000'")); got != sleepPID {
+			t.Errorf("after %s the container's process is %q, was %q", how, got, sleepPID)
+		}
+	}
+
+	// The pods go with their manifests, and their slices with them.
+	vm.MustRun("rm -f /etc/kubernetes/manifests/*")
+	poll.Until(t, 5*time.Minute, "every pod gone from crind", func() (bool, string) {
+		r, err := c.RS.ListPodSandbox(ctxT(t), &runtimeapi.ListPodSandboxRequest{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return len(r.Items) == 0, fmt.Sprintf("%d pods", len(r.Items))
+	})
+	poll.Until(t, 3*time.Minute, "the pod's slice removed", func() (bool, string) {
+		_, err := vm.Run("test -e /sys/fs/cgroup/kubepods.slice/" + slice)
+		return err != nil, "still there"
+	})
+}
