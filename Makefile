@@ -28,8 +28,9 @@ deps:
 
 # Every test: the linters, unit tests, then the integration tests (root, real runc, CNI,
 # a registry on 127.0.0.1) against the real crind, then a real kubelet on
-# crind (e2e).
-test: deps build lint unit integration integration-shimv2 e2e
+# crind (e2e), then the node lane: a Debian 13 systemd, cgroup v2 VM with
+# crind installed from its unit and kubelet on the systemd driver.
+test: deps build lint unit integration integration-shimv2 e2e node
 
 # Unit tests, then every Go benchmark once, so none rots unseen.
 unit:
@@ -69,12 +70,24 @@ e2e:
 # The node lane: a Debian 13 VM (systemd, cgroup v2) under qemu's software
 # emulation, with crind installed from contrib/systemd/crind.service. The
 # image is built once per recipe into ~/.cache/crin (docs/node-lane.md).
-# Not part of `test` yet. NODE_RUN picks the node tests (a -run pattern);
-# CRIN_NODE_INTEGRATION_RUN picks the integration tests run in the VM.
+# NODE_RUN picks the node tests (a -run pattern);
+# CRIN_NODE_INTEGRATION_RUN picks the integration tests run in the VM and
+# CRIN_NODE_INTEGRATION_HANDLERS their handlers (docs/node-lane.md).
+# kubelet (TestKubeletOnNode) is the e2e suite's cached build.
 NODE_RUN ?= .
 node:
 	./test/node/image.sh >/dev/null
+	./test/e2e/kubelet/build.sh
 	$(GO) test -tags node -count=1 -p 1 -timeout 60m -v -run '$(NODE_RUN)' ./test/node/...
+
+# Pod lifecycle latency in the VM: runc and crun, on the systemd and the
+# cgroupfs drivers (bench/README.md, "The node lane"). NODE_BENCH_N
+# lifecycles per target.
+NODE_BENCH_N ?= 20
+node-bench: build
+	./test/node/image.sh >/dev/null
+	CRIN_NODE_BENCH=$(NODE_BENCH_N) CRIN_NODE_BENCH_OUT=$(CURDIR)/bench/node-lifecycle.txt \
+		$(GO) test -tags node -count=1 -timeout 60m -v -run '^TestNodeLifecycleBench$$' ./test/node/
 
 # Fuzz every Go native fuzz target for FUZZTIME each (default 30s); their
 # seed corpora run in every `make unit`.
