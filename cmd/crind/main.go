@@ -121,11 +121,10 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, notifier s
 	if err != nil {
 		return fmt.Errorf("config: %w", err)
 	}
-	layout, err := cfg.CgroupLayout()
+	layout, err := cgroupLayout(ctx, cfg, log)
 	if err != nil {
-		return fmt.Errorf("config: %w", err)
+		return err
 	}
-	log.InfoContext(ctx, "cgroup driver", "driver", layout.Driver, "cgroup_parent", layout.Parent)
 	if err := makePrivateDirs(cfg.Root, cfg.State); err != nil {
 		return err
 	}
@@ -148,11 +147,7 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, notifier s
 	if err != nil {
 		return err
 	}
-	shim, err := config.FindBinary(cfg.CRI.ShimBinary, "crin-shim")
-	if err != nil {
-		return err
-	}
-	pause, err := config.FindBinary(cfg.CRI.PauseBinary, "crin-pause")
+	shim, pause, err := findShimAndPause(cfg)
 	if err != nil {
 		return err
 	}
@@ -179,12 +174,8 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, notifier s
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics := cri.NewMetrics(reg)
 	opts := serviceOptions(cfg, log)
-	opts.CgroupDriver, opts.CgroupParent = layout.Driver, layout.Parent
-	if layout.Driver == cgroup.Systemd {
-		units := cgroup.NewUnits()
-		defer units.Close()
-		opts.Units = units
-	}
+	units := setCgroupOptions(&opts, layout)
+	defer units.Close()
 	opts.Store, opts.Images, opts.Network, opts.Runtimes = st, images, network, runtimes
 	opts.PauseRoot, opts.PauseBinary, opts.BlockioClass, opts.Metrics = pauseRoot, pause, blockio, metrics
 	if streamLis != nil {
@@ -211,6 +202,17 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, notifier s
 		plugins = ad
 	}
 	return runServers(ctx, cfg, log, servers{svc: svc, metrics: metrics, reg: reg, plugins: plugins, streamLis: streamLis, runtimes: len(runtimes), notifier: notifier})
+}
+
+// findShimAndPause finds the crin-shim and crin-pause binaries.
+func findShimAndPause(cfg *config.Config) (shim, pause string, err error) {
+	if shim, err = config.FindBinary(cfg.CRI.ShimBinary, "crin-shim"); err != nil {
+		return "", "", err
+	}
+	if pause, err = config.FindBinary(cfg.CRI.PauseBinary, "crin-pause"); err != nil {
+		return "", "", err
+	}
+	return shim, pause, nil
 }
 
 // makePrivateDirs creates dirs (mode 0700) and makes an existing one 0700.
@@ -258,6 +260,29 @@ func listenStreams(addr string) (net.Listener, error) {
 		return nil, fmt.Errorf("streaming server: %w", err)
 	}
 	return lis, nil
+}
+
+// cgroupLayout is the cgroup driver and parent crind runs with
+// (config.CgroupLayout), logged.
+func cgroupLayout(ctx context.Context, cfg *config.Config, log *slog.Logger) (cgroup.Layout, error) {
+	layout, err := cfg.CgroupLayout()
+	if err != nil {
+		return layout, fmt.Errorf("config: %w", err)
+	}
+	log.InfoContext(ctx, "cgroup driver", "driver", layout.Driver, "cgroup_parent", layout.Parent)
+	return layout, nil
+}
+
+// setCgroupOptions sets the service's cgroup options from layout: with
+// the systemd driver, a connection to systemd (made at first use) that the
+// caller closes.
+func setCgroupOptions(opts *cri.Options, layout cgroup.Layout) *cgroup.Units {
+	opts.CgroupDriver, opts.CgroupParent = layout.Driver, layout.Parent
+	units := cgroup.NewUnits()
+	if layout.Driver == cgroup.Systemd {
+		opts.Units = units
+	}
+	return units
 }
 
 // serviceOptions maps the config onto the CRI service's options; serve

@@ -29,9 +29,11 @@ import (
 type Driver string
 
 const (
-	// Cgroupfs: cgroups are directories below a parent path.
+	// Cgroupfs is the driver whose cgroups are directories below a
+	// parent path.
 	Cgroupfs Driver = "cgroupfs"
-	// Systemd: a pod is a slice, each container a scope in it, made by
+	// Systemd is the driver where a pod is a slice, each container a
+	// scope in it, made by
 	// systemd; kubelet's default (kubeadm's too) on systemd nodes.
 	Systemd Driver = "systemd"
 )

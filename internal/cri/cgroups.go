@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
 	"github.com/crin-dev/crin/internal/cgroup"
 )
 
@@ -44,4 +46,17 @@ func (s *Service) removeUnitCgroup(ctx context.Context, p string) error {
 		return nil
 	}
 	return removeCgroupDir(ctx, dir)
+}
+
+// validateRunRequest is validateRunRequest (the checks that need no
+// state) and the pod's cgroup parent checked in this crind's driver's
+// form.
+func (s *Service) validateRunRequest(cfg *runtimeapi.PodSandboxConfig) error {
+	if err := validateRunRequest(cfg); err != nil {
+		return err
+	}
+	if p := cfg.GetLinux().GetCgroupParent(); p != "" {
+		return s.layout().CheckParent("config.linux.cgroup_parent", p)
+	}
+	return nil
 }

@@ -28,13 +28,8 @@ import (
 // it visible. Any failure (a plugin's included) undoes every step.
 func (s *Service) RunPodSandbox(ctx context.Context, r *runtimeapi.RunPodSandboxRequest) (_ *runtimeapi.RunPodSandboxResponse, retErr error) {
 	cfg := r.GetConfig()
-	if err := validateRunRequest(cfg); err != nil {
+	if err := s.validateRunRequest(cfg); err != nil {
 		return nil, err
-	}
-	if p := cfg.GetLinux().GetCgroupParent(); p != "" {
-		if err := s.layout().CheckParent("config.linux.cgroup_parent", p); err != nil {
-			return nil, err
-		}
 	}
 	handler, rt, err := s.runtimeFor(r.GetRuntimeHandler())
 	if err != nil {
