@@ -376,12 +376,19 @@ func ready(st *runtimeapi.StatusResponse) bool {
 	if st.GetStatus() == nil {
 		return false
 	}
+	// RuntimeReady and NetworkReady are what kubelet needs; a handler
+	// this host cannot run (crun on a hybrid cgroup host) adds a false
+	// RuntimeHandlerReady/NAME that says nothing of the node.
+	n := 0
 	for _, c := range st.Status.Conditions {
-		if !c.Status {
-			return false
+		if c.Type == runtimeapi.RuntimeReady || c.Type == runtimeapi.NetworkReady {
+			if !c.Status {
+				return false
+			}
+			n++
 		}
 	}
-	return len(st.Status.Conditions) > 0
+	return n == 2
 }
 
 // procsNaming lists the pids whose command line contains s.

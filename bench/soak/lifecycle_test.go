@@ -18,11 +18,13 @@ import (
 	"github.com/crin-dev/crin/test/harness"
 )
 
-// Every container runs this: sh as PID 1 of its own PID namespace, which
+// script is what every container runs: sh as PID 1 of its own PID namespace, which
 // exits with the code given when it gets SIGTERM (a StopContainer) or
 // SIGUSR1 (sent from an exec: the container exits by itself).
+// The exit on SIGUSR1 waits half a second, so that the exec that sent it
+// ends first (it would die with the container's PID namespace).
 func script(code int32) string {
-	return fmt.Sprintf(`trap "exit %d" TERM USR1; sleep 100000 & wait`, code)
+	return fmt.Sprintf(`trap "exit %d" TERM; trap "sleep 0.5; exit %d" USR1; sleep 100000 & wait`, code, code)
 }
 
 func namespaces() *runtimeapi.NamespaceOption {
@@ -39,8 +41,10 @@ func (e *env) podConfig(name string) *runtimeapi.PodSandboxConfig {
 		Hostname:     name,
 		LogDirectory: filepath.Join(e.base, "logs", uid),
 		Labels:       map[string]string{"soak": name},
+		// No cgroup parent of the pod's own: crind puts it below its
+		// cri.cgroup_parent, so every cgroup left there is crind's leak
+		// (kubelet makes and removes the pod-level cgroup it passes).
 		Linux: &runtimeapi.LinuxPodSandboxConfig{
-			CgroupParent:    e.cgroup + "/pod" + uid,
 			SecurityContext: &runtimeapi.LinuxSandboxSecurityContext{NamespaceOptions: namespaces()},
 		},
 	}
@@ -432,7 +436,6 @@ func (s *soak) replaceLong(lp *longPod) {
 		if err == nil {
 			pcfg := s.e.podConfig(fmt.Sprintf("long-%d", lp.idx))
 			pcfg.Metadata = ps.Status.Metadata
-			pcfg.Linux.CgroupParent = ""
 			ctr, err = s.runContainer(lp.pod, pcfg, "long", lp.code)
 		}
 	}
