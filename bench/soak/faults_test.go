@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/crin-dev/crin/internal/image/imagetest"
@@ -267,6 +269,32 @@ func (s *soak) faultDisk() error {
 		}
 	}
 	fmt.Printf("soak: fault disk: root's filesystem full (%d MiB written), for 10s\n", n>>20)
-	time.Sleep(10 * time.Second)
+	t0 := time.Now()
+	// A pull must store blobs and unpack: it fails, ResourceExhausted
+	// (docs/recovery.md, "Registry faults"), and leaves nothing behind.
+	spec := &runtimeapi.ImageSpec{Image: s.e.spare}
+	ctx, cancel := ctxFor(2 * time.Minute)
+	defer cancel()
+	if _, err := s.e.is.RemoveImage(ctx, &runtimeapi.RemoveImageRequest{Image: spec}); err != nil {
+		return fmt.Errorf("RemoveImage on a full disk: %w", err)
+	}
+	_, perr := s.e.is.PullImage(ctx, &runtimeapi.PullImageRequest{Image: spec})
+	switch {
+	case perr == nil:
+		// A blob store with room left elsewhere would allow it: say so.
+		fmt.Println("soak: fault disk: a pull on the full disk succeeded")
+	case status.Code(perr) != codes.ResourceExhausted:
+		s.problem("fault disk: pull on a full disk: %v, want ResourceExhausted", perr)
+	}
+	time.Sleep(max(0, 10*time.Second-time.Since(t0)))
+	if err := os.Remove(path); err != nil {
+		return err
+	}
+	if _, err := s.e.is.PullImage(ctx, &runtimeapi.PullImageRequest{Image: spec}); err != nil {
+		return fmt.Errorf("pull once the disk has room again: %w", err)
+	}
+	if _, err := s.e.is.RemoveImage(ctx, &runtimeapi.RemoveImageRequest{Image: spec}); err != nil {
+		return fmt.Errorf("RemoveImage once the disk has room again: %w", err)
+	}
 	return nil
 }

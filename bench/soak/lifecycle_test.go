@@ -558,8 +558,8 @@ func (s *soak) checkNoLeaks() {
 			return nil
 		})
 	}
-	for _, l := range e.layerDirs() {
-		t.Errorf("leaked layer: %s", l)
+	for _, l := range append(e.layerDirs(), e.imageLeftovers()...) {
+		t.Errorf("leaked layer, blob or rootfs dir: %s", l)
 	}
 	var files []string
 	for _, d := range []string{e.root, e.state} {

@@ -176,11 +176,19 @@ func isMountPoint(p string) bool {
 	return st.Dev != parent.Dev
 }
 
-// layerDirs are the unpacked layers in crind's root.
+// layerDirs are the unpacked layers in crind's root (internal/image:
+// <root>/image/l/<dir>).
 func (e *env) layerDirs() []string {
+	m, _ := filepath.Glob(filepath.Join(e.root, "image", "l", "*"))
+	return m
+}
+
+// imageLeftovers are what the image store keeps besides layers: blobs,
+// partial downloads, container rootfs dirs.
+func (e *env) imageLeftovers() []string {
 	var out []string
-	for _, pat := range []string{"layers/*", "image/layers/*", "images/layers/*"} {
-		m, _ := filepath.Glob(filepath.Join(e.root, pat))
+	for _, pat := range []string{"blobs/sha256/*", "blobs/tmp/*", "containers/*", "l/.tmp-*"} {
+		m, _ := filepath.Glob(filepath.Join(e.root, "image", pat))
 		out = append(out, m...)
 	}
 	return out
