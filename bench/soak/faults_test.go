@@ -256,6 +256,11 @@ func (s *soak) faultDisk() error {
 	}
 	defer os.Remove(path)
 	defer f.Close()
+	// The space comes back only once the file is closed and removed.
+	free := func() error {
+		f.Close()
+		return os.Remove(path)
+	}
 	buf := make([]byte, 1<<20)
 	var n int64
 	for {
@@ -287,7 +292,7 @@ func (s *soak) faultDisk() error {
 		s.problem("fault disk: pull on a full disk: %v, want ResourceExhausted", perr)
 	}
 	time.Sleep(max(0, 10*time.Second-time.Since(t0)))
-	if err := os.Remove(path); err != nil {
+	if err := free(); err != nil {
 		return err
 	}
 	if _, err := s.e.is.PullImage(ctx, &runtimeapi.PullImageRequest{Image: spec}); err != nil {

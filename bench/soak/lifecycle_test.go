@@ -22,10 +22,15 @@ import (
 // exits with the code given when it gets SIGTERM (a StopContainer) or
 // SIGUSR1 (sent from an exec: the container exits by itself).
 // The exit on SIGUSR1 waits half a second, so that the exec that sent it
-// ends first (it would die with the container's PID namespace).
+// ends first (it would die with the container's PID namespace). PID 1
+// ignores a signal it has no handler for: /tmp/ready says the traps are
+// set, and the probe waits for it, as a readiness probe would.
 func script(code int32) string {
-	return fmt.Sprintf(`trap "exit %d" TERM; trap "sleep 0.5; exit %d" USR1; sleep 100000 & wait`, code, code)
+	return fmt.Sprintf(`trap "exit %d" TERM; trap "sleep 0.5; exit %d" USR1; touch /tmp/ready; sleep 100000 & wait`, code, code)
 }
+
+// notReady is the probe's exit code while /tmp/ready is missing.
+const notReady = 99
 
 func namespaces() *runtimeapi.NamespaceOption {
 	// What kubelet sends for a pod that shares nothing with the host and
@@ -92,14 +97,24 @@ func (s *soak) probe(call, ctr, extra string) error {
 	code := int32(s.randN(4))
 	token := harness.RandHex(4)
 	var resp *runtimeapi.ExecSyncResponse
-	err := s.timed(call, func(ctx context.Context) error {
-		var err error
-		resp, err = s.e.rs.ExecSync(ctx, &runtimeapi.ExecSyncRequest{ContainerId: ctr, Timeout: 20,
-			Cmd: []string{"sh", "-c", fmt.Sprintf("echo %s;%s exit %d", token, extra, code)}})
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("ExecSync: %w", err)
+	for tries := 0; ; tries++ {
+		err := s.timed(call, func(ctx context.Context) error {
+			var err error
+			resp, err = s.e.rs.ExecSync(ctx, &runtimeapi.ExecSyncRequest{ContainerId: ctr, Timeout: 20,
+				Cmd: []string{"sh", "-c", fmt.Sprintf("[ -e /tmp/ready ] || exit %d; echo %s;%s exit %d", notReady, token, extra, code)}})
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("ExecSync: %w", err)
+		}
+		if resp.ExitCode != notReady {
+			break
+		}
+		if tries == 200 {
+			s.problem("container %s: its traps not set 10s after it started", short(ctr))
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 	if resp.ExitCode != code || string(resp.Stdout) != token+"\n" {
 		s.problem("ExecSync in %s: exit %d stdout %q, want exit %d stdout %q (stderr %q)",
