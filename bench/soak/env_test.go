@@ -190,9 +190,13 @@ func (e *env) writeConfig(o envOptions) {
 		if err := os.MkdirAll(filepath.Join(e.base, "plugins.d"), 0o700); err != nil {
 			t.Fatal(err)
 		}
-		// A symlink keeps the plugin's comm its own name (nrinop), which
-		// the NRI fault looks for.
-		if err := os.Symlink(o.nriPlugin, filepath.Join(plugins, "10-soak")); err != nil {
+		// A copy, not a symlink: crind launches regular files only. Its
+		// comm is then 10-soak, which the NRI fault looks for.
+		b, err := os.ReadFile(o.nriPlugin)
+		if err == nil {
+			err = os.WriteFile(filepath.Join(plugins, "10-soak"), b, 0o755)
+		}
+		if err != nil {
 			t.Fatal(err)
 		}
 		nri = fmt.Sprintf("enable = true\ndisable_connections = true\nplugin_path = %q\nplugin_config_path = %q\nsocket_path = %q",

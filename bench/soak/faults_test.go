@@ -100,6 +100,7 @@ func (s *soak) injectFaults(ctx context.Context, kinds map[string]bool) {
 		case <-time.After(wait):
 		}
 		k := ks[s.randN(len(ks))]
+		fmt.Printf("soak: %s fault %s (after %.1fs)\n", time.Now().UTC().Format("15:04:05"), k, wait.Seconds())
 		var err error
 		switch k {
 		case "crind":
@@ -192,7 +193,7 @@ func (s *soak) faultRunc(ctx context.Context) error {
 func (s *soak) faultNRI() error {
 	pids := procsComm("10-soak", s.e.base)
 	if len(pids) == 0 {
-		return nil // between a kill and the relaunch
+		return errors.New("no NRI plugin process (comm 10-soak) found")
 	}
 	i := s.beginFault("nri")
 	defer s.endFault(i)
