@@ -292,13 +292,15 @@ func (s *soak) watchdog() {
 	}
 }
 
-// checkFlat compares crind's figures after warm-up with the last ones.
+// checkFlat compares crind's figures after warm-up with the last ones
+// taken while the churn ran (the same number of lifecycles in flight; the
+// very last sample, taken once they ended, has fewer).
 func (s *soak) checkFlat(samples []sample) {
-	if len(samples) < *warmupFlag+2 {
+	if len(samples) < *warmupFlag+3 {
 		fmt.Printf("soak: too few windows (%d) to judge flatness after %d of warm-up\n", len(samples), *warmupFlag)
 		return
 	}
-	ref, last := samples[*warmupFlag], samples[len(samples)-1]
+	ref, last := samples[*warmupFlag], samples[len(samples)-2]
 	for _, f := range []struct {
 		name      string
 		ref, last float64
