@@ -42,7 +42,6 @@ type soak struct {
 	e   *env
 	lat latencies
 	rng *rand.Rand
-	gen atomic.Int64 // names
 
 	done   atomic.Int64 // lifecycles finished, whatever their outcome
 	failed atomic.Int64 // lifecycles that met an error
