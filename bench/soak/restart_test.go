@@ -347,8 +347,8 @@ func TestRestartScale(t *testing.T) {
 				continue
 			}
 			results[p.name] = append(results[p.name], rt)
-			fmt.Printf("restart: %s round %d: socket %.2fs, Status ready %.2fs, ListContainers right %.2fs, all answered %.2fs; %d running containers kept their process\n",
-				p.name, round+1, rt.socket.Seconds(), rt.status.Seconds(), rt.list.Seconds(), rt.all().Seconds(), len(p.running))
+			fmt.Printf("restart: %s round %d: socket %.2fs, Status ready %.2fs, ListContainers right %.2fs, all answered %.2fs; %d running containers kept their process, %d exited ones their code\n",
+				p.name, round+1, rt.socket.Seconds(), rt.status.Seconds(), rt.list.Seconds(), rt.all().Seconds(), len(p.running), *rsExited)
 		}
 	}
 	fmt.Println("restart: median over rounds (s): daemon, socket, Status, ListContainers, both right")
@@ -558,6 +558,18 @@ func restartOnce(p *peer, running, exited int) (restartTimes, error) {
 		now := procID{pid: pid, start: procStart(pid)}
 		if err != nil || now != was {
 			bad = append(bad, fmt.Sprintf("%s: was pid %d (start %s), now %d (start %s) %v", short(id), was.pid, was.start, now.pid, now.start, err))
+		}
+	}
+	// The exited ones kept their exit code across the restart.
+	all, err := p.rs.ListContainers(ctx, &runtimeapi.ListContainersRequest{Filter: &runtimeapi.ContainerFilter{
+		State: &runtimeapi.ContainerStateValue{State: runtimeapi.ContainerState_CONTAINER_EXITED}}})
+	if err != nil {
+		return rt, fmt.Errorf("ListContainers after the restart: %w", err)
+	}
+	for _, c := range all.Containers {
+		st, err := p.rs.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: c.Id})
+		if err != nil || st.Status.ExitCode != 3 {
+			bad = append(bad, fmt.Sprintf("exited %s: %v %v, want exit 3", short(c.Id), st.GetStatus().GetExitCode(), err))
 		}
 	}
 	slices.Sort(bad)
