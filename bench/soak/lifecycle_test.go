@@ -12,6 +12,8 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/crin-dev/crin/test/harness"
@@ -165,7 +167,7 @@ func (s *soak) lifecycle(n int) {
 		step = "wait for exit"
 	}
 	if err == nil && !selfExit {
-		err = s.timed("StopContainer", func(ctx context.Context) error {
+		err = s.retrying("StopContainer", func(ctx context.Context) error {
 			_, err := s.e.rs.StopContainer(ctx, &runtimeapi.StopContainerRequest{ContainerId: ctr, Timeout: 10})
 			return err
 		})
@@ -173,21 +175,21 @@ func (s *soak) lifecycle(n int) {
 	}
 	if err == nil {
 		s.checkExit(ctr, pod, code, t0)
-		err = s.timed("RemoveContainer", func(ctx context.Context) error {
+		err = s.retrying("RemoveContainer", func(ctx context.Context) error {
 			_, err := s.e.rs.RemoveContainer(ctx, &runtimeapi.RemoveContainerRequest{ContainerId: ctr})
 			return err
 		})
 		step = "RemoveContainer"
 	}
 	if err == nil {
-		err = s.timed("StopPodSandbox", func(ctx context.Context) error {
+		err = s.retrying("StopPodSandbox", func(ctx context.Context) error {
 			_, err := s.e.rs.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: pod})
 			return err
 		})
 		step = "StopPodSandbox"
 	}
 	if err == nil {
-		err = s.timed("RemovePodSandbox", func(ctx context.Context) error {
+		err = s.retrying("RemovePodSandbox", func(ctx context.Context) error {
 			_, err := s.e.rs.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: pod})
 			return err
 		})
@@ -199,6 +201,24 @@ func (s *soak) lifecycle(n int) {
 		s.cleanupPod(name)
 	}
 	_ = os.RemoveAll(pcfg.LogDirectory)
+}
+
+// retrying is timed for a call that is safe to repeat (stop, remove,
+// status): while crind is down (Unavailable) it is tried again, as kubelet
+// would, for up to 3 minutes; so a container that exits while crind is
+// down still has its exit code checked.
+func (s *soak) retrying(call string, f func(ctx context.Context) error) error {
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		err := s.timed(call, f)
+		if status.Code(err) != codes.Unavailable || time.Now().After(deadline) {
+			return err
+		}
+		s.mu.Lock()
+		s.retried[call]++
+		s.mu.Unlock()
+		time.Sleep(200 * time.Millisecond)
+	}
 }
 
 // checkPod is check, also excusing errors in a pod whose shim a fault
@@ -219,9 +239,12 @@ func (s *soak) checkPod(t0 time.Time, pod, what string, err error) {
 func (s *soak) waitExited(ctr string, d time.Duration) error {
 	deadline := time.Now().Add(d)
 	for {
-		ctx, cancel := ctxFor(10 * time.Second)
-		st, err := s.e.rs.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: ctr})
-		cancel()
+		var st *runtimeapi.ContainerStatusResponse
+		err := s.retrying("ContainerStatus", func(ctx context.Context) error {
+			var err error
+			st, err = s.e.rs.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: ctr})
+			return err
+		})
 		if err != nil {
 			return fmt.Errorf("ContainerStatus: %w", err)
 		}
@@ -239,9 +262,12 @@ func (s *soak) waitExited(ctr string, d time.Duration) error {
 // or 255 and ShimDied when a fault killed its pod's shim
 // (docs/recovery.md, "Shim death").
 func (s *soak) checkExit(ctr, pod string, code int32, t0 time.Time) {
-	ctx, cancel := ctxFor(30 * time.Second)
-	defer cancel()
-	st, err := s.e.rs.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: ctr})
+	var st *runtimeapi.ContainerStatusResponse
+	err := s.retrying("ContainerStatus", func(ctx context.Context) error {
+		var err error
+		st, err = s.e.rs.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: ctr})
+		return err
+	})
 	if err != nil {
 		s.check(t0, "ContainerStatus after exit", err)
 		return

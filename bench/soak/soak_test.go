@@ -53,7 +53,8 @@ type soak struct {
 	problems  []string       // what the run found wrong
 	shimKills map[string]bool
 	long      []*longPod
-	codes     map[int32]int // exit codes seen and checked true
+	codes     map[int32]int  // exit codes seen and checked true
+	retried   map[string]int // calls tried again while crind was down
 }
 
 // longPod is one of the N pods kept running.
@@ -128,7 +129,7 @@ func TestSoak(t *testing.T) {
 	}
 	e := newEnv(t, o)
 	s := &soak{t: t, e: e, rng: rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 23)),
-		counts: map[string]int{}, excused: map[string]int{}, shimKills: map[string]bool{}, codes: map[int32]int{}}
+		counts: map[string]int{}, excused: map[string]int{}, shimKills: map[string]bool{}, codes: map[int32]int{}, retried: map[string]int{}}
 	fmt.Printf("soak: N=%d pods, L=%d lifecycles, %d at once, K=%d, probe every %s, faults %q every ~%s, %d cores, load %s, dir %s\n",
 		*podsFlag, *lifecyclesFlag, *workersFlag, *windowFlag, *probeFlag, *faultsFlag, *faultEvery,
 		numCPU(), loadavg(), e.base)
@@ -346,6 +347,12 @@ func (s *soak) report() {
 	}
 	slices.Sort(codes)
 	fmt.Printf("soak: exit codes checked true (code:count): %s\n", strings.Join(codes, " "))
+	var retried []string
+	for c, n := range s.retried {
+		retried = append(retried, fmt.Sprintf("%s=%d", c, n))
+	}
+	slices.Sort(retried)
+	fmt.Printf("soak: calls retried while crind was down: %s\n", strings.Join(retried, " "))
 	for _, lp := range s.long {
 		if lp.replaced > 0 {
 			fmt.Printf("soak: long pod %d: %d containers replaced after their shim was killed\n", lp.idx, lp.replaced)
