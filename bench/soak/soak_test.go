@@ -94,9 +94,14 @@ func (s *soak) check(t0 time.Time, what string, err error) {
 		return
 	}
 	if s.faultOverlaps(t0, time.Now()) {
+		key := excuseKey(what) + ":" + status.Code(err).String()
 		s.mu.Lock()
-		s.excused[excuseKey(what)+":"+status.Code(err).String()]++
+		s.excused[key]++
+		first := s.excused[key] == 1
 		s.mu.Unlock()
+		if first {
+			fmt.Printf("soak: first excused %s: %v\n", key, err)
+		}
 		return
 	}
 	s.problem("%s: %v", what, err)
