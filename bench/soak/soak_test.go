@@ -214,7 +214,45 @@ loop:
 	s.checkTruth("end of churn")
 	s.checkFlat(samples)
 	s.teardown()
+	s.checkLog()
 	s.report()
+}
+
+// checkLog reads crind's log (level warn and up): a panic or a fatal
+// error is a problem; the kinds of ERROR lines are printed with counts.
+func (s *soak) checkLog() {
+	raw, err := os.ReadFile(s.e.logFile.Name())
+	if err != nil {
+		s.problem("read crind's log: %v", err)
+		return
+	}
+	kinds := map[string]int{}
+	for _, line := range strings.Split(string(raw), "\n") {
+		if strings.HasPrefix(line, "panic:") || strings.HasPrefix(line, "fatal error:") {
+			s.problem("crind's log: %s", line)
+		}
+		if !strings.Contains(line, "level=ERROR") {
+			continue
+		}
+		msg := line
+		if _, rest, ok := strings.Cut(line, "msg="); ok {
+			msg = rest
+			if strings.HasPrefix(msg, `"`) {
+				if i := strings.Index(msg[1:], `"`); i >= 0 {
+					msg = msg[:i+2]
+				}
+			} else if i := strings.IndexByte(msg, ' '); i >= 0 {
+				msg = msg[:i]
+			}
+		}
+		kinds[msg]++
+	}
+	var out []string
+	for k, n := range kinds {
+		out = append(out, fmt.Sprintf("%s x%d", k, n))
+	}
+	slices.Sort(out)
+	fmt.Printf("soak: crind logged %d kinds of ERROR: %s\n", len(out), strings.Join(out, "; "))
 }
 
 func numCPU() int {
