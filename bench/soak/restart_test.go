@@ -273,12 +273,29 @@ disabled_plugins = ["io.containerd.nri.v1.nri"]
 			_ = p.start()
 			_ = waitSocket(sock, time.Minute)
 		}
-		harness.RemoveAllPods(t, p.rs)
+		removeAllPods(t, p.rs)
 		p.stop()
 		p.conn.Close()
 		for _, pid := range procsNaming(base) {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
+		// Containers of pods containerd did not remove outlive their
+		// shims: kill what is left in its pods' cgroups.
+		for _, b := range e.cgroupBases() {
+			_ = filepath.WalkDir(filepath.Join(b, "ctd"), func(p string, d os.DirEntry, err error) error {
+				if err == nil && d.Name() == "cgroup.procs" {
+					raw, _ := os.ReadFile(p)
+					for _, f := range strings.Fields(string(raw)) {
+						var pid int
+						if _, err := fmt.Sscanf(f, "%d", &pid); err == nil && pid > 1 {
+							_ = syscall.Kill(pid, syscall.SIGKILL)
+						}
+					}
+				}
+				return nil
+			})
+		}
+		time.Sleep(time.Second)
 		// containerd's pod cgroups are ours to remove (kubelet's, on a node).
 		for _, b := range e.cgroupBases() {
 			var dirs []string
@@ -318,7 +335,7 @@ func TestRestartScale(t *testing.T) {
 					_ = p.start()
 					_ = waitSocket(p.socket, time.Minute)
 				}
-				harness.RemoveAllPods(t, p.rs)
+				removeAllPods(t, p.rs)
 				p.stop()
 				p.conn.Close()
 			})
@@ -369,6 +386,29 @@ func TestRestartScale(t *testing.T) {
 			med(func(r restartTimes) time.Duration { return r.status }),
 			med(func(r restartTimes) time.Duration { return r.list }),
 			med(restartTimes.all))
+	}
+}
+
+// removeAllPods stops and removes every pod, each with its own timeout
+// (harness.RemoveAllPods shares one minute among all, too little for 110
+// pods of 10 containers on a busy machine).
+func removeAllPods(t *testing.T, rs runtimeapi.RuntimeServiceClient) {
+	ctx, cancel := ctxFor(time.Minute)
+	pods, err := rs.ListPodSandbox(ctx, &runtimeapi.ListPodSandboxRequest{})
+	cancel()
+	if err != nil {
+		t.Errorf("clean-up: list pods: %v", err)
+		return
+	}
+	for _, p := range pods.Items {
+		ctx, cancel := ctxFor(2 * time.Minute)
+		if _, err := rs.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: p.Id}); err != nil {
+			t.Errorf("clean-up: stop pod %s: %v", p.Id, err)
+		}
+		if _, err := rs.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: p.Id}); err != nil {
+			t.Errorf("clean-up: remove pod %s: %v", p.Id, err)
+		}
+		cancel()
 	}
 }
 
