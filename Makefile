@@ -3,7 +3,7 @@ GO ?= go
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 
-.PHONY: build test unit integration integration-loaded integration-shimv2 e2e e2e-loaded node node-bench lint run bench clean deps fuzz
+.PHONY: build test unit integration integration-loaded integration-shimv2 e2e e2e-loaded node node-bench lint run bench clean deps fuzz soak restart-bench
 
 # crind: pure Go (no libc mapped) and without grpc's x/net/trace (which
 # links text/template, whose reflection keeps every exported method in the
@@ -101,6 +101,7 @@ lint:
 	$(GO) vet -tags integration ./...
 	$(GO) vet -tags e2e ./...
 	$(GO) vet -tags node ./...
+	$(GO) vet -tags soak ./bench/soak/
 	./scripts/golangci-lint.sh
 
 run:
@@ -108,6 +109,20 @@ run:
 
 bench: build
 	./bench/lifecycle.sh
+
+# The soak and churn harness (bench/soak, build tag soak; not part of
+# `make test`): N long-running pods, L lifecycles beside them, faults
+# injected, figures every K lifecycles. SOAK_ARGS passes its flags, e.g.
+# SOAK_ARGS="-pods 10 -lifecycles 300 -window 50" (see bench/README.md).
+SOAK_ARGS ?=
+soak: build
+	$(GO) test -tags soak -count=1 -v -timeout 24h -run '^TestSoak$$' ./bench/soak/ -args $(SOAK_ARGS)
+
+# Restart at node scale, crind and containerd (bench/soak, TestRestartScale).
+RESTART_ARGS ?=
+restart-bench: build
+	CRIN_CONTAINERD_VERSION=v2.4.2 ./bench/containerd.sh
+	$(GO) test -tags soak -count=1 -v -timeout 3h -run '^TestRestartScale$$' ./bench/soak/ -args $(RESTART_ARGS)
 
 clean:
 	rm -rf bin

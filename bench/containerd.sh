@@ -7,13 +7,14 @@
 # (under a minute on 2 cores with a warm Go build cache; a few minutes from
 # an empty one, plus the module downloads).
 #
-#   CRIN_CONTAINERD   where the binaries go (default ~/.cache/crin/containerd-v2.3.4)
+#   CRIN_CONTAINERD   where the binaries go (default ~/.cache/crin/containerd-VERSION)
+#   CRIN_CONTAINERD_VERSION  the version to build (default v2.3.4)
 #
 # Changing the version means changing the default path too, so an old build
 # is never reused.
 set -eu
 
-version=v2.3.4
+version=${CRIN_CONTAINERD_VERSION:-v2.3.4}
 out=${CRIN_CONTAINERD:-${XDG_CACHE_HOME:-$HOME/.cache}/crin/containerd-$version}
 export PATH=$PATH:/usr/local/go/bin
 
