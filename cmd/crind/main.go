@@ -151,7 +151,9 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, notifier s
 	if err != nil {
 		return err
 	}
-	runtimes, closeRuntimes, err := buildRuntimes(ctx, cfg, layout.Driver, shim, log)
+	units := cgroup.NewUnits() // dials systemd at its first use
+	defer units.Close()
+	runtimes, closeRuntimes, err := buildRuntimes(ctx, cfg, layout.Driver, units, shim, log)
 	if err != nil {
 		return err
 	}
@@ -174,8 +176,7 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, notifier s
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	metrics := cri.NewMetrics(reg)
 	opts := serviceOptions(cfg, log)
-	units := setCgroupOptions(&opts, layout)
-	defer units.Close()
+	setCgroupOptions(&opts, layout, units)
 	opts.Store, opts.Images, opts.Network, opts.Runtimes = st, images, network, runtimes
 	opts.PauseRoot, opts.PauseBinary, opts.BlockioClass, opts.Metrics = pauseRoot, pause, blockio, metrics
 	if streamLis != nil {
@@ -274,15 +275,12 @@ func cgroupLayout(ctx context.Context, cfg *config.Config, log *slog.Logger) (cg
 }
 
 // setCgroupOptions sets the service's cgroup options from layout: with
-// the systemd driver, a connection to systemd (made at first use) that the
-// caller closes.
-func setCgroupOptions(opts *cri.Options, layout cgroup.Layout) *cgroup.Units {
+// the systemd driver, units to stop pod slices with.
+func setCgroupOptions(opts *cri.Options, layout cgroup.Layout, units *cgroup.Units) {
 	opts.CgroupDriver, opts.CgroupParent = layout.Driver, layout.Parent
-	units := cgroup.NewUnits()
 	if layout.Driver == cgroup.Systemd {
 		opts.Units = units
 	}
-	return units
 }
 
 // serviceOptions maps the config onto the CRI service's options; serve

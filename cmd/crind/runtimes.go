@@ -22,7 +22,7 @@ import (
 // unless it is the default. The returned func closes the backends that
 // hold resources (shimv2: connections to shims, shim log readers; oci:
 // its background cgroup attach priming).
-func buildRuntimes(ctx context.Context, cfg *config.Config, driver cgroup.Driver, shimBin string, log *slog.Logger) (map[string]runtime.Runtime, func(), error) {
+func buildRuntimes(ctx context.Context, cfg *config.Config, driver cgroup.Driver, units *cgroup.Units, shimBin string, log *slog.Logger) (map[string]runtime.Runtime, func(), error) {
 	runtimes := map[string]runtime.Runtime{}
 	var closers []func() error
 	closeAll := func() {
@@ -76,6 +76,7 @@ func buildRuntimes(ctx context.Context, cfg *config.Config, driver cgroup.Driver
 					// in the driver's form (scopes in the pod's
 					// slice with systemd).
 					SystemdCgroup: driver == cgroup.Systemd,
+					PlaceShim:     shimPlacer(driver, units),
 					StateDir:      filepath.Join(cfg.State, "c"),
 					Logger:        rlog,
 				})
@@ -114,4 +115,18 @@ func shimv2Options(opts map[string]string, driver cgroup.Driver) map[string]stri
 	}
 	out["systemd_cgroup"] = "true"
 	return out
+}
+
+// shimPlacer moves each crin-shim, with the systemd driver, into a scope
+// of its own in system.slice (crin-shim-<pod or container>.scope), out of
+// crind.service: "systemctl kill crind" signals every process in the
+// unit's cgroup, and its shims must outlive crind as its containers do
+// (docs/cgroups.md). With cgroupfs shims stay where crind is.
+func shimPlacer(driver cgroup.Driver, units *cgroup.Units) func(context.Context, string, int) error {
+	if driver != cgroup.Systemd {
+		return nil
+	}
+	return func(ctx context.Context, name string, pid int) error {
+		return units.StartScope(ctx, "crin-shim-"+name+".scope", "system.slice", pid)
+	}
 }

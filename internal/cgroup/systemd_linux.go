@@ -103,3 +103,35 @@ func isNoSuchUnit(err error) bool {
 	var dp *dbus.Error
 	return errors.As(err, &dp) && dp.Name == "org.freedesktop.systemd1.NoSuchUnit"
 }
+
+// StartScope makes the transient scope unit name in slice and moves pid
+// into it, and waits for the job: how a process crind started leaves
+// crind's own cgroup for one systemd knows (the scope goes when its
+// processes are gone).
+func (s *Units) StartScope(ctx context.Context, name, slice string, pid int) error {
+	ctx, cancel := context.WithTimeout(ctx, stopTimeout)
+	defer cancel()
+	conn, err := s.dial(ctx)
+	if err != nil {
+		return fmt.Errorf("start scope %s: connect to systemd: %w", name, err)
+	}
+	props := []sddbus.Property{
+		sddbus.PropDescription("crin " + name),
+		sddbus.PropSlice(slice),
+		sddbus.PropPids(uint32(pid)),
+	}
+	done := make(chan string, 1)
+	if _, err := conn.StartTransientUnitContext(ctx, name, "fail", props, done); err != nil {
+		s.drop(conn)
+		return fmt.Errorf("start scope %s: %w", name, err)
+	}
+	select {
+	case res := <-done:
+		if res != "done" {
+			return fmt.Errorf("start scope %s: job %s", name, res)
+		}
+	case <-ctx.Done():
+		return fmt.Errorf("start scope %s: %w", name, ctx.Err())
+	}
+	return nil
+}

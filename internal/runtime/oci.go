@@ -47,6 +47,13 @@ type OCIConfig struct {
 	// SystemdCgroup runs the CLI with --systemd-cgroup (the systemd cgroup
 	// driver: specs' cgroupsPath in slice:prefix:name form).
 	SystemdCgroup bool
+	// PlaceShim, when set, moves a just started shim (pid; name is its
+	// dir's, e.g. pod-<id>) out of crind's cgroup: with the systemd
+	// driver, into a scope of its own, so that a "systemctl kill" of
+	// crind's unit, which signals every process in its cgroup, spares
+	// the shims and so the containers. A failure is logged; the shim
+	// runs on where it is.
+	PlaceShim func(ctx context.Context, name string, pid int) error
 	ShimBinary    string // path to crin-shim
 	StateDir      string // bundles and shim sockets live in StateDir/<id>
 	// OOMScoreAdj is the oom_score_adj crind runs with; the shim sets its

@@ -258,6 +258,14 @@ func (o *OCI) launchShim(ctx context.Context, shimDir string) (int, error) {
 		return 0, fmt.Errorf("start shim: %w", err)
 	}
 	reapChild(cmd.Process)
+	if o.cfg.PlaceShim != nil {
+		// Out of crind's own cgroup before it runs anything: a kill of
+		// every process of crind's unit must not reach the shims.
+		name := strings.TrimPrefix(filepath.Base(shimDir), ".")
+		if err := o.cfg.PlaceShim(ctx, name, cmd.Process.Pid); err != nil {
+			o.log.WarnContext(ctx, "shim left in crind's cgroup", "shim", name, "pid", cmd.Process.Pid, "error", err)
+		}
+	}
 
 	_ = r.SetReadDeadline(time.Now().Add(30 * time.Second))
 	stop := context.AfterFunc(ctx, func() { _ = r.SetReadDeadline(time.Now()) })

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strconv"
 	"syscall"
@@ -218,6 +219,11 @@ func cgroup2Stats(dir string) (*Stats, error) {
 		s.PidsCurrent = v
 	}
 	s.Processes = countLines(filepath.Join(dir, "cgroup.procs"))
+	if s.Processes == 0 && s.PidsCurrent > 0 {
+		// crun with the systemd driver runs the container in a child of
+		// its scope (<scope>/container): count the children's.
+		s.Processes = countChildProcs(dir)
+	}
 	s.CPUPressure = readPressure(filepath.Join(dir, "cpu.pressure"), buf[:])
 	s.MemoryPressure = readPressure(filepath.Join(dir, "memory.pressure"), buf[:])
 	s.IOPressure = readPressure(filepath.Join(dir, "io.pressure"), buf[:])
@@ -372,4 +378,19 @@ func countLines(path string) uint64 {
 		}
 		n += uint64(bytes.Count(buf[:m], []byte{'\n'}))
 	}
+}
+
+// countChildProcs counts the processes in the cgroups right below dir.
+func countChildProcs(dir string) uint64 {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return 0
+	}
+	var n uint64
+	for _, e := range ents {
+		if e.IsDir() {
+			n += countLines(filepath.Join(dir, e.Name(), "cgroup.procs"))
+		}
+	}
+	return n
 }
