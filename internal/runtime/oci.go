@@ -53,9 +53,9 @@ type OCIConfig struct {
 	// crind's unit, which signals every process in its cgroup, spares
 	// the shims and so the containers. A failure is logged; the shim
 	// runs on where it is.
-	PlaceShim func(ctx context.Context, name string, pid int) error
-	ShimBinary    string // path to crin-shim
-	StateDir      string // bundles and shim sockets live in StateDir/<id>
+	PlaceShim  func(ctx context.Context, name string, pid int) error
+	ShimBinary string // path to crin-shim
+	StateDir   string // bundles and shim sockets live in StateDir/<id>
 	// OOMScoreAdj is the oom_score_adj crind runs with; the shim sets its
 	// own to this value so it is not killed before its container. Nil
 	// leaves the shim with the value it inherits from crind.
