@@ -133,15 +133,25 @@ func copyOutput(log *slog.Logger, logw *shim.LogWriter, fan *fanout, c *created)
 }
 
 // oomWatch remembers the container's OOM kill counter at create time,
-// and on cgroup v2 its parent's (the pod's cgroup), which counts the
-// kills of every cgroup below it and outlives the container's.
+// and on cgroup v2 its ancestors' (crun's scope above its container
+// subgroup, the pod's cgroup), which count the kills of every cgroup
+// below them and outlive the container's.
 type oomWatch struct {
 	file string // empty when there is no counter to read
 	base uint64
-	// parent and parentBase: the pod cgroup's memory.events (v2 only).
-	parent     string
-	parentBase uint64
+	// ancestors: memory.events of the cgroups above, nearest first (v2).
+	ancestors []oomCounter
 }
+
+// oomCounter is one memory.events file and its oom_kill at create time.
+type oomCounter struct {
+	file string
+	base uint64
+}
+
+// oomAncestors is how many cgroups above the container's are watched:
+// crun's scope and the pod's cgroup, and one more.
+const oomAncestors = 3
 
 func newOOMWatch(log *slog.Logger, pid int) oomWatch {
 	file, err := oomCounterFile(pid)
@@ -156,9 +166,16 @@ func newOOMWatch(log *slog.Logger, pid int) oomWatch {
 	}
 	w := oomWatch{file: file, base: base}
 	if filepath.Base(file) == "memory.events" {
-		parent := filepath.Join(filepath.Dir(filepath.Dir(file)), "memory.events")
-		if pb, err := shim.ReadOOMKills(parent); err == nil {
-			w.parent, w.parentBase = parent, pb
+		dir := filepath.Dir(file)
+		for range oomAncestors {
+			dir = filepath.Dir(dir)
+			if dir == cgroupRoot || !strings.HasPrefix(dir, cgroupRoot+"/") {
+				break
+			}
+			f := filepath.Join(dir, "memory.events")
+			if b, err := shim.ReadOOMKills(f); err == nil {
+				w.ancestors = append(w.ancestors, oomCounter{file: f, base: b})
+			}
 		}
 	}
 	return w
@@ -171,9 +188,10 @@ func newOOMWatch(log *slog.Logger, pid int) oomWatch {
 // stops a container's scope, and removes its cgroup, as soon as the last
 // process in it is gone, which can be before the shim has reaped the
 // init. The pod's counter then tells instead, for an init killed by
-// SIGKILL: it went up since create only if a process below it was
-// OOM-killed (another container of the pod OOM-killed in the same window
-// would be taken for this one's).
+// SIGKILL: the nearest ancestor still there (the pod's, or with crun the
+// scope above its subgroup) went up since create only if a process below
+// it was OOM-killed (another container of the pod OOM-killed in the same
+// window would be taken for this one's).
 func (w oomWatch) killed(sigkilled bool) bool {
 	if w.file == "" {
 		return false
@@ -182,11 +200,15 @@ func (w oomWatch) killed(sigkilled bool) bool {
 	if err == nil {
 		return n > w.base
 	}
-	if !sigkilled || w.parent == "" {
+	if !sigkilled {
 		return false
 	}
-	p, err := shim.ReadOOMKills(w.parent)
-	return err == nil && p > w.parentBase
+	for _, a := range w.ancestors {
+		if n, err := shim.ReadOOMKills(a.file); err == nil {
+			return n > a.base
+		}
+	}
+	return false
 }
 
 // recordExit writes the exit file once the output drained (or ioDrainWait

@@ -25,7 +25,8 @@ func TestOOMWatchScopeGone(t *testing.T) {
 	write(pod, 1)
 	write(scope, 0)
 	w := oomWatch{file: filepath.Join(scope, "memory.events")}
-	w.parent, w.parentBase = filepath.Join(pod, "memory.events"), 1
+	// crun's scope above its subgroup, gone with it, then the pod.
+	w.ancestors = []oomCounter{{file: filepath.Join(pod, "gone.scope", "memory.events")}, {file: filepath.Join(pod, "memory.events"), base: 1}}
 
 	if w.killed(true) {
 		t.Error("killed with no kill counted anywhere")
