@@ -80,7 +80,7 @@ func TestNodeLifecycleBench(t *testing.T) {
 			targets = append(targets, fmt.Sprintf("-target name=%s-%s,socket=%s,pid=%s,shim=crin-shim,handler=%s", h, d.name, d.sock, d.pid, h))
 		}
 	}
-	script := fmt.Sprintf("mkdir -p /tmp/crilat && crilat run %s -image %s/library/busybox:latest -log-dir /tmp/crilat -n %s -k 0 -par 0",
+	script := fmt.Sprintf("mkdir -p /tmp/crilat && crilat run %s -image %s/library/busybox:bench -log-dir /tmp/crilat -n %s -k 0 -par 0",
 		strings.Join(targets, " "), reg, n)
 	start := time.Now()
 	out, stderr, err := vm.Exec(40*time.Minute, script)
