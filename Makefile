@@ -84,9 +84,10 @@ node:
 # cgroupfs drivers (bench/README.md, "The node lane"). NODE_BENCH_N
 # lifecycles per target.
 NODE_BENCH_N ?= 20
+NODE_BENCH_OUT ?= /tmp/crin-node-lifecycle.txt
 node-bench: build
 	./test/node/image.sh >/dev/null
-	CRIN_NODE_BENCH=$(NODE_BENCH_N) CRIN_NODE_BENCH_OUT=$(CURDIR)/bench/node-lifecycle.txt \
+	CRIN_NODE_BENCH=$(NODE_BENCH_N) CRIN_NODE_BENCH_OUT=$(NODE_BENCH_OUT) \
 		$(GO) test -tags node -count=1 -timeout 60m -v -run '^TestNodeLifecycleBench$$' ./test/node/
 
 # Fuzz every Go native fuzz target for FUZZTIME each (default 30s); their
