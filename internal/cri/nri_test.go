@@ -328,6 +328,10 @@ func TestNRIEngineCallsFromInsideAnEvent(t *testing.T) {
 	pod := h.runPod(t, "web")
 	victim := h.create(t, pod, "victim")
 	h.startCtr(t, victim)
+	// The update goes to a container the eviction leaves alone: the
+	// victim's stop runs beside the event and may finish before it.
+	kept := h.create(t, pod, "kept")
+	h.startCtr(t, kept)
 	h.nri.take()
 
 	var failed []*api.ContainerUpdate
@@ -337,7 +341,7 @@ func TestNRIEngineCallsFromInsideAnEvent(t *testing.T) {
 			t.Errorf("EvictContainer: %v", err)
 		}
 		failed, _ = h.UpdateContainers(ctx, []*api.ContainerUpdate{
-			cpuUpdate(victim, 512, false),
+			cpuUpdate(kept, 512, false),
 			{ContainerId: "gone", IgnoreFailure: true},
 			{ContainerId: "gone-too"},
 		})
