@@ -87,11 +87,7 @@ func (r *Runtime) recordExit(ctx context.Context, id, dir string, m meta, code u
 	if code > 128 && code < 128+65 {
 		e.Signal = int(code - 128)
 	}
-	if m.OOMCounter != "" {
-		if n, err := shim.ReadOOMKills(m.OOMCounter); err == nil && n > m.OOMBase {
-			e.OOMKilled = true
-		}
-	}
+	e.OOMKilled = oomKilled(m, code)
 	if err := shim.WriteExit(dir, e); err != nil {
 		return runtime.Status{}, fmt.Errorf("container %s: record exit: %w", id, err)
 	}

@@ -23,6 +23,16 @@ type meta struct {
 	// OOMBase its value when the container was created.
 	OOMCounter string `json:"oom_counter,omitempty"`
 	OOMBase    uint64 `json:"oom_base,omitempty"`
+	// OOMAncestors are the counters of the cgroups above the container's
+	// (cgroup v2), nearest first, with their values at create: they
+	// outlive the container's cgroup (see oomKilled).
+	OOMAncestors []oomCount `json:"oom_ancestors,omitempty"`
+}
+
+// oomCount is one OOM kill counter file and its value at create.
+type oomCount struct {
+	File string `json:"file"`
+	Base uint64 `json:"base"`
 }
 
 func readMeta(dir string) (meta, error) {

@@ -25,7 +25,7 @@
 // Exits come from the task Wait RPC: crind does not serve the shim's event
 // endpoint (the publish binary is /bin/true and TTRPC_ADDRESS is unset, so
 // the shim's events are dropped; OOM kills are read from the container's
-// memory cgroup counter when its exit is recorded). The -address passed to the shim names
+// memory cgroup counter, or its nearest ancestor's, when its exit is recorded). The -address passed to the shim names
 // nothing that listens: it is StateDir, which scopes the shim's socket name
 // to this crind and handler.
 //
@@ -342,10 +342,7 @@ func (r *Runtime) createTask(ctx context.Context, req runtime.CreateRequest, dir
 	}
 	m.Pid = int(resp.GetPid())
 	if req.Spec.Linux != nil {
-		m.OOMCounter = oomCounter(req.Spec.Linux.CgroupsPath)
-		if n, err := shim.ReadOOMKills(m.OOMCounter); err == nil {
-			m.OOMBase = n
-		}
+		watchOOM(m, req.Spec.Linux.CgroupsPath)
 	}
 	return writeMeta(dir, *m)
 }
