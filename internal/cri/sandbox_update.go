@@ -14,11 +14,14 @@ import (
 )
 
 // UpdatePodSandboxResources records a ready pod's new overhead and total
-// resources (kubelet sizes the pod cgroup itself) and relays NRI
-// UpdatePodSandbox (a plugin's error fails the call, nothing is recorded)
-// and PostUpdatePodSandbox. A field the request leaves unset keeps its
-// value. Unknown is NotFound; a pod that is not ready is
-// FailedPrecondition.
+// resources and relays NRI UpdatePodSandbox (a plugin's error fails the
+// call, nothing is recorded) and PostUpdatePodSandbox. kubelet sizes the
+// pod cgroup itself before the call; the limits of the pod's infra
+// container (when it has one) are crind's, sized at RunPodSandbox from the
+// same fields, so they are updated here to what the new ones give (an
+// update the runtime refuses fails the call, nothing is recorded). A field
+// the request leaves unset keeps its value. Unknown is NotFound; a pod
+// that is not ready is FailedPrecondition.
 func (s *Service) UpdatePodSandboxResources(ctx context.Context, r *runtimeapi.UpdatePodSandboxResourcesRequest) (*runtimeapi.UpdatePodSandboxResourcesResponse, error) {
 	for _, f := range []struct {
 		name string
@@ -65,6 +68,11 @@ func (s *Service) UpdatePodSandboxResources(ctx context.Context, r *runtimeapi.U
 			return nil, fmt.Errorf("nri update pod sandbox %s: %w", rec.ID, err)
 		}
 	}
+	if !rec.NoInfra {
+		if err := s.updateInfra(ctx, rec, cfg); err != nil {
+			return nil, err
+		}
+	}
 	next := *rec
 	next.Config = b
 	if err := s.opts.Store.PutSandbox(&next); err != nil {
@@ -89,6 +97,23 @@ func (s *Service) UpdatePodSandboxResources(ctx context.Context, r *runtimeapi.U
 func checkReadyLocked(sb *sandbox) error {
 	if rec := sb.rec; sb.removed || rec.State != store.SandboxReady {
 		return fmt.Errorf("pod sandbox %s is %s, not ready: %w", rec.ID, rec.State, errdefs.ErrFailedPrecondition)
+	}
+	return nil
+}
+
+// updateInfra gives pod rec's infra container the resources its spec would
+// have with cfg (oci.SandboxResources, as RunPodSandbox gave them).
+func (s *Service) updateInfra(ctx context.Context, rec *store.Sandbox, cfg *runtimeapi.PodSandboxConfig) error {
+	res, err := oci.SandboxResources(cfg.GetLinux(), nil)
+	if err != nil {
+		return err
+	}
+	rt, ok := s.opts.Runtimes[rec.RuntimeHandler]
+	if !ok {
+		return fmt.Errorf("pod %s: runtime handler %q is no longer configured: %w", rec.ID, rec.RuntimeHandler, errdefs.ErrFailedPrecondition)
+	}
+	if err := rt.Update(ctx, rec.ID, res); err != nil {
+		return fmt.Errorf("update infra container of pod %s: %w", rec.ID, runtimeUpdateError(err))
 	}
 	return nil
 }

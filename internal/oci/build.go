@@ -81,7 +81,7 @@ func SandboxSpec(o SandboxOptions) (*specs.Spec, error) {
 		return nil, err
 	}
 
-	res, err := sandboxResources(l, host)
+	res, err := SandboxResources(l, host)
 	if err != nil {
 		return nil, err
 	}

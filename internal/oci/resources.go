@@ -324,10 +324,12 @@ func fromCRI(r *runtimeapi.LinuxContainerResources) *specs.LinuxResources {
 	return out
 }
 
-// sandboxResources limits the infra container to the pod's resources plus
-// its overhead when kubelet passes them, and gives it the minimum CPU
-// weight otherwise.
-func sandboxResources(l *runtimeapi.LinuxPodSandboxConfig, host *Host) (*specs.LinuxResources, error) {
+// SandboxResources are the infra container's resources for a pod of l:
+// the pod's resources plus its overhead when kubelet passes them, and the
+// minimum CPU weight otherwise (RunPodSandbox's spec, and
+// UpdatePodSandboxResources). A nil host means DetectHost(). Errors are
+// CRIResources's.
+func SandboxResources(l *runtimeapi.LinuxPodSandboxConfig, host *Host) (*specs.LinuxResources, error) {
 	res, err := CRIResources("linux.resources", l.GetResources(), host)
 	if err != nil {
 		return nil, err
