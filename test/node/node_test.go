@@ -187,11 +187,19 @@ func TestIntegrationInVM(t *testing.T) {
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	testBin := filepath.Join(dir, "integration.test")
-	build := exec.Command("go", "test", "-c", "-tags", "integration", "-o", testBin, "./test/integration")
-	build.Dir = harness.RepoRoot()
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build the integration test binary: %v\n%s", err, out)
+	// The tests' own helpers (the NRI test plugin, crinctl) are built
+	// here too; the tests take them from CRIN_TEST_BIN_DIR.
+	for _, b := range [][]string{
+		{"test", "-c", "-tags", "integration", "-o", testBin, "./test/integration"},
+		{"build", "-o", filepath.Join(dir, "nriplugin"), "./test/integration/testdata/nriplugin"},
+		{"build", "-o", filepath.Join(dir, "crinctl"), "./cmd/crinctl"},
+	} {
+		build := exec.Command("go", b...)
+		build.Dir = harness.RepoRoot()
+		build.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := build.CombinedOutput(); err != nil {
+			t.Fatalf("go %s: %v\n%s", strings.Join(b, " "), err, out)
+		}
 	}
 
 	vm := Boot(t)
@@ -200,6 +208,9 @@ func TestIntegrationInVM(t *testing.T) {
 	const root = "/root/crin"
 	for _, name := range []string{"crind", "crin-shim", "crin-pause", "crin-logger"} {
 		vm.CopyIn(filepath.Join(bin, name), root+"/bin/"+name, 0o755)
+	}
+	for _, name := range []string{"nriplugin", "crinctl"} {
+		vm.CopyIn(filepath.Join(dir, name), root+"/bin/"+name, 0o755)
 	}
 	vm.CopyIn(testBin, root+"/test/integration/integration.test", 0o755)
 
