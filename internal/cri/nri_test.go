@@ -477,6 +477,17 @@ func TestNRIUpdatePodSandboxResources(t *testing.T) {
 	if got := shares(); got != 2048 {
 		t.Errorf("cpu shares = %d, want 2048", got)
 	}
+	// The infra container's limits follow the pod's (RunPodSandbox sized
+	// it from the same fields).
+	h.rt.mu.Lock()
+	var infraShares uint64
+	if c := h.rt.ctrs[pod]; c != nil && c.res != nil && c.res.CPU != nil && c.res.CPU.Shares != nil {
+		infraShares = *c.res.CPU.Shares
+	}
+	h.rt.mu.Unlock()
+	if infraShares != 2048 {
+		t.Errorf("infra container's cpu shares after the update = %d, want 2048", infraShares)
+	}
 	p := short(pod)
 	want := []string{"UpdatePodSandbox " + p, "UpdatePodSandbox " + p, "PostUpdatePodSandbox " + p}
 	if diff := cmp.Diff(want, h.nri.take()); diff != "" {
