@@ -4,7 +4,9 @@ package integration
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"maps"
 	"math"
 	"os"
@@ -14,9 +16,13 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/containerd/nri/pkg/api"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/crin-dev/crin/internal/cgroup"
+	"github.com/crin-dev/crin/test/poll"
 )
 
 // TestCgroupV2Files checks the cgroup v2 files of a container as kubelet
@@ -73,6 +79,14 @@ func TestCgroupV2Files(t *testing.T) {
 		cfg.Linux.Resources.HugepageLimits = []*runtimeapi.HugepageLimit{{PageSize: "2MB", Limit: 4 << 20}}
 	}
 	id := d.runContainer(t, pod, podCfg, cfg)
+	// The container's cgroup is its own (a scope in the pod's slice under
+	// the systemd driver), below the pod's; crun runs it one level down.
+	l := cgroup.Layout{Driver: cgroup.Detect(), Parent: d.cgroup}
+	podDir := cgroup.Dir(l.PodParent("", pod))
+	ctrDir := cgroup.Dir(cgroup.Container(l.PodParent("", pod), id))
+	if got := procCgroup(t, d.containerPid(t, id)); got != ctrDir && !strings.HasPrefix(got, ctrDir+"/") {
+		t.Errorf("container's process is in cgroup %s, want %s (in the pod's %s)", got, ctrDir, podDir)
+	}
 
 	want := map[string]string{
 		"cpu.max":         "50000 100000",
@@ -125,7 +139,7 @@ func TestCgroupV2Files(t *testing.T) {
 	checkCgroupFiles(t, "after UpdateContainerResources", d.cgroupFiles(t, id, slices.Collect(maps.Keys(want))...), want)
 
 	infra := d.infraCgroup(t, pod)
-	checkCgroupFiles(t, "infra container after RunPodSandbox", readCgroupFiles(infra, "memory.max", "cpu.max"),
+	checkCgroupFiles(t, "infra container after RunPodSandbox", readCgroupFiles(filepath.Join("/sys/fs/cgroup", infra), "memory.max", "cpu.max"),
 		map[string]string{"memory.max": strconv.Itoa(128 << 20), "cpu.max": "100000 100000"})
 	if _, err := d.rs.UpdatePodSandboxResources(ctxT(t), &runtimeapi.UpdatePodSandboxResourcesRequest{
 		PodSandboxId: pod,
@@ -133,8 +147,35 @@ func TestCgroupV2Files(t *testing.T) {
 	}); err != nil {
 		t.Fatalf("UpdatePodSandboxResources: %v", err)
 	}
-	checkCgroupFiles(t, "infra container after UpdatePodSandboxResources", readCgroupFiles(infra, "memory.max", "cpu.max"),
+	checkCgroupFiles(t, "infra container after UpdatePodSandboxResources", readCgroupFiles(filepath.Join("/sys/fs/cgroup", infra), "memory.max", "cpu.max"),
 		map[string]string{"memory.max": strconv.Itoa(256 << 20), "cpu.max": "150000 100000"})
+
+	// The pod's cgroup is crind's (the pod named no parent): gone with
+	// the pod, and the container's and infra's with it.
+	if _, err := d.rs.RemovePodSandbox(ctxT(t), &runtimeapi.RemovePodSandboxRequest{PodSandboxId: pod}); err != nil {
+		t.Fatalf("RemovePodSandbox: %v", err)
+	}
+	for _, dir := range []string{ctrDir, infra, podDir} {
+		dir = filepath.Join("/sys/fs/cgroup", dir)
+		poll.Until(t, time.Minute, "cgroup "+dir+" removed with its pod", func() (bool, string) {
+			_, err := os.Stat(dir)
+			return errors.Is(err, fs.ErrNotExist), fmt.Sprintf("stat: %v", err)
+		})
+	}
+}
+
+// procCgroup is pid's cgroup v2 path, from /proc/pid/cgroup.
+func procCgroup(t *testing.T, pid int) string {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rel, ok := strings.CutPrefix(strings.TrimSpace(string(b)), "0::")
+	if !ok {
+		t.Fatalf("/proc/%d/cgroup is %q, not cgroup v2's", pid, b)
+	}
+	return rel
 }
 
 // weightOf is cpu.weight for kubelet's CPU shares as the runtime under
@@ -197,7 +238,7 @@ func readCgroupFiles(dir string, names ...string) map[string]string {
 	return m
 }
 
-// infraCgroup is the cgroup v2 dir of pod's infra process, from its pid
+// infraCgroup is the cgroup v2 path of pod's infra process, from its pid
 // in the verbose PodSandboxStatus.
 func (d *daemon) infraCgroup(t *testing.T, pod string) string {
 	t.Helper()
@@ -209,15 +250,7 @@ func (d *daemon) infraCgroup(t *testing.T, pod string) string {
 	if err := json.Unmarshal([]byte(st.GetInfo()["info"]), &info); err != nil || info.Pid <= 0 {
 		t.Fatalf("pod %s has no infra pid in its verbose status (%v): %q", pod, err, st.GetInfo()["info"])
 	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", info.Pid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	rel, ok := strings.CutPrefix(strings.TrimSpace(string(b)), "0::")
-	if !ok {
-		t.Fatalf("infra %d: /proc/%[1]d/cgroup is %q, not cgroup v2's", info.Pid, b)
-	}
-	return filepath.Join("/sys/fs/cgroup", rel)
+	return procCgroup(t, info.Pid)
 }
 
 // wholeDisk returns a whole disk's /dev path and major:minor, or "" when
