@@ -53,6 +53,7 @@ func buildRuntimes(ctx context.Context, cfg *config.Config, driver cgroup.Driver
 					Root:         rc.Root,
 					Options:      shimv2Options(rc.Options, driver),
 					LoggerBinary: logger,
+					PlaceShim:    shimPlacer(driver, units),
 					Logger:       rlog,
 				})
 				if err == nil {
@@ -117,8 +118,9 @@ func shimv2Options(opts map[string]string, driver cgroup.Driver) map[string]stri
 	return out
 }
 
-// shimPlacer moves each crin-shim, with the systemd driver, into a scope
-// of its own in system.slice (crin-shim-<pod or container>.scope), out of
+// shimPlacer moves each crin-shim (and shim v2), with the systemd driver,
+// into a scope of its own in system.slice (crin-shim-<pod or container>.scope,
+// crin-shim-v2-<pod>.scope), out of
 // crind.service: "systemctl kill crind" signals every process in the
 // unit's cgroup, and its shims must outlive crind as its containers do
 // (docs/cgroups.md). With cgroupfs shims stay where crind is.

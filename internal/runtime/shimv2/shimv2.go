@@ -119,7 +119,14 @@ type Config struct {
 	PublishBinary string
 	// CallTimeout bounds each RPC (DefaultCallTimeout when 0).
 	CallTimeout time.Duration
-	Logger      *slog.Logger
+	// PlaceShim, when set, moves a shim this backend just started (pid;
+	// name is the id it groups by, the pod's) out of crind's cgroup, as
+	// runtime.OCIConfig.PlaceShim does for crin-shim: with the systemd
+	// driver, into a scope of its own, so that a "systemctl kill" of
+	// crind's unit spares the shim, its output loggers and so the
+	// containers. A failure is logged; the shim runs on where it is.
+	PlaceShim func(ctx context.Context, name string, pid int) error
+	Logger    *slog.Logger
 }
 
 // Runtime is the shimv2 backend. Its state lives in StateDir, in the shims
@@ -328,6 +335,7 @@ func (r *Runtime) createTask(ctx context.Context, req runtime.CreateRequest, dir
 	if err := writeMeta(dir, *m); err != nil {
 		return err
 	}
+	r.placeShim(ctx, req, dir, m.ShimPid)
 	out := logger.URI(r.cfg.LoggerBinary, dir)
 	resp, err := c.task.Create(cctx, &task.CreateTaskRequest{
 		ID:       req.ID,
@@ -345,6 +353,23 @@ func (r *Runtime) createTask(ctx context.Context, req runtime.CreateRequest, dir
 		watchOOM(m, req.Spec.Linux.CgroupsPath)
 	}
 	return writeMeta(dir, *m)
+}
+
+// placeShim hands a shim that this container's create started (the shim
+// wrote its pid into the bundle; a pod's later containers join the
+// running one) to cfg.PlaceShim, before the task's create starts the
+// logger as the shim's child.
+func (r *Runtime) placeShim(ctx context.Context, req runtime.CreateRequest, dir string, pid int) {
+	if r.cfg.PlaceShim == nil || pid <= 0 || bundleMeta(dir).ShimPid != pid {
+		return
+	}
+	name := req.ID
+	if pod := req.Spec.Annotations[runtime.SandboxIDAnnotation]; pod != "" {
+		name = pod
+	}
+	if err := r.cfg.PlaceShim(ctx, "v2-"+name, pid); err != nil {
+		r.log.WarnContext(ctx, "shim left in crind's cgroup", "container_id", req.ID, "shim_pid", pid, "error", err)
+	}
 }
 
 // Start starts a created container.
