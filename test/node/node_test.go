@@ -20,25 +20,46 @@ import (
 )
 
 // IntegrationRunEnv is the -test.run pattern of the integration tests
-// TestIntegrationInVM runs in the VM (default defaultIntegrationRun).
+// TestIntegrationInVM runs in the VM, on every handler (default
+// integrationRun's, per handler).
 const IntegrationRunEnv = "CRIN_NODE_INTEGRATION_RUN"
 
 // defaultIntegrationRun are the handler-neutral integration tests the
-// lane runs in the VM on each handler of integrationHandlers: they need
-// nothing of the host lane's (a registry they start themselves, the OCI
-// runtime, CNI) and between them cover the cgroup driver, cgroup v2
-// limits and stats, exit codes and OOM, exec, and recovery after crind is
-// killed. docs/node-lane.md lists them; the rest run on the host lane.
-const defaultIntegrationRun = "^(TestCgroupDriver|TestCgroupLimits|TestExitCodes|TestPodContainerLifecycle|TestCrashRecovery|TestKubeletStats)$"
+// lane runs in the VM on runc and crun: they need nothing of the host
+// lane's (a registry they start themselves, the OCI runtime, CNI; the NRI
+// test plugin and crinctl come prebuilt) and between them cover the
+// cgroup driver, cgroup v2 limits, files and stats, exit codes and OOM,
+// exec, and recovery after crind is killed. docs/node-lane.md lists them;
+// the rest run on the host lane.
+const defaultIntegrationRun = "^(TestCgroupDriver|TestCgroupLimits|TestCgroupV2Files|TestExitCodes|TestPodContainerLifecycle|TestCrashRecovery|TestKubeletStats)$"
+
+// shimv2IntegrationRun is the shorter list run on the shim v2 handler
+// (containerd-shim-runc-v2 with SystemdCgroup): its containers' scopes in
+// the pod's slice, their v2 files and updates, exec, exit codes, OOM kills
+// told with the scope gone, the pod's slice removed. The host lane runs
+// the handler's long list (make integration-shimv2).
+const shimv2IntegrationRun = "^(TestExitCodes|TestCgroupV2Files)$"
 
 // IntegrationHandlersEnv names the runtime handlers (space-separated:
 // runc, crun, runc-v2) the integration tests run on in the VM, one after
 // the other in the same boot; the default is integrationHandlers.
 const IntegrationHandlersEnv = "CRIN_NODE_INTEGRATION_HANDLERS"
 
-// integrationHandlers: runc, and crun, which runs here (cgroup v2) and
-// not on the host lane's hybrid layout.
-const integrationHandlers = "runc crun"
+// integrationHandlers: runc; crun, which runs here (cgroup v2) and not on
+// the host lane's hybrid layout; and the shim v2 handler, whose systemd
+// cgroup driver only this lane has.
+const integrationHandlers = "runc crun runc-v2"
+
+// integrationRun is the -test.run pattern for handler h.
+func integrationRun(h string) string {
+	if run := os.Getenv(IntegrationRunEnv); run != "" {
+		return run
+	}
+	if h == "runc-v2" {
+		return shimv2IntegrationRun
+	}
+	return defaultIntegrationRun
+}
 
 func TestMain(m *testing.M) {
 	code := m.Run()
@@ -173,13 +194,10 @@ func (c *Crind) containerStatus(t *testing.T, id string) *runtimeapi.ContainerSt
 // TestIntegrationInVM runs host-built integration tests in the VM: the
 // test binary and crind's binaries are built here (pure Go), copied in,
 // and the binary runs there with CRIN_TEST_BIN_DIR, so it needs no Go
-// toolchain. CRIN_NODE_INTEGRATION_RUN picks the tests (a -test.run
-// pattern); they start crind themselves, as on the host lane.
+// toolchain, once per handler. CRIN_NODE_INTEGRATION_RUN picks the tests
+// (a -test.run pattern; default integrationRun's); they start crind
+// themselves, as on the host lane.
 func TestIntegrationInVM(t *testing.T) {
-	run := os.Getenv(IntegrationRunEnv)
-	if run == "" {
-		run = defaultIntegrationRun
-	}
 	bin := harness.Build(t)
 	dir, err := os.MkdirTemp("", "crinnode")
 	if err != nil {
@@ -220,6 +238,7 @@ func TestIntegrationInVM(t *testing.T) {
 	}
 	for _, h := range handlers {
 		t.Run(h, func(t *testing.T) {
+			run := integrationRun(h)
 			env := ""
 			if h != "runc" {
 				env = "CRIN_TEST_HANDLER=" + h + " "
