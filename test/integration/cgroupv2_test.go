@@ -27,7 +27,7 @@ import (
 
 // TestCgroupV2Files checks the cgroup v2 files of a container as kubelet
 // and an NRI plugin size it on a v2 node, read inside the container (its
-// own cgroup namespace): cpu.max, cpu.weight from kubelet's CPU shares,
+// own cgroup namespace; after the update, on the host): cpu.max, cpu.weight from kubelet's CPU shares,
 // cpuset.cpus and .mems, memory.max, memory.high from the unified map
 // (kubelet's MemoryQoS), memory.swap.max from the swap limit (NodeSwap),
 // hugetlb.2MB.max from a hugepage limit, pids.max and, from a block I/O
