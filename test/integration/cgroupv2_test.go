@@ -115,6 +115,7 @@ func TestCgroupV2Files(t *testing.T) {
 		want["io.max"] = devnum + " rbps=1048576 wbps=max riops=max wiops=200"
 	}
 	checkCgroupFiles(t, "after create", got, want)
+	t.Logf("the container's cgroup files: %q", got)
 
 	upd := &runtimeapi.LinuxContainerResources{
 		CpuPeriod: 100000, CpuQuota: 150000, CpuShares: 2048,
