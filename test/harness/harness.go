@@ -38,7 +38,9 @@ var (
 // BinDirEnv names a dir of prebuilt crind, crin-shim, crin-pause and
 // crin-logger that Build returns instead of building them: for a test
 // binary run where there is no Go toolchain (the node lane's VM,
-// docs/node-lane.md). RemoveBuilt leaves that dir alone.
+// docs/node-lane.md). The integration suite takes its helpers (the NRI
+// test plugin, crinctl) from there too when they are in it. RemoveBuilt
+// leaves that dir alone.
 const BinDirEnv = "CRIN_TEST_BIN_DIR"
 
 // builtBinaries are the binaries Build makes, or finds in BinDirEnv.
