@@ -156,8 +156,27 @@ func Boot(t *testing.T) *VM {
 		t.Logf("VM state %q; failed units:\n%s", s, failed)
 	}
 	vm.startMaster()
+	vm.pinCpuset()
 	t.Logf("VM up in %v (ssh on 127.0.0.1:%d)", time.Since(start).Round(100*time.Millisecond), vm.sshPort)
 	return vm
+}
+
+// pinCpuset keeps a cgroup with the cpuset controller for the guest's
+// whole life, a unit limited to CPU 0. The kernel patches its page
+// allocator's code (the cpusets_enabled static branch) each time the
+// number of cpuset cgroups leaves or reaches zero, which with the systemd
+// driver is every container with a cpuset that comes or goes alone; and
+// under qemu's multi-threaded TCG that patching has twice oopsed the
+// guest ("int3" in the allocator, docs/node-lane.md). With one cpuset
+// cgroup always there the branch is never patched again.
+func (vm *VM) pinCpuset() {
+	const unit = "crin-cpuset-pin.service"
+	before, _ := vm.Run("cat /sys/fs/cgroup/cgroup.subtree_control")
+	vm.t.Logf("root cgroup.subtree_control before the cpuset pin: %s", strings.TrimSpace(before))
+	if _, err := vm.Run("systemd-run --quiet --unit=" + unit + " --property=AllowedCPUs=0 /bin/sleep infinity && " +
+		"test -e /sys/fs/cgroup/system.slice/" + unit + "/cpuset.cpus"); err != nil {
+		vm.t.Logf("keep a cpuset cgroup (%s): %v", unit, err)
+	}
 }
 
 func (vm *VM) qemuArgs() []string {
