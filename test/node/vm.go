@@ -164,8 +164,8 @@ func Boot(t *testing.T) *VM {
 // pinCpuset keeps a cgroup with the cpuset controller for the guest's
 // whole life, a unit limited to CPU 0. The kernel patches its page
 // allocator's code (the cpusets_enabled static branch) each time the
-// number of cpuset cgroups leaves or reaches zero, which with the systemd
-// driver is every container with a cpuset that comes or goes alone; and
+// number of cpuset cgroups leaves or reaches zero, which here is a pod's
+// cgroups coming or going while no other cgroup has the controller; and
 // under qemu's multi-threaded TCG that patching has twice oopsed the
 // guest ("int3" in the allocator, docs/node-lane.md). With one cpuset
 // cgroup always there the branch is never patched again.
