@@ -88,6 +88,18 @@ func TestCgroupV2Files(t *testing.T) {
 	if own != ctrDir && !strings.HasPrefix(own, ctrDir+"/") {
 		t.Errorf("container's process is in cgroup %s, want %s (in the pod's %s)", own, ctrDir, podDir)
 	}
+	if os.Getenv(handlerEnv) == shimv2Handler && l.Driver == cgroup.Systemd {
+		// The pod's shim left crind's cgroup for a scope of its own.
+		var m struct {
+			ShimPid int `json:"shim_pid"`
+		}
+		if err := json.Unmarshal([]byte(readFile(t, filepath.Join(d.state, "shimv2", shimv2Handler, id, "meta.json"))), &m); err != nil {
+			t.Fatal(err)
+		}
+		if got, want := procCgroup(t, m.ShimPid), "/system.slice/crin-shim-v2-"+pod+".scope"; got != want {
+			t.Errorf("the pod's shim (pid %d) is in cgroup %s, want %s", m.ShimPid, got, want)
+		}
+	}
 
 	want := map[string]string{
 		"cpu.max":         "50000 100000",
