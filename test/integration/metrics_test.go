@@ -1,0 +1,257 @@
+//go:build integration
+
+package integration
+
+import (
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/crin-dev/crin/test/poll"
+)
+
+// series is one metric value with its labels by key.
+type series struct {
+	labels map[string]string
+	value  uint64
+}
+
+// metricsOf lists the CRI metrics of one container (or, with id the pod's,
+// the pod's own), by name, checking every label set against the
+// descriptors the way kubelet's collector uses them.
+func metricsOf(t *testing.T, d *daemon, id string) map[string][]series {
+	t.Helper()
+	ctx := ctxT(t)
+	descs, err := d.rs.ListMetricDescriptors(ctx, &runtimeapi.ListMetricDescriptorsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := map[string][]string{}
+	for _, ds := range descs.Descriptors {
+		keys[ds.Name] = ds.LabelKeys
+	}
+	r, err := d.rs.ListPodSandboxMetrics(ctx, &runtimeapi.ListPodSandboxMetricsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string][]series{}
+	add := func(ms []*runtimeapi.Metric) {
+		for _, m := range ms {
+			k := keys[m.Name]
+			if len(k) != len(m.LabelValues) {
+				t.Errorf("metric %s labels %q; descriptor keys %q", m.Name, m.LabelValues, k)
+				continue
+			}
+			s := series{labels: map[string]string{}, value: m.Value.GetValue()}
+			for i, key := range k {
+				s.labels[key] = m.LabelValues[i]
+			}
+			out[m.Name] = append(out[m.Name], s)
+		}
+	}
+	for _, pm := range r.PodMetrics {
+		if pm.PodSandboxId == id {
+			add(pm.Metrics)
+		}
+		for _, cm := range pm.ContainerMetrics {
+			if cm.ContainerId == id {
+				add(cm.Metrics)
+			}
+		}
+	}
+	return out
+}
+
+func (m series) String() string { return fmt.Sprintf("%v=%d", m.labels, m.value) }
+
+// one is the value of a metric with a single series (or the first one
+// whose labels include match, key and value pairs), and whether there is
+// one.
+func one(ms map[string][]series, name string, match ...string) (uint64, bool) {
+	for _, s := range ms[name] {
+		ok := true
+		for i := 0; i+1 < len(match); i += 2 {
+			ok = ok && s.labels[match[i]] == match[i+1]
+		}
+		if ok {
+			return s.value, true
+		}
+	}
+	return 0, false
+}
+
+// cgroupFile reads a file of the container's own cgroup from inside it
+// (runc shows a container its cgroup at /sys/fs/cgroup: per controller on
+// v1, the whole of it on v2).
+func cgroupFile(t *testing.T, d *daemon, id, v1Controller, name string) map[string]uint64 {
+	t.Helper()
+	path := "/sys/fs/cgroup/" + name
+	if _, err := os.Stat("/sys/fs/cgroup/cgroup.controllers"); err != nil {
+		path = "/sys/fs/cgroup/" + v1Controller + "/" + name
+	}
+	out := map[string]uint64{}
+	for _, line := range strings.Split(d.execOut(t, id, "cat", path), "\n") {
+		if k, v, ok := strings.Cut(line, " "); ok {
+			out[k], _ = strconv.ParseUint(v, 10, 64)
+		}
+	}
+	return out
+}
+
+// TestMetricsFigures checks the cAdvisor metrics crind serves against what
+// the containers were made to do: a busy loop under a 10% CPU quota
+// holding a known set of files and a listening socket, a process killed
+// for memory, and a file written to disk.
+func TestMetricsFigures(t *testing.T) {
+	d := startDaemon(t, daemonOptions{})
+	withStatsPeriod(t, d, "1s")
+	ref, _ := busybox(t)
+	d.pull(t, ref)
+	podCfg := podConfig("metrics")
+	pod := d.runPod(t, podCfg)
+
+	// sh holds 0-2 and 3-9 (10 files); nc holds 0-2 and its listening
+	// socket (4): 14 files, 1 socket, 2 processes.
+	busyCfg := containerConfig("busy", ref, "sh", "-c",
+		"nc -l -p 8080 & exec 3</dev/null 4</dev/null 5</dev/null 6</dev/null 7</dev/null 8</dev/null 9</dev/null; while :; do :; done")
+	busyCfg.Linux.Resources = &runtimeapi.LinuxContainerResources{CpuPeriod: 100000, CpuQuota: 10000, CpuShares: 512,
+		MemoryLimitInBytes: 64 << 20, MemorySwapLimitInBytes: 64 << 20}
+	busy := d.runContainer(t, pod, podCfg, busyCfg)
+
+	oomCfg := containerConfig("oom", ref, "sh", "-c", "dd if=/dev/zero of=/dev/null bs=64M count=1; echo survived; sleep 600")
+	oomCfg.Linux.Resources = &runtimeapi.LinuxContainerResources{MemoryLimitInBytes: 32 << 20, MemorySwapLimitInBytes: 32 << 20}
+	oom := d.runContainer(t, pod, podCfg, oomCfg)
+
+	// Direct I/O is charged to the writer's cgroup on v1 too (buffered
+	// writeback is not); fsync is the fallback where O_DIRECT is refused.
+	writer := d.runContainer(t, pod, podCfg, containerConfig("writer", ref, "sh", "-c",
+		"dd if=/dev/zero of=/data bs=1M count=8 oflag=direct || dd if=/dev/zero of=/data bs=1M count=8 conv=fsync; echo written; sleep 600"))
+
+	t.Run("cpu throttling", func(t *testing.T) { checkThrottling(t, d, busy) })
+	t.Run("files and processes", func(t *testing.T) { checkFiles(t, d, busy) })
+	t.Run("oom", func(t *testing.T) { checkOOM(t, d, podCfg, oomCfg, oom) })
+	t.Run("written file", func(t *testing.T) { checkWrites(t, d, podCfg, writer) })
+	t.Run("times", func(t *testing.T) { checkTimes(t, d, pod, busy) })
+}
+
+func checkThrottling(t *testing.T, d *daemon, id string) {
+	var ms map[string][]series
+	poll.Until(t, 2*time.Minute, "a busy loop under a 10% quota throttled for a second", func() (bool, string) {
+		ms = metricsOf(t, d, id)
+		s, _ := one(ms, "container_cpu_cfs_throttled_seconds_total")
+		p, _ := one(ms, "container_cpu_cfs_throttled_periods_total")
+		return s >= 1 && p >= 5, fmt.Sprintf("throttled %d s in %d periods", s, p)
+	})
+	for name, want := range map[string]uint64{"container_spec_cpu_quota": 10000, "container_spec_cpu_period": 100000,
+		"container_spec_cpu_shares": 512, "container_spec_memory_limit_bytes": 64 << 20, "container_spec_memory_swap_limit_bytes": 64 << 20} {
+		if got, ok := one(ms, name); got != want {
+			t.Errorf("%s = %d (reported %v), want %d as the container's resources say", name, got, ok, want)
+		}
+	}
+	periods, _ := one(ms, "container_cpu_cfs_periods_total")
+	throttled, _ := one(ms, "container_cpu_cfs_throttled_periods_total")
+	if periods < throttled {
+		t.Errorf("%d periods, %d of them throttled", periods, throttled)
+	}
+	// The counters only grow: the files read afterwards hold at least as much.
+	stat := cgroupFile(t, d, id, "cpu", "cpu.stat")
+	if stat["nr_throttled"] < throttled || stat["nr_periods"] < periods {
+		t.Errorf("cpu.stat %v after metrics of %d periods, %d throttled", stat, periods, throttled)
+	}
+}
+
+func checkFiles(t *testing.T, d *daemon, id string) {
+	poll.Until(t, time.Minute, "14 open files, 1 socket, 2 processes", func() (bool, string) {
+		ms := metricsOf(t, d, id)
+		fds, _ := one(ms, "container_file_descriptors")
+		socks, _ := one(ms, "container_sockets")
+		procs, _ := one(ms, "container_processes")
+		threads, _ := one(ms, "container_threads")
+		return fds == 14 && socks == 1 && procs == 2 && threads == 2,
+			fmt.Sprintf("fds %d, sockets %d, processes %d, threads %d", fds, socks, procs, threads)
+	})
+	ms := metricsOf(t, d, id)
+	if v, ok := one(ms, "container_ulimits_soft", "ulimit", "max_open_files"); !ok || v == 0 {
+		t.Errorf("container_ulimits_soft{ulimit=max_open_files} = %d (reported %v)", v, ok)
+	}
+	if _, ok := one(ms, "container_threads_max"); !ok {
+		t.Error("no container_threads_max")
+	}
+}
+
+func checkOOM(t *testing.T, d *daemon, podCfg *runtimeapi.PodSandboxConfig, cfg *runtimeapi.ContainerConfig, id string) {
+	waitLog(t, logPath(podCfg, cfg), "survived")
+	ms := metricsOf(t, d, id)
+	if v, _ := one(ms, "container_oom_events_total"); v != 1 {
+		t.Errorf("container_oom_events_total = %d after dd was killed once; metrics %v", v, ms["container_oom_events_total"])
+	}
+	if v, _ := one(ms, "container_memory_max_usage_bytes"); v < 16<<20 || v > 32<<20 {
+		t.Errorf("container_memory_max_usage_bytes = %d; dd filled the 32 MiB limit", v)
+	}
+	if v, _ := one(ms, "container_memory_failcnt"); v == 0 {
+		t.Error("container_memory_failcnt = 0 after usage hit the limit")
+	}
+	faults, ok := one(ms, "container_memory_failures_total", "failure_type", "pgfault", "scope", "hierarchy")
+	if !ok || faults < 4096 { // 16 MiB and more touched, 4 KiB pages
+		t.Errorf("container_memory_failures_total{pgfault,hierarchy} = %d (reported %v)", faults, ok)
+	}
+}
+
+func checkWrites(t *testing.T, d *daemon, podCfg *runtimeapi.PodSandboxConfig, id string) {
+	waitLog(t, logPath(podCfg, &runtimeapi.ContainerConfig{Metadata: &runtimeapi.ContainerMetadata{Name: "writer"}, LogPath: "writer.log"}), "written")
+	poll.Until(t, time.Minute, "8 MiB written through the block layer, and the writable layer measured", func() (bool, string) {
+		ms := metricsOf(t, d, id)
+		var fsWrites, blkio uint64
+		var devs []string
+		for _, s := range ms["container_fs_writes_bytes_total"] {
+			fsWrites += s.value
+			devs = append(devs, s.labels["device"])
+		}
+		for _, s := range ms["container_blkio_device_usage_total"] {
+			if s.labels["operation"] == "Write" {
+				blkio += s.value
+			}
+		}
+		used, _ := one(ms, "container_fs_usage_bytes")
+		return fsWrites >= 8<<20 && blkio == fsWrites && used >= 8<<20,
+			fmt.Sprintf("fs writes %d bytes on %q, blkio writes %d, writable layer %d", fsWrites, devs, blkio, used)
+	})
+	ms := metricsOf(t, d, id)
+	for _, s := range ms["container_fs_writes_bytes_total"] {
+		if s.value > 0 && !strings.HasPrefix(s.labels["device"], "/dev/") {
+			t.Errorf("device label %q; want the device's /dev name, as cAdvisor gives", s.labels["device"])
+		}
+	}
+	if n, _ := one(ms, "container_fs_writes_total"); n == 0 {
+		t.Error("container_fs_writes_total = 0 for a device written to")
+	}
+}
+
+func checkTimes(t *testing.T, d *daemon, pod, id string) {
+	before := time.Now().Unix()
+	ms := metricsOf(t, d, id)
+	after := time.Now().Unix()
+	started := d.status(t, id).StartedAt / 1e9
+	if v, _ := one(ms, "container_start_time_seconds"); int64(v) != started {
+		t.Errorf("container_start_time_seconds = %d, ContainerStatus started_at %d s", v, started)
+	}
+	if v, _ := one(ms, "container_last_seen"); int64(v) < before || int64(v) > after {
+		t.Errorf("container_last_seen = %d, want the time of the request (%d..%d)", v, before, after)
+	}
+	// The pod's own cgroup and network, as cAdvisor labels them.
+	pm := metricsOf(t, d, pod)
+	for _, want := range []struct{ name, container string }{
+		{"container_memory_usage_bytes", ""}, {"container_start_time_seconds", ""}, {"container_spec_cpu_shares", ""},
+		{"container_network_receive_bytes_total", "POD"},
+	} {
+		if !slices.ContainsFunc(pm[want.name], func(s series) bool { return s.labels["container"] == want.container }) {
+			t.Errorf("pod metric %s{container=%q} missing; pod has %v", want.name, want.container, pm[want.name])
+		}
+	}
+}
