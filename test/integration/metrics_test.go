@@ -4,15 +4,19 @@ package integration
 
 import (
 	"fmt"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/crin-dev/crin/internal/cgroup"
 	"github.com/crin-dev/crin/test/poll"
 )
 
@@ -130,8 +134,10 @@ func TestMetricsFigures(t *testing.T) {
 
 	// Direct I/O is charged to the writer's cgroup on v1 too (buffered
 	// writeback is not); fsync is the fallback where O_DIRECT is refused.
+	// It writes once the test has made sure the kernel accounts it.
 	writer := d.runContainer(t, pod, podCfg, containerConfig("writer", ref, "sh", "-c",
-		"dd if=/dev/zero of=/data bs=1M count=8 oflag=direct || dd if=/dev/zero of=/data bs=1M count=8 conv=fsync; echo written; sleep 600"))
+		"until [ -e /go ]; do sleep 0.1; done; "+
+			"dd if=/dev/zero of=/data bs=1M count=8 oflag=direct || dd if=/dev/zero of=/data bs=1M count=8 conv=fsync; echo written; sleep 600"))
 
 	t.Run("cpu throttling", func(t *testing.T) { checkThrottling(t, d, busy) })
 	t.Run("files and processes", func(t *testing.T) { checkFiles(t, d, busy) })
@@ -194,9 +200,6 @@ func checkOOM(t *testing.T, d *daemon, podCfg *runtimeapi.PodSandboxConfig, cfg 
 	if v, _ := one(ms, "container_memory_max_usage_bytes"); v < 16<<20 || v > 32<<20 {
 		t.Errorf("container_memory_max_usage_bytes = %d; dd filled the 32 MiB limit", v)
 	}
-	if v, _ := one(ms, "container_memory_failcnt"); v == 0 {
-		t.Error("container_memory_failcnt = 0 after usage hit the limit")
-	}
 	faults, ok := one(ms, "container_memory_failures_total", "failure_type", "pgfault", "scope", "hierarchy")
 	if !ok || faults < 4096 { // 16 MiB and more touched, 4 KiB pages
 		t.Errorf("container_memory_failures_total{pgfault,hierarchy} = %d (reported %v)", faults, ok)
@@ -204,6 +207,8 @@ func checkOOM(t *testing.T, d *daemon, podCfg *runtimeapi.PodSandboxConfig, cfg 
 }
 
 func checkWrites(t *testing.T, d *daemon, podCfg *runtimeapi.PodSandboxConfig, id string) {
+	dev := enableBlkioAccounting(t, d, id)
+	d.execOut(t, id, "touch", "/go")
 	waitLog(t, logPath(podCfg, &runtimeapi.ContainerConfig{Metadata: &runtimeapi.ContainerMetadata{Name: "writer"}, LogPath: "writer.log"}), "written")
 	poll.Until(t, time.Minute, "8 MiB written through the block layer, and the writable layer measured", func() (bool, string) {
 		ms := metricsOf(t, d, id)
@@ -219,18 +224,60 @@ func checkWrites(t *testing.T, d *daemon, podCfg *runtimeapi.PodSandboxConfig, i
 			}
 		}
 		used, _ := one(ms, "container_fs_usage_bytes")
-		return fsWrites >= 8<<20 && blkio == fsWrites && used >= 8<<20,
+		return fsWrites >= 8<<20 && blkio == fsWrites && used >= 8<<20 && slices.Contains(devs, dev),
 			fmt.Sprintf("fs writes %d bytes on %q, blkio writes %d, writable layer %d", fsWrites, devs, blkio, used)
 	})
 	ms := metricsOf(t, d, id)
-	for _, s := range ms["container_fs_writes_bytes_total"] {
-		if s.value > 0 && !strings.HasPrefix(s.labels["device"], "/dev/") {
-			t.Errorf("device label %q; want the device's /dev name, as cAdvisor gives", s.labels["device"])
+	if n, _ := one(ms, "container_fs_writes_total", "device", dev); n == 0 {
+		t.Errorf("container_fs_writes_total{device=%q} = 0 for a device written to", dev)
+	}
+	if v, _ := one(ms, "container_blkio_device_usage_total", "device", dev, "operation", "Write"); v < 8<<20 {
+		t.Errorf("container_blkio_device_usage_total{device=%q,operation=Write} = %d, want the 8 MiB written", dev, v)
+	}
+}
+
+// enableBlkioAccounting returns the /dev name of the disk holding crind's
+// root, the writer's writable layer. cgroup v2 accounts every cgroup's
+// I/O (io.stat); cgroup v1's blkio.throttle counters count only on a
+// device that has a throttling rule since Linux 6.10 (the throttle is set
+// up lazily), so on v1 the test gives the writer's cgroup a rule that
+// never throttles (1 TiB/s).
+func enableBlkioAccounting(t *testing.T, d *daemon, id string) string {
+	t.Helper()
+	var st unix.Stat_t
+	if err := unix.Stat(d.root, &st); err != nil {
+		t.Fatal(err)
+	}
+	devNum := fmt.Sprintf("%d:%d", unix.Major(st.Dev), unix.Minor(st.Dev))
+	sys, err := filepath.EvalSymlinks("/sys/dev/block/" + devNum)
+	if err != nil {
+		t.Skipf("crind's root is on %s, not a block device: no block I/O to check", devNum)
+	}
+	if _, err := os.Stat(filepath.Join(sys, "partition")); err == nil {
+		sys = filepath.Dir(sys) // a rule is set on the whole disk
+		b, err := os.ReadFile(filepath.Join(sys, "dev"))
+		if err != nil {
+			t.Fatal(err)
 		}
+		devNum = strings.TrimSpace(string(b))
 	}
-	if n, _ := one(ms, "container_fs_writes_total"); n == 0 {
-		t.Error("container_fs_writes_total = 0 for a device written to")
+	if _, err := os.Stat("/sys/fs/cgroup/cgroup.controllers"); err == nil {
+		return "/dev/" + filepath.Base(sys)
 	}
+	var dir string
+	_ = filepath.WalkDir(filepath.Join("/sys/fs/cgroup/blkio", cgroup.Dir(d.cgroup)), func(p string, e fs.DirEntry, err error) error {
+		if err == nil && e.IsDir() && e.Name() == id {
+			dir = p
+		}
+		return nil
+	})
+	if dir == "" {
+		t.Fatalf("no blkio cgroup of %s under %s", id, d.cgroup)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "blkio.throttle.write_bps_device"), []byte(devNum+" 1099511627776"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return "/dev/" + filepath.Base(sys)
 }
 
 func checkTimes(t *testing.T, d *daemon, pod, id string) {
