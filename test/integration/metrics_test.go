@@ -239,7 +239,7 @@ func checkWrites(t *testing.T, d *daemon, podCfg *runtimeapi.PodSandboxConfig, i
 // enableBlkioAccounting returns the /dev name of the disk holding crind's
 // root, the writer's writable layer. cgroup v2 accounts every cgroup's
 // I/O (io.stat); cgroup v1's blkio.throttle counters count only on a
-// device that has a throttling rule since Linux 6.10 (the throttle is set
+// device that has a throttling rule on recent kernels (the throttle is set
 // up lazily), so on v1 the test gives the writer's cgroup a rule that
 // never throttles (1 TiB/s).
 func enableBlkioAccounting(t *testing.T, d *daemon, id string) string {
