@@ -111,10 +111,11 @@ func cgroupStats(cgroupsPath string, d *Detail) (*Stats, error) {
 }
 
 // cgroup1Stats reads the v1 cgroup at path in each controller's hierarchy
-// under root; d, when not nil, is filled too and becomes s.Detail.
-func cgroup1Stats(root, path string, d *Detail) (*Stats, error) {
-	s := &Stats{Timestamp: time.Now(), Detail: d}
+// under root; want, when not nil, is filled too and becomes s.Detail.
+func cgroup1Stats(root, path string, want *Detail) (*Stats, error) {
+	s := &Stats{Timestamp: time.Now(), Detail: want}
 	var scratch Detail
+	d := want
 	if d == nil {
 		d = &scratch // the figures parsed on the way cost nothing
 	}
@@ -192,11 +193,12 @@ func cgroup1Stats(root, path string, d *Detail) (*Stats, error) {
 	return s, nil
 }
 
-// cgroup2Stats reads the v2 cgroup at dir; d, when not nil, is filled too
-// and becomes s.Detail.
-func cgroup2Stats(dir string, d *Detail) (*Stats, error) {
-	s := &Stats{Timestamp: time.Now(), Detail: d}
+// cgroup2Stats reads the v2 cgroup at dir; want, when not nil, is filled
+// too and becomes s.Detail.
+func cgroup2Stats(dir string, want *Detail) (*Stats, error) {
+	s := &Stats{Timestamp: time.Now(), Detail: want}
 	var scratch Detail
+	d := want
 	if d == nil {
 		d = &scratch // the figures parsed on the way cost nothing
 	}
@@ -222,46 +224,7 @@ func cgroup2Stats(dir string, d *Detail) (*Stats, error) {
 		}
 	})
 	// memory and pids may not be enabled for the subtree: no figures then.
-	if v, err := readCgroupUint(filepath.Join(dir, "memory.current"), buf[:]); err == nil {
-		s.MemoryUsageBytes = v
-		if b, err := readSmall(filepath.Join(dir, "memory.max"), buf[:]); err == nil {
-			if v, err := strconv.ParseUint(string(bytes.TrimSpace(b)), 10, 64); err == nil { // "max" is unlimited
-				s.MemoryLimitBytes = v
-			}
-		}
-		if b, err := readSmall(filepath.Join(dir, "memory.events"), buf[:]); err == nil {
-			eachKV(b, func(k string, v uint64) {
-				switch k {
-				case "max":
-					s.MemoryFailcnt = v
-				case "oom_kill":
-					d.OOMKills = v
-				}
-			})
-		}
-		if b, err := readSmall(filepath.Join(dir, "memory.stat"), buf[:]); err == nil {
-			var inactiveFile uint64
-			eachKV(b, func(k string, v uint64) {
-				switch k {
-				case "anon":
-					s.MemoryRSSBytes = v
-				case "file":
-					s.MemoryCacheBytes = v
-				case "inactive_file":
-					inactiveFile = v
-				case "pgfault":
-					s.MemoryPageFaults = v
-				case "pgmajfault":
-					s.MemoryMajorFaults = v
-				case "file_mapped":
-					d.MemoryMappedFileBytes = v
-				default:
-					d.addKernel(k, v)
-				}
-			})
-			s.MemoryWorkingSet = sub0(s.MemoryUsageBytes, inactiveFile)
-		}
-	}
+	cgroup2Memory(dir, s, d, buf[:])
 	if v, err := readCgroupUint(filepath.Join(dir, "memory.swap.current"), buf[:]); err == nil {
 		s.SwapUsageBytes, s.HasSwap = v, true
 		d.MemorySwapBytes = v
@@ -288,6 +251,53 @@ func cgroup2Stats(dir string, d *Detail) (*Stats, error) {
 	s.MemoryPressure = readPressure(filepath.Join(dir, "memory.pressure"), buf[:])
 	s.IOPressure = readPressure(filepath.Join(dir, "io.pressure"), buf[:])
 	return s, nil
+}
+
+// cgroup2Memory reads the memory figures of the v2 cgroup at dir, when the
+// memory controller is enabled there.
+func cgroup2Memory(dir string, s *Stats, d *Detail, buf []byte) {
+	v, err := readCgroupUint(filepath.Join(dir, "memory.current"), buf)
+	if err != nil {
+		return
+	}
+	s.MemoryUsageBytes = v
+	if b, err := readSmall(filepath.Join(dir, "memory.max"), buf); err == nil {
+		if v, err := strconv.ParseUint(string(bytes.TrimSpace(b)), 10, 64); err == nil { // "max" is unlimited
+			s.MemoryLimitBytes = v
+		}
+	}
+	if b, err := readSmall(filepath.Join(dir, "memory.events"), buf); err == nil {
+		eachKV(b, func(k string, v uint64) {
+			switch k {
+			case "max":
+				s.MemoryFailcnt = v
+			case "oom_kill":
+				d.OOMKills = v
+			}
+		})
+	}
+	if b, err := readSmall(filepath.Join(dir, "memory.stat"), buf); err == nil {
+		var inactiveFile uint64
+		eachKV(b, func(k string, v uint64) {
+			switch k {
+			case "anon":
+				s.MemoryRSSBytes = v
+			case "file":
+				s.MemoryCacheBytes = v
+			case "inactive_file":
+				inactiveFile = v
+			case "pgfault":
+				s.MemoryPageFaults = v
+			case "pgmajfault":
+				s.MemoryMajorFaults = v
+			case "file_mapped":
+				d.MemoryMappedFileBytes = v
+			default:
+				d.addKernel(k, v)
+			}
+		})
+		s.MemoryWorkingSet = sub0(s.MemoryUsageBytes, inactiveFile)
+	}
 }
 
 // readPressure reads a PSI file ("some avg10=0.12 avg60=0.05 avg300=0.01
