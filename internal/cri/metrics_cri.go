@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"slices"
 	"strings"
 	"time"
 
@@ -135,7 +134,7 @@ func (s *Service) containerMetrics(c *container, defs []metricDef, base func(con
 			f.fs.inodes, f.fs.inodesFree = sfs.Files, sfs.Ffree
 		}
 	}
-	return &runtimeapi.ContainerMetrics{ContainerId: cid, Metrics: collect(defs, f, base(name, cid, image), nil)}, nil
+	return &runtimeapi.ContainerMetrics{ContainerId: cid, Metrics: collect(defs, f, base(name, cid, image), make([]*runtimeapi.Metric, 0, len(defs)+8))}, nil
 }
 
 // cgroupDetail reads a cgroup for the metrics; nil (and no error) when it
@@ -151,21 +150,15 @@ func cgroupDetail(path string) (*runtime.Stats, error) {
 // collect appends to out the metrics defs compute from f, labelled with
 // base and each metric's extra labels.
 func collect(defs []metricDef, f *figures, base []string, out []*runtimeapi.Metric) []*runtimeapi.Metric {
+	e := &emitter{base: base, out: out}
 	for i := range defs {
-		d := &defs[i]
-		var ts int64
-		if d.sampled {
-			ts = f.fsTime
+		e.def, e.ts = &defs[i], 0
+		if e.def.sampled {
+			e.ts = f.fsTime
 		}
-		d.values(f, func(v uint64, extra ...string) {
-			labels := base
-			if len(extra) > 0 {
-				labels = append(slices.Clip(base), extra...)
-			}
-			out = append(out, &runtimeapi.Metric{Name: d.name, Timestamp: ts, MetricType: d.typ, LabelValues: labels, Value: &runtimeapi.UInt64Value{Value: v}})
-		})
+		e.def.values(f, e)
 	}
-	return out
+	return e.out
 }
 
 // deviceNames names block devices by number ("/dev/sda", as cAdvisor's

@@ -1,6 +1,7 @@
 package cri
 
 import (
+	"slices"
 	"strconv"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -32,9 +33,24 @@ type fsFigures struct {
 	usedBytes, limitBytes, inodes, inodesFree uint64
 }
 
-// emitFunc reports one value of a metric, with the values of the labels
-// the metric adds to the base ones.
-type emitFunc func(v uint64, extra ...string)
+// emitter collects the values of one metric of one subject; one per
+// collect call, reused for every metric (no closure per metric).
+type emitter struct {
+	def  *metricDef
+	base []string
+	ts   int64
+	out  []*runtimeapi.Metric
+}
+
+// emit reports one value of the metric, with the values of the labels the
+// metric adds to the base ones.
+func (e *emitter) emit(v uint64, extra ...string) {
+	labels := e.base
+	if len(extra) > 0 {
+		labels = append(slices.Clip(e.base), extra...)
+	}
+	e.out = append(e.out, &runtimeapi.Metric{Name: e.def.name, Timestamp: e.ts, MetricType: e.def.typ, LabelValues: labels, Value: &runtimeapi.UInt64Value{Value: v}})
+}
 
 // metricDef is one metric crind reports.
 type metricDef struct {
@@ -45,7 +61,7 @@ type metricDef struct {
 	// sampled: the value is the stats sampler's (fsTime is its timestamp),
 	// not read for this request.
 	sampled bool
-	values  func(f *figures, emit emitFunc)
+	values  func(f *figures, e *emitter)
 }
 
 // baseLabelKeys are cAdvisor's labels of every container metric.
@@ -64,18 +80,18 @@ func wholeSeconds(ns uint64) uint64 { return ns / 1e9 }
 
 // cg is a metric of a cgroup's basic figures.
 func cg(name, help string, typ runtimeapi.MetricType, v func(*runtime.Stats) uint64) metricDef {
-	return metricDef{name: name, help: help, typ: typ, values: func(f *figures, emit emitFunc) {
+	return metricDef{name: name, help: help, typ: typ, values: func(f *figures, e *emitter) {
 		if f.st != nil {
-			emit(v(f.st))
+			e.emit(v(f.st))
 		}
 	}}
 }
 
 // dt is a metric of a cgroup's detail figures.
 func dt(name, help string, typ runtimeapi.MetricType, v func(*runtime.Detail) uint64) metricDef {
-	return metricDef{name: name, help: help, typ: typ, values: func(f *figures, emit emitFunc) {
+	return metricDef{name: name, help: help, typ: typ, values: func(f *figures, e *emitter) {
 		if f.st != nil && f.st.Detail != nil {
-			emit(v(f.st.Detail))
+			e.emit(v(f.st.Detail))
 		}
 	}}
 }
@@ -84,9 +100,9 @@ func dt(name, help string, typ runtimeapi.MetricType, v func(*runtime.Detail) ui
 // CPU quota.
 func quotaOnly(d metricDef) metricDef {
 	values := d.values
-	d.values = func(f *figures, emit emitFunc) {
+	d.values = func(f *figures, e *emitter) {
 		if f.st != nil && f.st.Detail != nil && f.st.Detail.CPUQuotaMicros != 0 {
-			values(f, emit)
+			values(f, e)
 		}
 	}
 	return d
@@ -96,15 +112,15 @@ func quotaOnly(d metricDef) metricDef {
 func metricDefs() []metricDef {
 	defs := []metricDef{
 		{name: "container_last_seen", help: "Last time a container was seen by the exporter (unix seconds).", typ: gauge,
-			values: func(f *figures, emit emitFunc) {
+			values: func(f *figures, e *emitter) {
 				if f.st != nil {
-					emit(uint64(f.now))
+					e.emit(uint64(f.now))
 				}
 			}},
 		{name: "container_start_time_seconds", help: "Start time of the container since unix epoch in seconds.", typ: gauge,
-			values: func(f *figures, emit emitFunc) {
+			values: func(f *figures, e *emitter) {
 				if f.st != nil && f.start > 0 {
-					emit(uint64(f.start))
+					e.emit(uint64(f.start))
 				}
 			}},
 	}
@@ -160,14 +176,14 @@ func memoryDefs() []metricDef {
 		cg("container_memory_failcnt", "Number of memory usage hits limits.", counter,
 			func(s *runtime.Stats) uint64 { return s.MemoryFailcnt }),
 		{name: "container_memory_failures_total", help: "Cumulative count of memory allocation failures.", typ: counter,
-			extra: []string{"failure_type", "scope"}, values: func(f *figures, emit emitFunc) {
+			extra: []string{"failure_type", "scope"}, values: func(f *figures, e *emitter) {
 				if f.st == nil || f.st.Detail == nil {
 					return
 				}
-				emit(f.st.Detail.PageFaults, "pgfault", "container")
-				emit(f.st.Detail.MajorPageFaults, "pgmajfault", "container")
-				emit(f.st.MemoryPageFaults, "pgfault", "hierarchy")
-				emit(f.st.MemoryMajorFaults, "pgmajfault", "hierarchy")
+				e.emit(f.st.Detail.PageFaults, "pgfault", "container")
+				e.emit(f.st.Detail.MajorPageFaults, "pgmajfault", "container")
+				e.emit(f.st.MemoryPageFaults, "pgfault", "hierarchy")
+				e.emit(f.st.MemoryMajorFaults, "pgmajfault", "hierarchy")
 			}},
 		dt("container_oom_events_total", "Count of out of memory events observed for the container.", counter,
 			func(d *runtime.Detail) uint64 { return d.OOMKills }),
@@ -193,9 +209,9 @@ func processDefs() []metricDef {
 		dt("container_sockets", "Number of open sockets for the container.", gauge,
 			func(d *runtime.Detail) uint64 { return d.Sockets }),
 		{name: "container_ulimits_soft", help: "Soft ulimit values for the container root process (max_open_files; unlimited is 2^64-1).", typ: gauge,
-			extra: []string{"ulimit"}, values: func(f *figures, emit emitFunc) {
+			extra: []string{"ulimit"}, values: func(f *figures, e *emitter) {
 				if f.st != nil && f.st.Detail != nil && f.st.Detail.HasMaxOpenFiles {
-					emit(f.st.Detail.MaxOpenFiles, "max_open_files")
+					e.emit(f.st.Detail.MaxOpenFiles, "max_open_files")
 				}
 			}},
 	}
@@ -220,7 +236,7 @@ func pressureDefs() []metricDef {
 				which, help = "stalled", "Total time duration no tasks in the container could make progress due to "+r.name+" congestion (whole seconds)."
 			}
 			defs = append(defs, metricDef{name: "container_pressure_" + r.name + "_" + which + "_seconds_total", help: help, typ: counter,
-				values: func(f *figures, emit emitFunc) {
+				values: func(f *figures, e *emitter) {
 					if f.st == nil || r.p(f.st) == nil {
 						return
 					}
@@ -228,7 +244,7 @@ func pressureDefs() []metricDef {
 					if full {
 						line = r.p(f.st).Full
 					}
-					emit(wholeSeconds(uint64(line.Total)))
+					e.emit(wholeSeconds(uint64(line.Total)))
 				}})
 		}
 	}
@@ -237,10 +253,10 @@ func pressureDefs() []metricDef {
 
 func networkDefs() []metricDef {
 	def := func(name, help string, v func(ifaceCounters) uint64) metricDef {
-		return metricDef{name: name, help: help, typ: counter, extra: []string{"interface"}, values: func(f *figures, emit emitFunc) {
+		return metricDef{name: name, help: help, typ: counter, extra: []string{"interface"}, values: func(f *figures, e *emitter) {
 			for _, c := range f.ifs {
 				if c.name != "lo" {
-					emit(v(c), c.name)
+					e.emit(v(c), c.name)
 				}
 			}
 		}}
@@ -259,20 +275,20 @@ func networkDefs() []metricDef {
 
 func fsDefs() []metricDef {
 	layer := func(name, help string, v func(*fsFigures) uint64) metricDef {
-		return metricDef{name: name, help: help, typ: gauge, extra: []string{"device"}, sampled: true, values: func(f *figures, emit emitFunc) {
+		return metricDef{name: name, help: help, typ: gauge, extra: []string{"device"}, sampled: true, values: func(f *figures, e *emitter) {
 			if f.fs != nil {
-				emit(v(f.fs), f.fs.mountpoint)
+				e.emit(v(f.fs), f.fs.mountpoint)
 			}
 		}}
 	}
 	io := func(name, help string, v func(*runtime.DeviceIO) uint64) metricDef {
-		return metricDef{name: name, help: help, typ: counter, extra: []string{"device"}, values: func(f *figures, emit emitFunc) {
+		return metricDef{name: name, help: help, typ: counter, extra: []string{"device"}, values: func(f *figures, e *emitter) {
 			if f.st == nil || f.st.Detail == nil {
 				return
 			}
 			for i := range f.st.Detail.IO {
 				d := &f.st.Detail.IO[i]
-				emit(v(d), f.devName(d.Major, d.Minor))
+				e.emit(v(d), f.devName(d.Major, d.Minor))
 			}
 		}}
 	}
@@ -286,15 +302,15 @@ func fsDefs() []metricDef {
 		io("container_fs_writes_bytes_total", "Cumulative count of bytes written.", func(d *runtime.DeviceIO) uint64 { return d.WriteBytes }),
 		io("container_fs_writes_total", "Cumulative count of writes completed.", func(d *runtime.DeviceIO) uint64 { return d.Writes }),
 		{name: "container_blkio_device_usage_total", help: "Blkio device bytes usage.", typ: counter,
-			extra: []string{"device", "major", "minor", "operation"}, values: func(f *figures, emit emitFunc) {
+			extra: []string{"device", "major", "minor", "operation"}, values: func(f *figures, e *emitter) {
 				if f.st == nil || f.st.Detail == nil {
 					return
 				}
 				for i := range f.st.Detail.IO {
 					d := &f.st.Detail.IO[i]
 					name, major, minor := f.devName(d.Major, d.Minor), strconv.Itoa(int(d.Major)), strconv.Itoa(int(d.Minor))
-					emit(d.ReadBytes, name, major, minor, "Read")
-					emit(d.WriteBytes, name, major, minor, "Write")
+					e.emit(d.ReadBytes, name, major, minor, "Read")
+					e.emit(d.WriteBytes, name, major, minor, "Write")
 				}
 			}},
 	}
