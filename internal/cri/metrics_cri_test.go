@@ -95,7 +95,8 @@ func fullFigureMetrics(t *testing.T) []*runtimeapi.Metric {
 	pr := &runtime.Pressure{Some: runtime.PressureLine{Total: 3500 * time.Millisecond}, Full: runtime.PressureLine{Total: 1200 * time.Millisecond}}
 	st := &runtime.Stats{CPUUsageNanos: 2500e6, CPUPressure: pr, MemoryPressure: pr, IOPressure: pr, Detail: &runtime.Detail{
 		CPUQuotaMicros: 20000, CPUPeriodMicros: 100000, CFSThrottledNanos: 1900e6, HasMaxOpenFiles: true, MaxOpenFiles: 1024,
-		IO: []runtime.DeviceIO{{Major: 8, Minor: 0, ReadBytes: 1, WriteBytes: 2}},
+		IO:      []runtime.DeviceIO{{Major: 8, Minor: 0, ReadBytes: 1, WriteBytes: 2}},
+		Hugetlb: []runtime.HugetlbUsage{{Size: "2MB", UsageBytes: 4 << 20}, {Size: "1GB"}},
 	}}
 	devName := func(major, minor uint32) string { return "/dev/sda" }
 	f := &figures{st: st, start: 100, now: 200, devName: devName, fs: &fsFigures{mountpoint: "/var", usedBytes: 5}, fsTime: 7}

@@ -185,6 +185,10 @@ func memoryDefs() []metricDef {
 				e.emit(f.st.MemoryPageFaults, "pgfault", "hierarchy")
 				e.emit(f.st.MemoryMajorFaults, "pgmajfault", "hierarchy")
 			}},
+		hugetlbDef("container_hugetlb_usage_bytes", "Hugepage usage in bytes.", gauge, func(h *runtime.HugetlbUsage) uint64 { return h.UsageBytes }),
+		hugetlbDef("container_hugetlb_max_usage_bytes", "Hugepage maximum usage in bytes (0 on cgroup v2, which keeps no peak).", gauge,
+			func(h *runtime.HugetlbUsage) uint64 { return h.MaxUsageBytes }),
+		hugetlbDef("container_hugetlb_failcnt", "Number of hugepage usage hits limits.", counter, func(h *runtime.HugetlbUsage) uint64 { return h.Failcnt }),
 		dt("container_oom_events_total", "Count of out of memory events observed for the container.", counter,
 			func(d *runtime.Detail) uint64 { return d.OOMKills }),
 		cg("container_spec_memory_limit_bytes", "Memory limit for the container (0 when unlimited).", gauge,
@@ -194,6 +198,19 @@ func memoryDefs() []metricDef {
 		dt("container_spec_memory_reservation_limit_bytes", "Memory reservation limit for the container (0 when none).", gauge,
 			func(d *runtime.Detail) uint64 { return d.MemoryReservationBytes }),
 	}
+}
+
+// hugetlbDef is a metric of each huge page size, where the cgroup has the
+// hugetlb controller.
+func hugetlbDef(name, help string, typ runtimeapi.MetricType, v func(*runtime.HugetlbUsage) uint64) metricDef {
+	return metricDef{name: name, help: help, typ: typ, extra: []string{"size"}, values: func(f *figures, e *emitter) {
+		if f.st == nil || f.st.Detail == nil {
+			return
+		}
+		for i := range f.st.Detail.Hugetlb {
+			e.emit(v(&f.st.Detail.Hugetlb[i]), f.st.Detail.Hugetlb[i].Size)
+		}
+	}}
 }
 
 func processDefs() []metricDef {

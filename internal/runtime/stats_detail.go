@@ -37,6 +37,9 @@ type Detail struct {
 
 	// IO is the block I/O of the cgroup by device.
 	IO []DeviceIO
+	// Hugetlb is the cgroup's huge page usage by page size, where the
+	// hugetlb controller is enabled for it.
+	Hugetlb []HugetlbUsage
 
 	// FileDescriptors and Sockets are what the cgroup's processes hold
 	// open; MaxOpenFiles is the soft RLIMIT_NOFILE of its first process
@@ -56,6 +59,15 @@ type DeviceIO struct {
 	Major, Minor          uint32
 	ReadBytes, WriteBytes uint64
 	Reads, Writes         uint64
+}
+
+// HugetlbUsage is a cgroup's usage of one huge page size ("2MB", "1GB":
+// the name in the hugetlb files). MaxUsageBytes is 0 on v2, which keeps no
+// peak.
+type HugetlbUsage struct {
+	Size                      string
+	UsageBytes, MaxUsageBytes uint64
+	Failcnt                   uint64
 }
 
 // addKernel notes a v2 memory.stat figure that makes up kernel memory.
@@ -103,6 +115,13 @@ func cgroup1Detail(root, path string, s *Stats, buf []byte) {
 	}
 	pids := filepath.Join(root, "pids", path)
 	d.ThreadsMax = readUintOr0(filepath.Join(pids, "pids.max"), buf) // "max" does not parse
+	// On a hybrid host hugetlb may be a v2 controller: read it there when
+	// v1 has no hugetlb hierarchy.
+	if _, err := os.Stat(filepath.Join(root, "hugetlb")); err == nil {
+		d.Hugetlb = readHugetlb(filepath.Join(root, "hugetlb", path), hugePageSizes(), hugetlbV1Files)
+	} else {
+		d.Hugetlb = readHugetlb(filepath.Join(root, "unified", path), hugePageSizes(), hugetlbV2Files)
+	}
 	blkio := filepath.Join(root, "blkio", path)
 	d.IO = readBlkio(filepath.Join(blkio, "blkio.throttle.io_service_bytes_recursive"), filepath.Join(blkio, "blkio.throttle.io_serviced_recursive"))
 	procs := readPids(filepath.Join(pids, "cgroup.procs"))
@@ -138,6 +157,7 @@ func cgroup2Detail(dir string, s *Stats, buf []byte) {
 		}
 	}
 	d.ThreadsMax = readUintOr0(filepath.Join(dir, "pids.max"), buf)
+	d.Hugetlb = readHugetlb(dir, hugePageSizes(), hugetlbV2Files)
 	d.IO = readIOStat(filepath.Join(dir, "io.stat"))
 	procs := readPids(filepath.Join(dir, "cgroup.procs"))
 	if len(procs) == 0 && s.PidsCurrent > 0 {
@@ -336,4 +356,83 @@ func parseDevice(s string) (major, minor uint32, ok bool) {
 	ma, err1 := strconv.ParseUint(a, 10, 32)
 	mi, err2 := strconv.ParseUint(b, 10, 32)
 	return uint32(ma), uint32(mi), err1 == nil && err2 == nil
+}
+
+// hugetlbFiles names a hierarchy's hugetlb files for one page size.
+type hugetlbFiles func(size string) (usage, maxUsage, failures string)
+
+func hugetlbV1Files(size string) (string, string, string) {
+	return "hugetlb." + size + ".usage_in_bytes", "hugetlb." + size + ".max_usage_in_bytes", "hugetlb." + size + ".failcnt"
+}
+
+// hugetlbV2Files: v2 keeps no peak; failures are hugetlb.<size>.events max.
+func hugetlbV2Files(size string) (string, string, string) {
+	return "hugetlb." + size + ".current", "", "hugetlb." + size + ".events"
+}
+
+// readHugetlb reads dir's usage of each huge page size (the kernel's:
+// hugePageSizes); nil where the cgroup has no hugetlb files.
+func readHugetlb(dir string, sizes []string, files hugetlbFiles) []HugetlbUsage {
+	var out []HugetlbUsage
+	var buf [512]byte
+	for _, size := range sizes {
+		usage, maxUsage, failures := files(size)
+		v, err := readCgroupUint(filepath.Join(dir, usage), buf[:])
+		if err != nil {
+			return nil // no controller here (or a size it does not know): none at all
+		}
+		h := HugetlbUsage{Size: size, UsageBytes: v}
+		if maxUsage != "" {
+			h.MaxUsageBytes = readUintOr0(filepath.Join(dir, maxUsage), buf[:])
+		}
+		if b, err := readSmall(filepath.Join(dir, failures), buf[:]); err == nil {
+			if n, err := strconv.ParseUint(string(bytes.TrimSpace(b)), 10, 64); err == nil {
+				h.Failcnt = n // v1 failcnt
+			} else {
+				eachKV(b, func(k string, v uint64) {
+					if k == "max" {
+						h.Failcnt = v
+					}
+				})
+			}
+		}
+		out = append(out, h)
+	}
+	return out
+}
+
+// hugePageSizesDir lists the kernel's huge page sizes.
+const hugePageSizesDir = "/sys/kernel/mm/hugepages"
+
+// hugePageSizes names the kernel's huge page sizes as the hugetlb
+// controller's files do ("hugepages-2048kB" is "2MB").
+func hugePageSizes() []string {
+	ents, err := os.ReadDir(hugePageSizesDir)
+	if err != nil {
+		return nil
+	}
+	var sizes []string
+	for _, e := range ents {
+		kb, ok := strings.CutPrefix(e.Name(), "hugepages-")
+		if !ok {
+			continue
+		}
+		n, err := strconv.ParseUint(strings.TrimSuffix(kb, "kB"), 10, 64)
+		if err != nil {
+			continue
+		}
+		sizes = append(sizes, hugePageSizeName(n))
+	}
+	return sizes
+}
+
+// hugePageSizeName is the kernel's name of a page size of kb KiB.
+func hugePageSizeName(kb uint64) string {
+	units := []string{"KB", "MB", "GB", "TB"}
+	i := 0
+	for kb >= 1024 && kb%1024 == 0 && i < len(units)-1 {
+		kb /= 1024
+		i++
+	}
+	return strconv.FormatUint(kb, 10) + units[i]
 }

@@ -180,3 +180,34 @@ func TestReadMaxOpenFiles(t *testing.T) {
 		})
 	}
 }
+
+func TestReadHugetlb(t *testing.T) {
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string]string{
+		"v1/hugetlb.2MB.usage_in_bytes": "4194304\n", "v1/hugetlb.2MB.max_usage_in_bytes": "6291456\n", "v1/hugetlb.2MB.failcnt": "2\n",
+		"v1/hugetlb.1GB.usage_in_bytes": "0\n", "v1/hugetlb.1GB.max_usage_in_bytes": "0\n", "v1/hugetlb.1GB.failcnt": "0\n",
+		"v2/hugetlb.2MB.current": "4194304\n", "v2/hugetlb.2MB.events": "max 3\n",
+		"v2/hugetlb.1GB.current": "0\n", "v2/hugetlb.1GB.events": "max 0\n",
+	})
+	sizes := []string{"2MB", "1GB"}
+	for _, tc := range []struct {
+		name string
+		got  []HugetlbUsage
+		want []HugetlbUsage
+	}{
+		{"v1", readHugetlb(dir+"/v1", sizes, hugetlbV1Files), []HugetlbUsage{{Size: "2MB", UsageBytes: 4 << 20, MaxUsageBytes: 6 << 20, Failcnt: 2}, {Size: "1GB"}}},
+		{"v2", readHugetlb(dir+"/v2", sizes, hugetlbV2Files), []HugetlbUsage{{Size: "2MB", UsageBytes: 4 << 20, Failcnt: 3}, {Size: "1GB"}}},
+		{"no controller", readHugetlb(dir+"/none", sizes, hugetlbV2Files), nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if diff := cmp.Diff(tc.want, tc.got); diff != "" {
+				t.Errorf("readHugetlb (-want +got):\n%s", diff)
+			}
+		})
+	}
+	for kb, want := range map[uint64]string{64: "64KB", 2048: "2MB", 1048576: "1GB", 16777216: "16GB"} {
+		if got := hugePageSizeName(kb); got != want {
+			t.Errorf("hugePageSizeName(%d) = %q, want %q", kb, got, want)
+		}
+	}
+}
