@@ -90,19 +90,46 @@ func one(ms map[string][]series, name string, match ...string) (uint64, bool) {
 	return 0, false
 }
 
-// cgroupFile reads a file of the container's own cgroup from inside it
-// (runc shows a container its cgroup at /sys/fs/cgroup: per controller on
-// v1, the whole of it on v2).
-func cgroupFile(t *testing.T, d *daemon, id, v1Controller, name string) map[string]uint64 {
+// unified says whether the host is cgroup v2 only.
+func unified() bool {
+	_, err := os.Stat("/sys/fs/cgroup/cgroup.controllers")
+	return err == nil
+}
+
+// containerCgroup is the directory of container id's cgroup under d's
+// parent: in v1Controller's hierarchy on v1, the one tree on v2 (the
+// cgroupfs driver names it by the id, the systemd driver crin-<id>.scope).
+func containerCgroup(t *testing.T, d *daemon, id, v1Controller string) string {
 	t.Helper()
-	path := "/sys/fs/cgroup/" + name
-	if _, err := os.Stat("/sys/fs/cgroup/cgroup.controllers"); err != nil {
-		path = "/sys/fs/cgroup/" + v1Controller + "/" + name
+	base := filepath.Join("/sys/fs/cgroup", cgroup.Dir(d.cgroup))
+	if !unified() {
+		base = filepath.Join("/sys/fs/cgroup", v1Controller, cgroup.Dir(d.cgroup))
+	}
+	var dir string
+	_ = filepath.WalkDir(base, func(p string, e fs.DirEntry, err error) error {
+		if err == nil && e.IsDir() && (e.Name() == id || e.Name() == "crin-"+id+".scope") {
+			dir = p
+			return filepath.SkipAll
+		}
+		return nil
+	})
+	if dir == "" {
+		t.Fatalf("no cgroup of %s under %s", id, base)
+	}
+	return dir
+}
+
+// cgroupKV reads a "key value" cgroup file.
+func cgroupKV(t *testing.T, path string) map[string]uint64 {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
 	}
 	out := map[string]uint64{}
-	for _, line := range strings.Split(d.execOut(t, id, "cat", path), "\n") {
+	for _, line := range strings.Split(string(b), "\n") {
 		if k, v, ok := strings.Cut(line, " "); ok {
-			out[k], _ = strconv.ParseUint(v, 10, 64)
+			out[k], _ = strconv.ParseUint(strings.TrimSpace(v), 10, 64)
 		}
 	}
 	return out
@@ -154,8 +181,20 @@ func checkThrottling(t *testing.T, d *daemon, id string) {
 		p, _ := one(ms, "container_cpu_cfs_throttled_periods_total")
 		return s >= 1 && p >= 5, fmt.Sprintf("throttled %d s in %d periods", s, p)
 	})
+	dir := containerCgroup(t, d, id, "cpu")
+	shares := uint64(512)
+	if unified() {
+		// v2 has cpu.weight, which the runtime derived from the shares:
+		// the shares are what that weight maps back to.
+		b, err := os.ReadFile(filepath.Join(dir, "cpu.weight"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		w, _ := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
+		shares = 2 + (w-1)*262142/9999
+	}
 	for name, want := range map[string]uint64{"container_spec_cpu_quota": 10000, "container_spec_cpu_period": 100000,
-		"container_spec_cpu_shares": 512, "container_spec_memory_limit_bytes": 64 << 20, "container_spec_memory_swap_limit_bytes": 64 << 20} {
+		"container_spec_cpu_shares": shares, "container_spec_memory_limit_bytes": 64 << 20, "container_spec_memory_swap_limit_bytes": 64 << 20} {
 		if got, ok := one(ms, name); got != want {
 			t.Errorf("%s = %d (reported %v), want %d as the container's resources say", name, got, ok, want)
 		}
@@ -166,7 +205,7 @@ func checkThrottling(t *testing.T, d *daemon, id string) {
 		t.Errorf("%d periods, %d of them throttled", periods, throttled)
 	}
 	// The counters only grow: the files read afterwards hold at least as much.
-	stat := cgroupFile(t, d, id, "cpu", "cpu.stat")
+	stat := cgroupKV(t, filepath.Join(dir, "cpu.stat"))
 	if stat["nr_throttled"] < throttled || stat["nr_periods"] < periods {
 		t.Errorf("cpu.stat %v after metrics of %d periods, %d throttled", stat, periods, throttled)
 	}
@@ -261,18 +300,12 @@ func enableBlkioAccounting(t *testing.T, d *daemon, id string) string {
 		}
 		devNum = strings.TrimSpace(string(b))
 	}
-	if _, err := os.Stat("/sys/fs/cgroup/cgroup.controllers"); err == nil {
-		return "/dev/" + filepath.Base(sys)
-	}
-	var dir string
-	_ = filepath.WalkDir(filepath.Join("/sys/fs/cgroup/blkio", cgroup.Dir(d.cgroup)), func(p string, e fs.DirEntry, err error) error {
-		if err == nil && e.IsDir() && e.Name() == id {
-			dir = p
+	dir := containerCgroup(t, d, id, "blkio")
+	if unified() {
+		if _, err := os.Stat(filepath.Join(dir, "io.stat")); err != nil {
+			t.Skipf("the io controller is not enabled for the container's cgroup %s: no block I/O figures to check", dir)
 		}
-		return nil
-	})
-	if dir == "" {
-		t.Fatalf("no blkio cgroup of %s under %s", id, d.cgroup)
+		return "/dev/" + filepath.Base(sys)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "blkio.throttle.write_bps_device"), []byte(devNum+" 1099511627776"), 0o644); err != nil {
 		t.Fatal(err)
