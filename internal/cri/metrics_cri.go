@@ -67,9 +67,7 @@ func (s *Service) StreamPodSandboxMetrics(r *runtimeapi.StreamPodSandboxMetricsR
 }
 
 func (s *Service) podMetrics(ctx context.Context) ([]*runtimeapi.PodSandboxMetrics, error) {
-	defs := metricDefs()
-	now := time.Now().Unix()
-	devs := deviceNames{}
+	mp := &metricsPass{defs: metricDefs(), now: time.Now().Unix(), devs: deviceNames{}}
 	var out []*runtimeapi.PodSandboxMetrics
 	for _, sb := range s.allSandboxes() {
 		if ctx.Err() != nil {
@@ -83,24 +81,22 @@ func (s *Service) podMetrics(ctx context.Context) ([]*runtimeapi.PodSandboxMetri
 			continue
 		}
 		pm := &runtimeapi.PodSandboxMetrics{PodSandboxId: id}
-		base := func(container, cid, image string) []string {
-			return []string{container, cid, image, cid, md.GetNamespace(), md.GetName()}
-		}
+		mp.namespace, mp.pod = md.GetNamespace(), md.GetName()
 		st, err := cgroupDetail(cg)
 		if err != nil {
 			return nil, err
 		}
 		if st != nil {
-			f := &figures{st: st, start: created / 1e9, now: now, devName: devs.name}
-			pm.Metrics = collect(defs, f, base("", id, ""), pm.Metrics)
+			f := &figures{st: st, start: created / 1e9, now: mp.now, devName: mp.devs.name}
+			pm.Metrics = collect(mp.defs, f, mp.labels("", id, ""), pm.Metrics)
 		}
 		if netns != "" {
 			if ifs, err := readNetDev(netns); err == nil {
-				pm.Metrics = collect(defs, &figures{ifs: ifs}, base("POD", id, ""), pm.Metrics)
+				pm.Metrics = collect(mp.defs, &figures{ifs: ifs}, mp.labels("POD", id, ""), pm.Metrics)
 			}
 		}
 		for _, c := range s.podContainers(id) {
-			cm, err := s.containerMetrics(c, defs, base, now, devs.name)
+			cm, err := s.containerMetrics(c, mp)
 			if err != nil {
 				return nil, err
 			}
@@ -113,8 +109,23 @@ func (s *Service) podMetrics(ctx context.Context) ([]*runtimeapi.PodSandboxMetri
 	return out, nil
 }
 
+// metricsPass is what one ListPodSandboxMetrics call shares between its
+// pods and containers.
+type metricsPass struct {
+	defs []metricDef
+	now  int64 // unix seconds
+	devs deviceNames
+	// namespace and pod are the current pod's metadata.
+	namespace, pod string
+}
+
+// labels are the base label values of a subject of the current pod.
+func (mp *metricsPass) labels(container, id, image string) []string {
+	return []string{container, id, image, id, mp.namespace, mp.pod}
+}
+
 // containerMetrics are the metrics of c; nil when it is not running.
-func (s *Service) containerMetrics(c *container, defs []metricDef, base func(container, cid, image string) []string, now int64, devName func(major, minor uint32) string) (*runtimeapi.ContainerMetrics, error) {
+func (s *Service) containerMetrics(c *container, mp *metricsPass) (*runtimeapi.ContainerMetrics, error) {
 	c.mu.Lock()
 	cid, name, image, cstate, ccg, started := c.rec.ID, c.config.GetMetadata().GetName(), c.rec.ImageName, c.rec.State, c.rec.CgroupsPath, c.rec.StartedAt
 	c.mu.Unlock()
@@ -125,7 +136,7 @@ func (s *Service) containerMetrics(c *container, defs []metricDef, base func(con
 	if err != nil {
 		return nil, err
 	}
-	f := &figures{st: st, start: started / 1e9, now: now, devName: devName}
+	f := &figures{st: st, start: started / 1e9, now: mp.now, devName: mp.devs.name}
 	if u, ok := s.sampler.layer(cid); ok {
 		f.fs, f.fsTime = &fsFigures{mountpoint: u.Mountpoint, usedBytes: u.UsedBytes}, u.Time.UnixNano()
 		var sfs unix.Statfs_t
@@ -134,7 +145,8 @@ func (s *Service) containerMetrics(c *container, defs []metricDef, base func(con
 			f.fs.inodes, f.fs.inodesFree = sfs.Files, sfs.Ffree
 		}
 	}
-	return &runtimeapi.ContainerMetrics{ContainerId: cid, Metrics: collect(defs, f, base(name, cid, image), make([]*runtimeapi.Metric, 0, len(defs)+8))}, nil
+	ms := collect(mp.defs, f, mp.labels(name, cid, image), make([]*runtimeapi.Metric, 0, len(mp.defs)+8))
+	return &runtimeapi.ContainerMetrics{ContainerId: cid, Metrics: ms}, nil
 }
 
 // cgroupDetail reads a cgroup for the metrics; nil (and no error) when it
