@@ -32,6 +32,40 @@ var criticalMetrics = []string{
 	"container_start_time_seconds", "container_threads", "container_threads_max",
 }
 
+// critestMayBeAbsent are the metrics critest v1.37.0 lets a pod's metrics
+// leave out (its unimplementedMetricDescriptors and
+// optionalValuesForMetricDescriptors): every other descriptor crind
+// returns must have a value in a plain pod, or critest fails it.
+var critestMayBeAbsent = []string{
+	"container_hugetlb_max_usage_bytes", "container_hugetlb_usage_bytes",
+	"container_pressure_cpu_stalled_seconds_total", "container_pressure_cpu_waiting_seconds_total",
+	"container_pressure_io_stalled_seconds_total", "container_pressure_io_waiting_seconds_total",
+	"container_pressure_memory_stalled_seconds_total", "container_pressure_memory_waiting_seconds_total",
+	"container_spec_cpu_quota", "container_spec_memory_reservation_limit_bytes", "container_ulimits_soft",
+	"container_blkio_device_usage_total", "container_fs_reads_bytes_total", "container_fs_reads_total",
+	"container_fs_writes_bytes_total", "container_fs_writes_total",
+}
+
+// A pod on a host with the least there can be (cgroup v1: no PSI, no
+// hugetlb, no block I/O accounting), whose container has a CPU quota as
+// critest's has, reports every descriptor critest does not let it omit.
+func TestMetricsOfPlainPod(t *testing.T) {
+	defs := metricDefs()
+	base := []string{"c", "id", "img", "id", "ns", "pod"}
+	st := &runtime.Stats{Detail: &runtime.Detail{CPUQuotaMicros: 20000}}
+	ms := collect(defs, &figures{st: st, start: 100, now: 200, fs: &fsFigures{mountpoint: "/"}}, base, nil)
+	ms = collect(defs, &figures{ifs: []ifaceCounters{{name: "eth0"}}}, base, ms)
+	seen := map[string]bool{}
+	for _, m := range ms {
+		seen[m.Name] = true
+	}
+	for _, d := range defs {
+		if !seen[d.name] && !slices.Contains(critestMayBeAbsent, d.name) {
+			t.Errorf("%s is described but a plain pod has no value of it: critest's listing spec fails then", d.name)
+		}
+	}
+}
+
 // kubelet builds a Prometheus desc from each descriptor's LabelKeys and
 // fills LabelValues in order: every metric must carry exactly as many
 // values as its descriptor has keys, names must be unique, and no two

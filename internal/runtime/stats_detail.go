@@ -67,7 +67,6 @@ type DeviceIO struct {
 type HugetlbUsage struct {
 	Size                      string
 	UsageBytes, MaxUsageBytes uint64
-	Failcnt                   uint64
 }
 
 // addKernel notes a v2 memory.stat figure that makes up kernel memory.
@@ -358,17 +357,15 @@ func parseDevice(s string) (major, minor uint32, ok bool) {
 	return uint32(ma), uint32(mi), err1 == nil && err2 == nil
 }
 
-// hugetlbFiles names a hierarchy's hugetlb files for one page size.
-type hugetlbFiles func(size string) (usage, maxUsage, failures string)
+// hugetlbFiles names a hierarchy's hugetlb files for one page size:
+// usage, and peak usage ("" where the hierarchy keeps none).
+type hugetlbFiles func(size string) (usage, maxUsage string)
 
-func hugetlbV1Files(size string) (string, string, string) {
-	return "hugetlb." + size + ".usage_in_bytes", "hugetlb." + size + ".max_usage_in_bytes", "hugetlb." + size + ".failcnt"
+func hugetlbV1Files(size string) (string, string) {
+	return "hugetlb." + size + ".usage_in_bytes", "hugetlb." + size + ".max_usage_in_bytes"
 }
 
-// hugetlbV2Files: v2 keeps no peak; failures are hugetlb.<size>.events max.
-func hugetlbV2Files(size string) (string, string, string) {
-	return "hugetlb." + size + ".current", "", "hugetlb." + size + ".events"
-}
+func hugetlbV2Files(size string) (string, string) { return "hugetlb." + size + ".current", "" }
 
 // readHugetlb reads dir's usage of each huge page size (the kernel's:
 // hugePageSizes); nil where the cgroup has no hugetlb files.
@@ -376,7 +373,7 @@ func readHugetlb(dir string, sizes []string, files hugetlbFiles) []HugetlbUsage 
 	var out []HugetlbUsage
 	var buf [512]byte
 	for _, size := range sizes {
-		usage, maxUsage, failures := files(size)
+		usage, maxUsage := files(size)
 		v, err := readCgroupUint(filepath.Join(dir, usage), buf[:])
 		if err != nil {
 			return nil // no controller here (or a size it does not know): none at all
@@ -384,17 +381,6 @@ func readHugetlb(dir string, sizes []string, files hugetlbFiles) []HugetlbUsage 
 		h := HugetlbUsage{Size: size, UsageBytes: v}
 		if maxUsage != "" {
 			h.MaxUsageBytes = readUintOr0(filepath.Join(dir, maxUsage), buf[:])
-		}
-		if b, err := readSmall(filepath.Join(dir, failures), buf[:]); err == nil {
-			if n, err := strconv.ParseUint(string(bytes.TrimSpace(b)), 10, 64); err == nil {
-				h.Failcnt = n // v1 failcnt
-			} else {
-				eachKV(b, func(k string, v uint64) {
-					if k == "max" {
-						h.Failcnt = v
-					}
-				})
-			}
 		}
 		out = append(out, h)
 	}
