@@ -29,7 +29,7 @@ const IntegrationRunEnv = "CRIN_NODE_INTEGRATION_RUN"
 // runtime, CNI) and between them cover the cgroup driver, cgroup v2
 // limits and stats, exit codes and OOM, exec, and recovery after crind is
 // killed. docs/node-lane.md lists them; the rest run on the host lane.
-const defaultIntegrationRun = "^(TestCgroupDriver|TestCgroupLimits|TestExitCodes|TestPodContainerLifecycle|TestCrashRecovery|TestKubeletStats)$"
+const defaultIntegrationRun = "^(TestCgroupDriver|TestCgroupLimits|TestExitCodes|TestPodContainerLifecycle|TestCrashRecovery|TestKubeletStats|TestMetricsFigures)$"
 
 // IntegrationHandlersEnv names the runtime handlers (space-separated:
 // runc, crun, runc-v2) the integration tests run on in the VM, one after
