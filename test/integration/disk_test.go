@@ -1,0 +1,189 @@
+//go:build integration
+
+package integration
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/crin-dev/crin/internal/image/imagetest"
+)
+
+// diskPod is a pod with one running container, as the full-disk tests
+// make them.
+type diskPod struct {
+	id, ctr string
+}
+
+// runDiskPod runs a pod named name with a sleeping busybox container.
+// The pod carries a large annotation, as kubectl's last applied
+// configuration makes them: its record spans many pages of the state
+// database, so its updates and removal need room there.
+func (d *daemon) runDiskPod(t *testing.T, name, image string) diskPod {
+	t.Helper()
+	cfg := podConfig(name)
+	cfg.Annotations["kubectl.kubernetes.io/last-applied-configuration"] = randHex(96 << 10)
+	id := d.runPod(t, cfg)
+	ctr := d.runContainer(t, id, cfg, containerConfig("c", image, "sleep", "3600"))
+	return diskPod{id: id, ctr: ctr}
+}
+
+// tearDown stops and removes p's container, then p, as kubelet evicting
+// it does; every call must succeed.
+func (d *daemon) tearDown(t *testing.T, p diskPod) {
+	t.Helper()
+	ctx := ctxT(t)
+	if _, err := d.rs.StopContainer(ctx, &runtimeapi.StopContainerRequest{ContainerId: p.ctr, Timeout: 1}); err != nil {
+		t.Fatalf("StopContainer on a full disk: %v", err)
+	}
+	if _, err := d.rs.RemoveContainer(ctx, &runtimeapi.RemoveContainerRequest{ContainerId: p.ctr}); err != nil {
+		t.Fatalf("RemoveContainer on a full disk: %v", err)
+	}
+	if _, err := d.rs.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: p.id}); err != nil {
+		t.Fatalf("StopPodSandbox on a full disk: %v", err)
+	}
+	if _, err := d.rs.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: p.id}); err != nil {
+		t.Fatalf("RemovePodSandbox on a full disk: %v", err)
+	}
+	for _, p := range pathsNaming(d.root, d.state, p.id, p.ctr) {
+		t.Errorf("left behind by the removal: %s", p)
+	}
+}
+
+// pathsNaming lists the paths below dirs one of whose names holds one of
+// ids.
+func pathsNaming(root, state string, ids ...string) []string {
+	var out []string
+	for _, dir := range []string{root, state} {
+		_ = filepath.WalkDir(dir, func(p string, e fs.DirEntry, err error) error {
+			if err != nil {
+				return nil
+			}
+			for _, id := range ids {
+				if strings.Contains(e.Name(), id) {
+					out = append(out, p)
+				}
+			}
+			return nil
+		})
+	}
+	return out
+}
+
+// tree is every path below root and state.
+func tree(root, state string) map[string]bool {
+	out := map[string]bool{}
+	for _, dir := range []string{root, state} {
+		_ = filepath.WalkDir(dir, func(p string, _ fs.DirEntry, err error) error {
+			if err == nil {
+				out[p] = true
+			}
+			return nil
+		})
+	}
+	return out
+}
+
+// fillDisk appends to the file path until its filesystem has not one
+// byte left for it.
+func fillDisk(t *testing.T, path string) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for _, size := range []int{1 << 20, 4096, 1} {
+		buf := make([]byte, size)
+		for {
+			_, err := f.Write(buf)
+			if errors.Is(err, syscall.ENOSPC) {
+				break
+			}
+			if err != nil {
+				t.Fatalf("fill the disk: %v", err)
+			}
+		}
+	}
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(filepath.Dir(path), &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Bavail != 0 {
+		t.Fatalf("the disk still has %d blocks free after the fill", st.Bavail)
+	}
+}
+
+// wantDiskFull fails t unless err is ResourceExhausted and says the disk
+// is full.
+func wantDiskFull(t *testing.T, call string, err error) {
+	t.Helper()
+	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "no space left on device") {
+		t.Fatalf("%s on a full disk: %v, want ResourceExhausted naming the full disk", call, err)
+	}
+}
+
+// noiseImage is an image of its own on host (a layer of incompressible
+// bytes), for a pull that must store something.
+func noiseImage(t *testing.T, host string) string {
+	t.Helper()
+	img := imagetest.Image(t, v1.Config{Cmd: []string{"/noise"}}, imagetest.Layer(t, imagetest.NoiseFile("noise", 1<<20)))
+	imagetest.Push(t, host, "library/noise:1", img)
+	return host + "/library/noise:1"
+}
+
+// TestFullDiskStopRemove: with crind's root and state on a full
+// filesystem, kubelet can still evict pods (StopContainer,
+// RemoveContainer, StopPodSandbox, RemovePodSandbox), also after crind
+// was SIGKILLed and restarted on the full disk, and nothing of them is
+// left; RunPodSandbox and PullImage fail ResourceExhausted naming the
+// disk and leave nothing; once there is room again pods run (issue 23).
+func TestFullDiskStopRemove(t *testing.T) {
+	d := startDaemon(t, daemonOptions{diskBytes: 64 << 20})
+	host := imagetest.StartRegistry(t)
+	ref := host + "/library/busybox:latest"
+	imagetest.Push(t, host, "library/busybox:latest", imagetest.Busybox(t))
+	noise := noiseImage(t, host)
+	d.pull(t, ref)
+	a := d.runDiskPod(t, "full-a", ref)
+	b := d.runDiskPod(t, "full-b", ref)
+
+	fill := filepath.Join(d.disk, "fill")
+	fillDisk(t, fill)
+	before := tree(d.root, d.state)
+	_, err := d.rs.RunPodSandbox(ctxT(t), &runtimeapi.RunPodSandboxRequest{Config: podConfig("full-new")})
+	wantDiskFull(t, "RunPodSandbox", err)
+	_, err = d.is.PullImage(ctxT(t), &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: noise}})
+	wantDiskFull(t, "PullImage", err)
+	for p := range tree(d.root, d.state) {
+		if !before[p] {
+			t.Errorf("left by a refused RunPodSandbox or PullImage: %s", p)
+		}
+	}
+
+	d.tearDown(t, a)
+	// The removal freed a container's files: take that too, then restart
+	// crind on the full disk.
+	fillDisk(t, fill)
+	d.kill()
+	d.start()
+	d.tearDown(t, b)
+
+	if err := os.Remove(fill); err != nil {
+		t.Fatal(err)
+	}
+	c := d.runDiskPod(t, "full-after", ref)
+	if out := d.execOut(t, c.ctr, "echo", "room"); out != "room" {
+		t.Fatalf("exec in a pod made once the disk has room: %q", out)
+	}
+}
