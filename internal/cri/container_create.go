@@ -35,6 +35,9 @@ func (s *Service) CreateContainer(ctx context.Context, r *runtimeapi.CreateConta
 	if err := validateCreateRequest(cfg); err != nil {
 		return nil, err
 	}
+	if err := s.checkDiskRoom(); err != nil {
+		return nil, fmt.Errorf("create container: %w", err)
+	}
 	sb, err := s.getSandboxExact(r.GetPodSandboxId())
 	if err != nil {
 		return nil, err

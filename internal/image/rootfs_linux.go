@@ -66,7 +66,7 @@ func (s *Service) PrepareRootfs(ctx context.Context, containerID, imageID string
 	s.mu.Unlock()
 
 	if err == nil && created {
-		err = s.tx.Update(func(tx *bolt.Tx) error { return put(tx, bucketLeases, containerID, lease) })
+		err = s.update(func(tx *bolt.Tx) error { return put(tx, bucketLeases, containerID, lease) })
 	}
 	if err == nil {
 		err = s.mountRootfs(containerID, lowers, created)
@@ -152,7 +152,7 @@ func (s *Service) ReleaseRootfs(ctx context.Context, containerID string) error {
 		s.mu.Unlock()
 		return nil
 	}
-	if err := s.tx.Update(func(tx *bolt.Tx) error {
+	if err := s.update(func(tx *bolt.Tx) error {
 		for _, k := range vols {
 			if err := tx.Bucket(bucketVolumes).Delete([]byte(k)); err != nil {
 				return err
