@@ -3,6 +3,7 @@
 package integration
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,10 +11,14 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/crin-dev/crin/internal/image/imagetest"
 	"github.com/crin-dev/crin/internal/store"
+	"github.com/crin-dev/crin/test/poll"
 )
 
 // plantDiskOrphans leaves, while crind is down, what a crind killed in
@@ -166,4 +171,82 @@ func TestImageFsInfoAgreesWithDu(t *testing.T) {
 		t.Fatalf("ImageFsInfo used bytes %d, du of the image dir %d: off by %d, more than 1%%", got, want, diff)
 	}
 	t.Logf("ImageFsInfo %d bytes, du %d", got, want)
+}
+
+// entries lists the names in dir.
+func entries(t *testing.T, dir string) map[string]bool {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]bool{}
+	for _, e := range ents {
+		out[e.Name()] = true
+	}
+	return out
+}
+
+// TestSweepAfterKillMidPull: crind SIGKILLed in the middle of a pull
+// (one layer downloaded and unpacked, the other half downloaded) leaves a
+// partial download, a layer and blobs no image uses; the restarted crind
+// removes them all and keeps the image it had, and the pull works again.
+func TestSweepAfterKillMidPull(t *testing.T) {
+	d := startDaemon(t, daemonOptions{})
+	faults := &imagetest.Faults{}
+	host := imagetest.StartRegistryWithOptions(t, imagetest.RegistryOptions{Faults: faults})
+	ref := host + "/library/busybox:latest"
+	imagetest.Push(t, host, "library/busybox:latest", imagetest.Busybox(t))
+	img := imagetest.Image(t, v1.Config{Cmd: []string{"/noise"}},
+		imagetest.Layer(t, imagetest.File("small", "a layer under the stall's threshold", 0o644)),
+		imagetest.Layer(t, imagetest.NoiseFile("noise", 1<<20)))
+	imagetest.Push(t, host, "library/twolayers:1", img)
+	d.pull(t, ref)
+	imgDir := filepath.Join(d.root, "image")
+	layers, blobs := entries(t, filepath.Join(imgDir, "l")), entries(t, filepath.Join(imgDir, "blobs", "sha256"))
+
+	faults.Set(imagetest.StallBlobs)
+	pullErr := make(chan error, 1)
+	go func() {
+		_, err := d.is.PullImage(ctxT(t), &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: host + "/library/twolayers:1"}})
+		pullErr <- err
+	}()
+	tmp := filepath.Join(imgDir, "blobs", "tmp")
+	poll.Until(t, 2*time.Minute, "the stalled pull wrote half its big layer and unpacked the small one", func() (bool, string) {
+		partial, unpacked := false, len(entries(t, filepath.Join(imgDir, "l"))) > len(layers)
+		for name := range entries(t, tmp) {
+			if fi, err := os.Stat(filepath.Join(tmp, name)); err == nil && fi.Size() >= 256<<10 {
+				partial = true
+			}
+		}
+		return partial && unpacked, fmt.Sprintf("partial download %v, small layer unpacked %v", partial, unpacked)
+	})
+	d.kill()
+	<-pullErr
+	faults.Set(imagetest.Healthy)
+	d.start()
+
+	if left := entries(t, tmp); len(left) > 0 {
+		t.Errorf("partial downloads left after the restart: %v", left)
+	}
+	for name := range entries(t, filepath.Join(imgDir, "l")) {
+		if !layers[name] && !strings.HasPrefix(name, ".") {
+			t.Errorf("layer dir %s of the interrupted pull left after the restart", name)
+		}
+	}
+	if got := entries(t, filepath.Join(imgDir, "blobs", "sha256")); len(got) != len(blobs) {
+		t.Errorf("blobs after the restart: %d, want the %d of the image crind has", len(got), len(blobs))
+	}
+	for name := range layers {
+		if _, err := os.Stat(filepath.Join(imgDir, "l", name)); err != nil {
+			t.Errorf("layer %s of the pulled image is gone: %v", name, err)
+		}
+	}
+	d.pull(t, host+"/library/twolayers:1")
+	podCfg := podConfig("midpull")
+	pod := d.runPod(t, podCfg)
+	c := d.runContainer(t, pod, podCfg, containerConfig("bb", ref, "sleep", "3600"))
+	if out := d.execOut(t, c, "echo", "ok"); out != "ok" {
+		t.Fatalf("exec: %q", out)
+	}
 }
