@@ -15,6 +15,7 @@
 package headroom
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -33,13 +34,15 @@ type Room struct {
 	size int64
 	log  *slog.Logger
 
-	mu sync.Mutex // guards covered and failing
+	mu sync.Mutex // guards covered, failing and unsupported
 	// covered is the end of the range the last allocation that worked
 	// covered; 0 until one did.
 	covered int64
 	// failing is set while allocations fail, so that Keep logs a
 	// failure once and the recovery once.
 	failing bool
+	// unsupported is set once the filesystem refused fallocate.
+	unsupported bool
 }
 
 // NewRoom returns a Room for the file at path that keeps size bytes
@@ -62,8 +65,16 @@ func NewRoom(path string, size int64, log *slog.Logger) *Room {
 func (r *Room) Keep() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.unsupported {
+		return
+	}
 	err := r.keepLocked()
 	switch {
+	case errors.Is(err, unix.EOPNOTSUPP):
+		// The filesystem cannot allocate ahead (some FUSE and network
+		// filesystems): say so once and stop asking.
+		r.unsupported = true
+		r.log.Warn("the filesystem cannot keep disk space for the database's growth; on a full disk its commits fail", "path", r.path, "error", err)
 	case err != nil && !r.failing:
 		r.log.Warn("cannot keep disk space for the database's growth; it uses what was kept before", "path", r.path, "error", err)
 	case err == nil && r.failing:
