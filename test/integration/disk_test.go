@@ -124,12 +124,13 @@ func fillDisk(t *testing.T, path string) {
 	}
 }
 
-// wantDiskFull fails t unless err is ResourceExhausted and says the disk
-// is full.
-func wantDiskFull(t *testing.T, call string, err error) {
+// wantDiskFull fails t unless err is ResourceExhausted and says that the
+// disk at disk is full.
+func wantDiskFull(t *testing.T, call string, err error, disk string) {
 	t.Helper()
-	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "no space left on device") {
-		t.Fatalf("%s on a full disk: %v, want ResourceExhausted naming the full disk", call, err)
+	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "no space left on device") ||
+		!strings.Contains(err.Error(), disk) {
+		t.Fatalf("%s on a full disk: %v, want ResourceExhausted naming the full disk %s", call, err, disk)
 	}
 }
 
@@ -162,12 +163,16 @@ func TestFullDiskStopRemove(t *testing.T) {
 	fillDisk(t, fill)
 	before := tree(d.root, d.state)
 	_, err := d.rs.RunPodSandbox(ctxT(t), &runtimeapi.RunPodSandboxRequest{Config: podConfig("full-new")})
-	wantDiskFull(t, "RunPodSandbox", err)
+	wantDiskFull(t, "RunPodSandbox", err, d.disk)
 	_, err = d.is.PullImage(ctxT(t), &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: noise}})
-	wantDiskFull(t, "PullImage", err)
+	wantDiskFull(t, "PullImage", err, d.disk)
+	bCfg := podConfig("full-b")
+	_, err = d.rs.CreateContainer(ctxT(t), &runtimeapi.CreateContainerRequest{PodSandboxId: b.id,
+		Config: containerConfig("more", ref, "true"), SandboxConfig: bCfg})
+	wantDiskFull(t, "CreateContainer", err, d.disk)
 	for p := range tree(d.root, d.state) {
 		if !before[p] {
-			t.Errorf("left by a refused RunPodSandbox or PullImage: %s", p)
+			t.Errorf("left by a refused RunPodSandbox, PullImage or CreateContainer: %s", p)
 		}
 	}
 
