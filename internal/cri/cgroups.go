@@ -56,7 +56,9 @@ func (s *Service) validateRunRequest(cfg *runtimeapi.PodSandboxConfig) error {
 		return err
 	}
 	if p := cfg.GetLinux().GetCgroupParent(); p != "" {
-		return s.layout().CheckParent("config.linux.cgroup_parent", p)
+		if err := s.layout().CheckParent("config.linux.cgroup_parent", p); err != nil {
+			return err
+		}
 	}
-	return nil
+	return s.checkDiskRoom("run pod sandbox")
 }

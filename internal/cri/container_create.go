@@ -32,11 +32,8 @@ import (
 // every step.
 func (s *Service) CreateContainer(ctx context.Context, r *runtimeapi.CreateContainerRequest) (_ *runtimeapi.CreateContainerResponse, retErr error) {
 	cfg := r.GetConfig()
-	if err := validateCreateRequest(cfg); err != nil {
+	if err := s.validateCreateRequest(cfg); err != nil {
 		return nil, err
-	}
-	if err := s.checkDiskRoom(); err != nil {
-		return nil, fmt.Errorf("create container: %w", err)
 	}
 	sb, err := s.getSandboxExact(r.GetPodSandboxId())
 	if err != nil {

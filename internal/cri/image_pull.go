@@ -16,8 +16,8 @@ func (s *Service) PullImage(ctx context.Context, r *runtimeapi.PullImageRequest)
 	if err != nil {
 		return nil, err
 	}
-	if err := s.checkDiskRoom(); err != nil {
-		return nil, fmt.Errorf("pull image.image %q: %w", ref, err)
+	if err := s.checkDiskRoom(fmt.Sprintf("pull image.image %q", ref)); err != nil {
+		return nil, err
 	}
 	var auth *image.Auth
 	if a := r.GetAuth(); a != nil {

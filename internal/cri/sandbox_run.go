@@ -31,9 +31,6 @@ func (s *Service) RunPodSandbox(ctx context.Context, r *runtimeapi.RunPodSandbox
 	if err := s.validateRunRequest(cfg); err != nil {
 		return nil, err
 	}
-	if err := s.checkDiskRoom(); err != nil {
-		return nil, fmt.Errorf("run pod sandbox: %w", err)
-	}
 	handler, rt, err := s.runtimeFor(r.GetRuntimeHandler())
 	if err != nil {
 		return nil, err
