@@ -10,6 +10,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"google.golang.org/grpc/codes"
@@ -17,6 +18,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/crin-dev/crin/internal/image/imagetest"
+	"github.com/crin-dev/crin/test/poll"
 )
 
 // diskPod is a pod with one running container, as the full-disk tests
@@ -179,9 +181,24 @@ func TestFullDiskStopRemove(t *testing.T) {
 	d.tearDown(t, a)
 	// The removal freed a container's files: take that too, then restart
 	// crind on the full disk.
-	fillDisk(t, fill)
+	pid := d.containerPid(t, b.ctr)
 	d.kill()
+	// What the dead crind held open is free now: take it too.
+	fillDisk(t, fill)
+	// b's container dies while crind is down, on the full disk: the
+	// restarted crind finds its exit and records it.
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
 	d.start()
+	var st *runtimeapi.ContainerStatus
+	poll.Until(t, 2*time.Minute, "the container killed while crind was down is exited", func() (bool, string) {
+		st = d.status(t, b.ctr)
+		return st.State == runtimeapi.ContainerState_CONTAINER_EXITED, "state " + st.State.String()
+	})
+	if st.ExitCode != 137 {
+		t.Errorf("exit code of the container SIGKILLed on the full disk: %d (%s: %s), want 137", st.ExitCode, st.Reason, st.Message)
+	}
 	d.tearDown(t, b)
 
 	if err := os.Remove(fill); err != nil {
