@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -97,7 +98,8 @@ func tree(root, state string) map[string]bool {
 }
 
 // fillDisk appends to the file path until its filesystem has not one
-// byte left for it.
+// byte left for it, then makes empty files in path.d until it has no
+// inode left.
 func fillDisk(t *testing.T, path string) {
 	t.Helper()
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
@@ -117,12 +119,30 @@ func fillDisk(t *testing.T, path string) {
 			}
 		}
 	}
+	// And every inode: empty files until none is left.
+	dir := path + ".d"
+	if err := os.MkdirAll(dir, 0o700); err != nil && !errors.Is(err, syscall.ENOSPC) {
+		t.Fatal(err)
+	}
+	for i := 0; ; i++ {
+		f, err := os.OpenFile(filepath.Join(dir, strconv.Itoa(i)), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+		if errors.Is(err, syscall.ENOSPC) {
+			break
+		}
+		if errors.Is(err, os.ErrExist) {
+			continue
+		}
+		if err != nil {
+			t.Fatalf("fill the disk's inodes: %v", err)
+		}
+		f.Close()
+	}
 	var st syscall.Statfs_t
 	if err := syscall.Statfs(filepath.Dir(path), &st); err != nil {
 		t.Fatal(err)
 	}
-	if st.Bavail != 0 {
-		t.Fatalf("the disk still has %d blocks free after the fill", st.Bavail)
+	if st.Bavail != 0 || st.Ffree != 0 {
+		t.Fatalf("the disk still has %d blocks and %d inodes free after the fill", st.Bavail, st.Ffree)
 	}
 }
 
@@ -152,7 +172,7 @@ func noiseImage(t *testing.T, host string) string {
 // left; RunPodSandbox and PullImage fail ResourceExhausted naming the
 // disk and leave nothing; once there is room again pods run (issue 23).
 func TestFullDiskStopRemove(t *testing.T) {
-	d := startDaemon(t, daemonOptions{diskBytes: 64 << 20})
+	d := startDaemon(t, daemonOptions{diskBytes: 64 << 20, diskInodes: 8192})
 	host := imagetest.StartRegistry(t)
 	ref := host + "/library/busybox:latest"
 	imagetest.Push(t, host, "library/busybox:latest", imagetest.Busybox(t))
@@ -202,6 +222,9 @@ func TestFullDiskStopRemove(t *testing.T) {
 	d.tearDown(t, b)
 
 	if err := os.Remove(fill); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(fill + ".d"); err != nil {
 		t.Fatal(err)
 	}
 	c := d.runDiskPod(t, "full-after", ref)

@@ -113,6 +113,9 @@ type daemonOptions struct {
 	// diskBytes > 0 puts crind's root and state dirs on a tmpfs of this
 	// size of their own (daemon.disk), which a test may fill.
 	diskBytes int64
+	// diskInodes, with diskBytes, caps the tmpfs's inodes (0: tmpfs's
+	// default), so that a test can use them all up.
+	diskInodes int
 }
 
 func startDaemon(t *testing.T, o daemonOptions) *daemon {
@@ -132,7 +135,7 @@ func startDaemon(t *testing.T, o daemonOptions) *daemon {
 		logBuf: &lockedBuffer{},
 	}
 	if o.diskBytes > 0 {
-		d.mountDisk(base, o.diskBytes)
+		d.mountDisk(base, o.diskBytes, o.diskInodes)
 	}
 	d.net = testnet.Pick(t, "crint", base)
 	confDir := filepath.Join(base, "net.d")
@@ -185,16 +188,21 @@ bin_dirs = ["/usr/lib/cni"]
 	return d
 }
 
-// mountDisk mounts a tmpfs of size bytes at base/disk and moves the
-// daemon's root and state dirs (and so its socket) onto it.
-func (d *daemon) mountDisk(base string, size int64) {
+// mountDisk mounts a tmpfs of size bytes (and inodes inodes, unless 0)
+// at base/disk and moves the daemon's root and state dirs (and so its
+// socket) onto it.
+func (d *daemon) mountDisk(base string, size int64, inodes int) {
 	t := d.t
 	t.Helper()
 	d.disk = filepath.Join(base, "disk")
 	if err := os.MkdirAll(d.disk, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if err := syscall.Mount("tmpfs", d.disk, "tmpfs", 0, fmt.Sprintf("size=%d,mode=0700", size)); err != nil {
+	opts := fmt.Sprintf("size=%d,mode=0700", size)
+	if inodes > 0 {
+		opts += fmt.Sprintf(",nr_inodes=%d", inodes)
+	}
+	if err := syscall.Mount("tmpfs", d.disk, "tmpfs", 0, opts); err != nil {
 		t.Fatalf("mount a tmpfs for crind's root and state: %v", err)
 	}
 	d.root = filepath.Join(d.disk, "root")
