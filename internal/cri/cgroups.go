@@ -49,8 +49,8 @@ func (s *Service) removeUnitCgroup(ctx context.Context, p string) error {
 }
 
 // validateRunRequest is validateRunRequest (the checks that need no
-// state) and the pod's cgroup parent checked in this crind's driver's
-// form.
+// state), the pod's cgroup parent checked in this crind's driver's form,
+// and the room left on crind's disk (checkDiskRoom).
 func (s *Service) validateRunRequest(cfg *runtimeapi.PodSandboxConfig) error {
 	if err := validateRunRequest(cfg); err != nil {
 		return err
