@@ -158,26 +158,33 @@ func wantDiskFull(t *testing.T, call string, err error, disk string) {
 
 // noiseImage is an image of its own on host (a layer of incompressible
 // bytes), for a pull that must store something.
-func noiseImage(t *testing.T, host string) string {
+func noiseImage(t *testing.T, host string) string { return namedNoiseImage(t, host, "noise") }
+
+// namedNoiseImage is noiseImage as repository name, its one file named
+// name too.
+func namedNoiseImage(t *testing.T, host, name string) string {
 	t.Helper()
-	img := imagetest.Image(t, v1.Config{Cmd: []string{"/noise"}}, imagetest.Layer(t, imagetest.NoiseFile("noise", 1<<20)))
-	imagetest.Push(t, host, "library/noise:1", img)
-	return host + "/library/noise:1"
+	img := imagetest.Image(t, v1.Config{Cmd: []string{"/" + name}}, imagetest.Layer(t, imagetest.NoiseFile(name, 1<<20)))
+	imagetest.Push(t, host, "library/"+name+":1", img)
+	return host + "/library/" + name + ":1"
 }
 
 // TestFullDiskStopRemove: with crind's root and state on a full
 // filesystem, kubelet can still evict pods (StopContainer,
 // RemoveContainer, StopPodSandbox, RemovePodSandbox), also after crind
 // was SIGKILLed and restarted on the full disk, and nothing of them is
-// left; RunPodSandbox and PullImage fail ResourceExhausted naming the
-// disk and leave nothing; once there is room again pods run (issue 23).
+// left, and RemoveImage works; RunPodSandbox, CreateContainer and
+// PullImage fail ResourceExhausted naming the disk and leave nothing;
+// once there is room again pods run (issue 23).
 func TestFullDiskStopRemove(t *testing.T) {
 	d := startDaemon(t, daemonOptions{diskBytes: 64 << 20, diskInodes: 8192})
 	host := imagetest.StartRegistry(t)
 	ref := host + "/library/busybox:latest"
 	imagetest.Push(t, host, "library/busybox:latest", imagetest.Busybox(t))
 	noise := noiseImage(t, host)
+	old := namedNoiseImage(t, host, "old")
 	d.pull(t, ref)
+	d.pull(t, old)
 	a := d.runDiskPod(t, "full-a", ref)
 	b := d.runDiskPod(t, "full-b", ref)
 
@@ -196,6 +203,14 @@ func TestFullDiskStopRemove(t *testing.T) {
 		if !before[p] {
 			t.Errorf("left by a refused RunPodSandbox, PullImage or CreateContainer: %s", p)
 		}
+	}
+	// kubelet's image garbage collection frees space on a full disk too.
+	oldSpec := &runtimeapi.ImageSpec{Image: old}
+	if _, err := d.is.RemoveImage(ctxT(t), &runtimeapi.RemoveImageRequest{Image: oldSpec}); err != nil {
+		t.Fatalf("RemoveImage on a full disk: %v", err)
+	}
+	if st, err := d.is.ImageStatus(ctxT(t), &runtimeapi.ImageStatusRequest{Image: oldSpec}); err != nil || st.Image != nil {
+		t.Fatalf("ImageStatus of the image removed on a full disk: %v, %v; want no image", st, err)
 	}
 
 	d.tearDown(t, a)
