@@ -212,6 +212,8 @@ func TestFullDiskStopRemove(t *testing.T) {
 	if st, err := d.is.ImageStatus(ctxT(t), &runtimeapi.ImageStatusRequest{Image: oldSpec}); err != nil || st.Image != nil {
 		t.Fatalf("ImageStatus of the image removed on a full disk: %v, %v; want no image", st, err)
 	}
+	// That freed its layer and blob: take them before the evictions.
+	fillDisk(t, fill)
 
 	d.tearDown(t, a)
 	// The removal freed a container's files: take that too, then restart
