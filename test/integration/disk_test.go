@@ -28,17 +28,16 @@ type diskPod struct {
 	id, ctr string
 }
 
-// runDiskPod runs a pod named name with a sleeping busybox container.
-// The pod carries a large annotation, as kubectl's last applied
+// runDiskPod runs pod cfg with a sleeping busybox container ctr. The
+// pod carries a large annotation, as kubectl's last applied
 // configuration makes them: its record spans many pages of the state
 // database, so its updates and removal need room there.
-func (d *daemon) runDiskPod(t *testing.T, name, image string) diskPod {
+func (d *daemon) runDiskPod(t *testing.T, cfg *runtimeapi.PodSandboxConfig, ctr *runtimeapi.ContainerConfig) diskPod {
 	t.Helper()
-	cfg := podConfig(name)
 	cfg.Annotations["kubectl.kubernetes.io/last-applied-configuration"] = randHex(96 << 10)
 	id := d.runPod(t, cfg)
-	ctr := d.runContainer(t, id, cfg, containerConfig("c", image, "sleep", "3600"))
-	return diskPod{id: id, ctr: ctr}
+	ctrID := d.runContainer(t, id, cfg, ctr)
+	return diskPod{id: id, ctr: ctrID}
 }
 
 // tearDown stops and removes p's container, then p, as kubelet evicting
@@ -185,8 +184,11 @@ func TestFullDiskStopRemove(t *testing.T) {
 	old := namedNoiseImage(t, host, "old")
 	d.pull(t, ref)
 	d.pull(t, old)
-	a := d.runDiskPod(t, "full-a", ref)
-	b := d.runDiskPod(t, "full-b", ref)
+	sleep := []string{"sleep", "3600"}
+	// a shares its PID namespace (an infra process), b is what kubelet
+	// makes by default (none).
+	a := d.runDiskPod(t, podConfig("full-a"), containerConfig("c", ref, sleep...))
+	b := d.runDiskPod(t, noInfraPodConfig("full-b"), noInfraContainerConfig("c", ref, sleep...))
 
 	fill := filepath.Join(d.disk, "fill")
 	fillDisk(t, fill)
@@ -244,7 +246,7 @@ func TestFullDiskStopRemove(t *testing.T) {
 	if err := os.RemoveAll(fill + ".d"); err != nil {
 		t.Fatal(err)
 	}
-	c := d.runDiskPod(t, "full-after", ref)
+	c := d.runDiskPod(t, noInfraPodConfig("full-after"), noInfraContainerConfig("c", ref, sleep...))
 	if out := d.execOut(t, c.ctr, "echo", "room"); out != "room" {
 		t.Fatalf("exec in a pod made once the disk has room: %q", out)
 	}
