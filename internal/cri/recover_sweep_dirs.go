@@ -26,21 +26,48 @@ type rootfsOwnerLister interface {
 // is left alone and logged. Names that are not of crind's form are left
 // alone and logged too: crind cannot tell whose they are.
 func (s *Service) sweepDirs(ctx context.Context) {
-	s.sweepRootfs(ctx)
+	owned, err := s.recordedIDs()
+	if err != nil {
+		s.log.WarnContext(ctx, "sweep dirs: read the records", "error", err)
+		return
+	}
+	s.sweepRootfs(ctx, owned)
 	if s.opts.RootDir != "" {
-		s.sweepIDDirs(ctx, filepath.Join(s.opts.RootDir, "pods"))
+		s.sweepIDDirs(ctx, filepath.Join(s.opts.RootDir, "pods"), owned)
 	}
 	var done []string
 	for _, rt := range s.opts.Runtimes {
 		if l, ok := rt.(stateDirLister); ok && !slices.Contains(done, l.StateDir()) {
 			done = append(done, l.StateDir())
-			s.sweepIDDirs(ctx, l.StateDir())
+			s.sweepIDDirs(ctx, l.StateDir(), owned)
 		}
 	}
 }
 
+// recordedIDs returns a func reporting whether an id is a pod or
+// container crind knows or has a record of: a record whose recovery
+// failed (and so is not in memory) still owns its files.
+func (s *Service) recordedIDs() (func(string) bool, error) {
+	sbs, err := s.opts.Store.Sandboxes()
+	if err != nil {
+		return nil, err
+	}
+	cs, err := s.opts.Store.Containers()
+	if err != nil {
+		return nil, err
+	}
+	ids := make(map[string]bool, len(sbs)+len(cs))
+	for _, r := range sbs {
+		ids[r.ID] = true
+	}
+	for _, r := range cs {
+		ids[r.ID] = true
+	}
+	return func(id string) bool { return ids[id] || s.knownID(id) }, nil
+}
+
 // sweepRootfs releases the rootfs of containers no record owns.
-func (s *Service) sweepRootfs(ctx context.Context) {
+func (s *Service) sweepRootfs(ctx context.Context, owned func(string) bool) {
 	l, ok := s.opts.Images.(rootfsOwnerLister)
 	if !ok {
 		return
@@ -51,7 +78,7 @@ func (s *Service) sweepRootfs(ctx context.Context) {
 		return
 	}
 	for _, id := range ids {
-		if s.knownID(id) {
+		if owned(id) {
 			continue
 		}
 		if !isID(id) {
@@ -68,7 +95,7 @@ func (s *Service) sweepRootfs(ctx context.Context) {
 
 // sweepIDDirs removes the entries of dir named by an id (or ".pod-" and
 // an id) that no record owns.
-func (s *Service) sweepIDDirs(ctx context.Context, dir string) {
+func (s *Service) sweepIDDirs(ctx context.Context, dir string, owned func(string) bool) {
 	ents, err := os.ReadDir(dir)
 	if err != nil {
 		if !os.IsNotExist(err) {
@@ -82,7 +109,7 @@ func (s *Service) sweepIDDirs(ctx context.Context, dir string) {
 			s.log.DebugContext(ctx, "sweep left alone an entry whose name is no crind id", "dir", dir, "name", e.Name())
 			continue
 		}
-		if s.knownID(id) {
+		if owned(id) {
 			continue
 		}
 		p := filepath.Join(dir, e.Name())
