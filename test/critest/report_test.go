@@ -1,0 +1,92 @@
+//go:build critest
+
+package critest
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+)
+
+// suiteReport is the part of a ginkgo JSON report (a list of suites) the
+// run reads.
+type suiteReport struct {
+	SpecReports []specReport
+}
+
+// specReport is one node's outcome: an It (a spec), or a suite-level node
+// such as BeforeSuite.
+type specReport struct {
+	ContainerHierarchyTexts []string
+	LeafNodeType            string
+	LeafNodeText            string
+	State                   string // passed, skipped, pending, failed, panicked, ...
+	Failure                 struct {
+		Message  string
+		Location struct {
+			FileName   string
+			LineNumber int
+		}
+	}
+}
+
+// name is the spec's full text, as ginkgo's focus and skip match it.
+func (s specReport) name() string {
+	return strings.TrimSpace(strings.Join(append(append([]string{}, s.ContainerHierarchyTexts...), s.LeafNodeText), " "))
+}
+
+func readReport(path string) ([]specReport, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read report: %w", err)
+	}
+	var suites []suiteReport
+	if err := json.Unmarshal(b, &suites); err != nil {
+		return nil, fmt.Errorf("parse report %s: %w", path, err)
+	}
+	var specs []specReport
+	for _, s := range suites {
+		specs = append(specs, s.SpecReports...)
+	}
+	return specs, nil
+}
+
+// summary counts a run's specs and says what failed it.
+type summary struct {
+	passed   int
+	listed   int      // skipped by the skip list
+	filtered int      // not selected (benchmarks, the other run's focus)
+	failed   []string // a line for each spec or suite node that failed it
+}
+
+// summarize sorts every spec: passed, skipped by the skip list, not
+// selected, or failed. A spec that skipped itself at run time (its
+// Failure carries the Skip message) fails the run unless listed: the
+// suite must not shrink unseen.
+func summarize(specs []specReport) summary {
+	var s summary
+	for _, sp := range specs {
+		if sp.LeafNodeType != "It" {
+			if sp.State != "passed" && sp.State != "skipped" {
+				s.failed = append(s.failed, fmt.Sprintf("%s %s: %s", sp.LeafNodeType, sp.State, sp.Failure.Message))
+			}
+			continue
+		}
+		switch {
+		case sp.State == "passed":
+			s.passed++
+		case (sp.State == "skipped" || sp.State == "pending") && listed(sp.name()):
+			s.listed++
+		case sp.State == "skipped" && sp.Failure.Message == "":
+			s.filtered++
+		case sp.State == "skipped":
+			s.failed = append(s.failed, fmt.Sprintf("spec %q skipped itself (not in the skip list): %s",
+				sp.name(), sp.Failure.Message))
+		default:
+			s.failed = append(s.failed, fmt.Sprintf("spec %q %s at %s:%d: %s", sp.name(), sp.State,
+				sp.Failure.Location.FileName, sp.Failure.Location.LineNumber, sp.Failure.Message))
+		}
+	}
+	return s
+}

@@ -1,0 +1,189 @@
+// Package standin builds the images critest v1.37.0 pulls, from sources
+// in this repository: busybox from Debian's busybox-static (as every crin
+// test image), the web servers and the no-new-privileges checker from the
+// small Go programs beside this file. critest names upstream images
+// (registry.k8s.io, gcr.io, k8s.gcr.io); the suite serves each under its
+// whole reference as the repository path ("127.0.0.1:port/registry.k8s.io/
+// pause:3.9") of a registry on 127.0.0.1, and crind mirrors each host to
+// "http://127.0.0.1:port/<host>".
+//
+// Each image is the busybox layer and a layer of its own holding at least
+// a marker file named after it, so no two images share an id unless
+// critest expects them to (test-image-tags:1, :2, :3).
+package standin
+
+import (
+	"archive/tar"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+
+	"github.com/crin-dev/crin/internal/image/imagetest"
+)
+
+// Image is one image under the reference critest pulls it by.
+type Image struct {
+	Ref   string // e.g. registry.k8s.io/e2e-test-images/busybox:1.29-2
+	Image v1.Image
+}
+
+// Hosts are the upstream registries the references name.
+func Hosts() []string { return []string{"registry.k8s.io", "gcr.io", "k8s.gcr.io"} }
+
+const (
+	e2e     = "registry.k8s.io/e2e-test-images/"
+	staging = "gcr.io/k8s-staging-cri-tools/"
+)
+
+// program is a Go program of this directory built into an image.
+type program struct{ pkg, bin string }
+
+// Build builds every stand-in image. repoRoot is the repository's root,
+// where the Go programs are built (with the go command on PATH).
+func Build(ctx context.Context, repoRoot string) ([]Image, error) {
+	dir, err := os.MkdirTemp("", "crin-standin")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	bins := map[string][]byte{}
+	for _, p := range []program{{"webserver", "webserver"}, {"nnp", "nnp"}} {
+		out := filepath.Join(dir, p.bin)
+		cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags=-s -w", "-o", out, "./test/critest/standin/"+p.pkg)
+		cmd.Dir = repoRoot
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if b, err := cmd.CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("build %s: %w\n%s", p.pkg, err, b)
+		}
+		if bins[p.bin], err = os.ReadFile(out); err != nil {
+			return nil, err
+		}
+	}
+	base, err := busyboxLayer()
+	if err != nil {
+		return nil, err
+	}
+	var images []Image
+	for _, s := range specs(bins) {
+		img, err := s.build(base)
+		if err != nil {
+			return nil, fmt.Errorf("image %s: %w", s.refs[0], err)
+		}
+		for _, ref := range s.refs {
+			images = append(images, Image{Ref: ref, Image: img})
+		}
+	}
+	return images, nil
+}
+
+func busyboxLayer() (v1.Layer, error) {
+	entries, err := imagetest.BusyboxEntries()
+	if err != nil {
+		return nil, err
+	}
+	entries = append(entries, imagetest.Dir("var/run", 0o755))
+	raw, err := imagetest.TarBytes(entries...)
+	if err != nil {
+		return nil, err
+	}
+	return imagetest.LayerFromTar(raw)
+}
+
+// spec is one image and every reference it is served under.
+type spec struct {
+	refs    []string
+	entries []imagetest.Entry // the image's own layer, beside its marker
+	cfg     func(*v1.Config)
+}
+
+func (s spec) build(base v1.Layer) (v1.Image, error) {
+	marker := strings.NewReplacer("/", "_", ":", "_").Replace(s.refs[0])
+	entries := append([]imagetest.Entry{imagetest.File(marker, s.refs[0]+"\n", 0o644)}, s.entries...)
+	raw, err := imagetest.TarBytes(entries...)
+	if err != nil {
+		return nil, err
+	}
+	own, err := imagetest.LayerFromTar(raw)
+	if err != nil {
+		return nil, err
+	}
+	cfg := imagetest.BusyboxConfig()
+	if s.cfg != nil {
+		s.cfg(&cfg)
+	}
+	return imagetest.NewImage(cfg, base, own)
+}
+
+// user sets the image's USER.
+func user(u string) func(*v1.Config) { return func(c *v1.Config) { c.User = u } }
+
+// cmd sets the image's CMD.
+func cmd(args ...string) func(*v1.Config) { return func(c *v1.Config) { c.Cmd = args } }
+
+// specs are the images critest v1.37.0 pulls (pkg/framework and
+// pkg/validate name them), but for test-image-digest, whose fixed upstream
+// digest no local build can match.
+func specs(bins map[string][]byte) []spec {
+	web := func(path string) imagetest.Entry {
+		return imagetest.Entry{Name: path, Mode: 0o755, Body: string(bins["webserver"])}
+	}
+	return []spec{
+		{refs: []string{e2e + "busybox:1.29-2"}},
+		{
+			refs:    []string{e2e + "nginx:1.14-2"},
+			entries: []imagetest.Entry{imagetest.Dir("usr/sbin", 0o755), web("usr/sbin/nginx")},
+			cfg:     cmd("/usr/sbin/nginx", "-port", "80", "-pidfile", "/var/run/nginx.pid"),
+		},
+		{
+			refs: []string{e2e + "httpd:2.4.39-4"},
+			entries: []imagetest.Entry{
+				imagetest.Dir("usr/local", 0o755), imagetest.Dir("usr/local/apache2", 0o755),
+				imagetest.Dir("usr/local/apache2/bin", 0o755), web("usr/local/apache2/bin/httpd"),
+			},
+			cfg: cmd("/usr/local/apache2/bin/httpd", "-port", "80"),
+		},
+		{
+			refs: []string{e2e + "nonewprivs:1.3"},
+			entries: []imagetest.Entry{
+				imagetest.Dir("usr/local", 0o755), imagetest.Dir("usr/local/bin", 0o755),
+				{Name: "usr/local/bin/nnp", Mode: 0o4755, Body: string(bins["nnp"])},
+			},
+			cfg: cmd("/usr/local/bin/nnp"),
+		},
+		{
+			refs:    []string{staging + "hostnet-nginx-" + runtime.GOARCH + ":latest"},
+			entries: []imagetest.Entry{imagetest.Dir("usr/sbin", 0o755), web("usr/sbin/nginx")},
+			cfg:     cmd("/usr/sbin/nginx", "-port", "12003"),
+		},
+		{refs: []string{"registry.k8s.io/pause:3.9", "k8s.gcr.io/pause:3.9"}},
+		{refs: []string{staging + "test-image-user-uid:latest"}, cfg: user("1002")},
+		{refs: []string{staging + "test-image-user-username:latest"}, cfg: user("www-data")},
+		{refs: []string{staging + "test-image-user-uid-group:latest"}, cfg: user("1003:1004")},
+		{refs: []string{staging + "test-image-user-username-group:latest"}, cfg: user("www-data:1004")},
+		{
+			refs: []string{staging + "test-image-predefined-group:latest"},
+			entries: []imagetest.Entry{
+				imagetest.File("etc/passwd", "root:x:0:0:root:/root:/bin/sh\n"+
+					"default-user:x:1000:1000::/home/default-user:/bin/sh\n"+
+					"nobody:x:65534:65534:nobody:/nonexistent:/bin/false\n", 0o644),
+				imagetest.File("etc/group", "root:x:0:\ndefault-user:x:1000:\n"+
+					"group-defined-in-image:x:50000:default-user\nnogroup:x:65534:\n", 0o644),
+				{Name: "home/default-user", Type: tar.TypeDir, Mode: 0o755, UID: 1000, GID: 1000},
+			},
+			cfg: user("1000"),
+		},
+		{refs: []string{staging + "test-image-latest:latest"}},
+		{refs: []string{staging + "test-image-tag:test"}},
+		{refs: []string{staging + "test-image-tag:all"}},
+		{refs: []string{staging + "test-image-1:latest"}},
+		{refs: []string{staging + "test-image-2:latest"}},
+		{refs: []string{staging + "test-image-3:latest"}},
+		{refs: []string{staging + "test-image-tags:1", staging + "test-image-tags:2", staging + "test-image-tags:3"}},
+	}
+}
