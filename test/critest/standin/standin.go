@@ -82,18 +82,53 @@ func Build(ctx context.Context, repoRoot string) ([]Image, error) {
 	return images, nil
 }
 
+// busyboxLayer is imagetest's busybox with what critest's busybox 1.29
+// has and Debian's busybox-static lacks, and its applets hard links, as
+// in upstream busybox images: critest masks /bin/ls, and runc masking a
+// symbolic link would mask busybox itself.
 func busyboxLayer() (v1.Layer, error) {
 	entries, err := imagetest.BusyboxEntries()
 	if err != nil {
 		return nil, err
 	}
-	entries = append(entries, imagetest.Dir("var/run", 0o755))
+	for i, e := range entries {
+		if e.Type == tar.TypeSymlink && e.Linkname == "busybox" {
+			entries[i] = imagetest.Hardlink(e.Name, "bin/busybox")
+		}
+	}
+	entries = append(entries,
+		imagetest.Dir("var/run", 0o755),
+		imagetest.File("bin/pgrep", pgrepScript, 0o755),
+		imagetest.File("bin/ipcs", ipcsScript, 0o755),
+	)
 	raw, err := imagetest.TarBytes(entries...)
 	if err != nil {
 		return nil, err
 	}
 	return imagetest.LayerFromTar(raw)
 }
+
+// pgrepScript stands in for busybox's pgrep (critest: "pgrep sleep"):
+// the pids whose command name contains the pattern.
+const pgrepScript = `#!/bin/sh
+found=1
+for d in /proc/[0-9]*; do
+	comm=$(cat "$d/comm" 2>/dev/null) || continue
+	case "$comm" in *"$1"*) echo "${d#/proc/}"; found=0 ;; esac
+done
+exit $found
+`
+
+// ipcsScript stands in for busybox's ipcs -m (critest looks for a shared
+// memory segment's id in its output): the System V shared memory
+// segments of the container's IPC namespace.
+const ipcsScript = `#!/bin/sh
+echo "------ Shared Memory Segments --------"
+echo "key        shmid      owner      perms      bytes      nattch"
+tail -n +2 /proc/sysvipc/shm | while read -r key shmid perms size cpid lpid nattch uid rest; do
+	echo "$key $shmid $uid $perms $size $nattch"
+done
+`
 
 // spec is one image and every reference it is served under.
 type spec struct {
@@ -138,7 +173,7 @@ func specs(bins map[string][]byte) []spec {
 		{
 			refs:    []string{e2e + "nginx:1.14-2"},
 			entries: []imagetest.Entry{imagetest.Dir("usr/sbin", 0o755), web("usr/sbin/nginx")},
-			cfg:     cmd("/usr/sbin/nginx", "-port", "80", "-pidfile", "/var/run/nginx.pid"),
+			cfg:     cmd("/usr/sbin/nginx", "-port", "80", "-pidfile", "/var/run/nginx.pid", "-title", "master process"),
 		},
 		{
 			refs: []string{e2e + "httpd:2.4.39-4"},

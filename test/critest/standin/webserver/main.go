@@ -36,6 +36,10 @@ func main() {
 func run(ctx context.Context) error {
 	port := flag.Int("port", 80, "TCP port to serve on, on every address")
 	pidFile := flag.String("pidfile", "", "file to write the pid to once serving")
+	// critest finds nginx's main process by the title nginx gives it
+	// ("nginx: master process ..."), in /proc/1/cmdline: the flag's value
+	// puts it there.
+	_ = flag.String("title", "", "ignored; shows in the process's command line")
 	flag.Parse()
 	name := filepath.Base(os.Args[0])
 
