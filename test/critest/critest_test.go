@@ -35,9 +35,11 @@ import (
 )
 
 // skip is a spec (a part of its full text) left out of the runs, with the
-// reason it cannot pass here; with when set, only where when says so.
+// reason it cannot pass here; with handler set, only on that handler's
+// run; with when set, only where when says so.
 type skip struct {
 	spec, reason string
+	handler      string
 	when         func() bool
 }
 
@@ -57,6 +59,12 @@ var skips = []skip{
 		spec: "[k8s.io] Security Context bucket runtime should support MaskedPaths",
 		reason: "crind masks /bin/ls as asked, but the stand-in busybox is Debian's busybox-static, whose sh " +
 			"runs ls as a built-in applet (FEATURE_SH_STANDALONE) and never executes the masked /bin/ls",
+	},
+	{
+		spec:    "[k8s.io] Streaming runtime should support streaming interfaces runtime should support attach [Conformance]",
+		handler: "runc-v2",
+		reason: "crind gap, not the machine's: the shimv2 backend attaches to output only and refuses stdin " +
+			"with Unimplemented (docs/runtimes.md); to be removed when it keeps a container's stdin",
 	},
 	{spec: "runtime should support returning metrics descriptors", reason: "cAdvisor metric set: branch metrics"},
 	{spec: "runtime should support listing pod sandbox metrics", reason: "cAdvisor metric set: branch metrics"},
@@ -256,7 +264,7 @@ func (r run) critest(t *testing.T, tools string, d *daemon) {
 		"-parallel=" + parallel(),
 		"-ginkgo.json-report=" + report,
 		"-ginkgo.no-color",
-		"-ginkgo.skip=" + skipRegexp(r.skip),
+		"-ginkgo.skip=" + skipRegexp(r.handler, r.skip),
 	}
 	if r.focus != "" {
 		args = append(args, "-ginkgo.focus="+r.focus)
@@ -280,7 +288,7 @@ func (r run) critest(t *testing.T, tools string, d *daemon) {
 	if err != nil {
 		t.Fatalf("critest %s: %v (exit: %v); output:\n%s", r.name, err, runErr, harness.Tail(out.String(), 16000))
 	}
-	s := summarize(specs)
+	s := summarize(specs, func(name string) bool { return listed(r.handler, name) })
 	t.Logf("critest %s: %d specs, %d run: %d passed, %d failed; %d skipped by the list, %d not selected; %s",
 		r.name, len(specs), s.passed+len(s.failed), s.passed, len(s.failed), s.listed, s.filtered,
 		time.Since(start).Round(time.Second))
@@ -309,21 +317,22 @@ func noAppArmor() bool {
 	return err != nil
 }
 
-// activeSkips are the entries of the skip list that apply here.
-func activeSkips() []skip {
+// activeSkips are the entries of the skip list that apply to a run on
+// handler here.
+func activeSkips(handler string) []skip {
 	var out []skip
 	for _, s := range skips {
-		if s.when == nil || s.when() {
+		if (s.handler == "" || s.handler == handler) && (s.when == nil || s.when()) {
 			out = append(out, s)
 		}
 	}
 	return out
 }
 
-// skipRegexp is the ginkgo skip of the skip list and extra.
-func skipRegexp(extra string) string {
+// skipRegexp is the ginkgo skip of the skip list on handler and extra.
+func skipRegexp(handler, extra string) string {
 	alts := make([]string, 0, len(skips)+1)
-	for _, s := range activeSkips() {
+	for _, s := range activeSkips(handler) {
 		alts = append(alts, regexp.QuoteMeta(s.spec))
 	}
 	if extra != "" {
@@ -332,9 +341,9 @@ func skipRegexp(extra string) string {
 	return strings.Join(alts, "|")
 }
 
-// listed reports whether the skip list names the spec.
-func listed(name string) bool {
-	for _, s := range activeSkips() {
+// listed reports whether the skip list names the spec on handler.
+func listed(handler, name string) bool {
+	for _, s := range activeSkips(handler) {
 		if strings.Contains(name, s.spec) {
 			return true
 		}

@@ -64,7 +64,7 @@ type summary struct {
 // selected, or failed. A spec that skipped itself at run time (its
 // Failure carries the Skip message) fails the run unless listed: the
 // suite must not shrink unseen.
-func summarize(specs []specReport) summary {
+func summarize(specs []specReport, listed func(name string) bool) summary {
 	var s summary
 	for _, sp := range specs {
 		if sp.LeafNodeType != "It" {
