@@ -1,12 +1,14 @@
-//go:build critest
-
 package critest
 
 import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
 )
 
 // suiteReport is the part of a ginkgo JSON report (a list of suites) the
@@ -89,4 +91,37 @@ func summarize(specs []specReport, listed func(name string) bool) summary {
 		}
 	}
 	return s
+}
+
+// TestSummarize reads a report as ginkgo writes it and sorts its specs: a
+// spec that skipped itself fails the run unless listed; a suite node
+// that failed fails it too.
+func TestSummarize(t *testing.T) {
+	report := `[{"SpecReports": [
+ {"ContainerHierarchyTexts": ["[k8s.io] A"], "LeafNodeType": "It", "LeafNodeText": "passes", "State": "passed"},
+ {"ContainerHierarchyTexts": ["[k8s.io] A"], "LeafNodeType": "It", "LeafNodeText": "is listed", "State": "skipped"},
+ {"ContainerHierarchyTexts": ["[k8s.io] A"], "LeafNodeType": "It", "LeafNodeText": "is a benchmark", "State": "skipped"},
+ {"ContainerHierarchyTexts": ["[k8s.io] A"], "LeafNodeType": "It", "LeafNodeText": "skips itself", "State": "skipped",
+  "Failure": {"Message": "no AppArmor"}},
+ {"ContainerHierarchyTexts": ["[k8s.io] A"], "LeafNodeType": "It", "LeafNodeText": "fails", "State": "failed",
+  "Failure": {"Message": "boom", "Location": {"FileName": "x.go", "LineNumber": 7}}},
+ {"LeafNodeType": "SynchronizedBeforeSuite", "State": "panicked", "Failure": {"Message": "no socket"}}
+]}]`
+	path := filepath.Join(t.TempDir(), "report.json")
+	if err := os.WriteFile(path, []byte(report), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	specs, err := readReport(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := summarize(specs, func(name string) bool { return name == "[k8s.io] A is listed" })
+	want := summary{passed: 1, listed: 1, filtered: 1, failed: []string{
+		`spec "[k8s.io] A skips itself" skipped itself (not in the skip list): no AppArmor`,
+		`spec "[k8s.io] A fails" failed at x.go:7: boom`,
+		"SynchronizedBeforeSuite panicked: no socket",
+	}}
+	if diff := cmp.Diff(want, got, cmp.AllowUnexported(summary{})); diff != "" {
+		t.Errorf("summary (-want +got):\n%s", diff)
+	}
 }
