@@ -279,7 +279,8 @@ func (r run) critest(t *testing.T, tools string, d *daemon) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, filepath.Join(tools, "critest"), args...)
 	cmd.Dir = t.TempDir()
-	cmd.Env = append(os.Environ(), "PATH="+tools+string(os.PathListSeparator)+os.Getenv("PATH"))
+	// TMPDIR: --parallel leaves a dir of its own in it.
+	cmd.Env = append(os.Environ(), "PATH="+tools+string(os.PathListSeparator)+os.Getenv("PATH"), "TMPDIR="+t.TempDir())
 	out := &harness.LogBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	start := time.Now()
