@@ -293,7 +293,7 @@ func (r run) critest(t *testing.T, tools string, d *daemon) {
 	focus := regexp.MustCompile(r.focus)
 	s := summarize(specs, func(name string) bool { return focus.MatchString(name) && listed(r.handler, name) })
 	t.Logf("critest %s: %d specs, %d run: %d passed, %d failed; %d skipped by the list, %d not selected; %s",
-		r.name, len(specs), s.passed+len(s.failed), s.passed, len(s.failed), s.listed, s.filtered,
+		r.name, s.specs, s.passed+len(s.failed), s.passed, len(s.failed), s.listed, s.filtered,
 		time.Since(start).Round(time.Second))
 	for _, f := range s.failed {
 		t.Errorf("%s", f)

@@ -56,6 +56,7 @@ func readReport(path string) ([]specReport, error) {
 
 // summary counts a run's specs and says what failed it.
 type summary struct {
+	specs    int // the Its: passed + failed ones + listed + filtered
 	passed   int
 	listed   int      // skipped by the skip list
 	filtered int      // not selected (benchmarks, the other run's focus)
@@ -75,6 +76,7 @@ func summarize(specs []specReport, listed func(name string) bool) summary {
 			}
 			continue
 		}
+		s.specs++
 		switch {
 		case sp.State == "passed":
 			s.passed++
@@ -116,7 +118,7 @@ func TestSummarize(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := summarize(specs, func(name string) bool { return name == "[k8s.io] A is listed" })
-	want := summary{passed: 1, listed: 1, filtered: 1, failed: []string{
+	want := summary{specs: 5, passed: 1, listed: 1, filtered: 1, failed: []string{
 		`spec "[k8s.io] A skips itself" skipped itself (not in the skip list): no AppArmor`,
 		`spec "[k8s.io] A fails" failed at x.go:7: boom`,
 		"SynchronizedBeforeSuite panicked: no socket",
