@@ -64,7 +64,8 @@ var skips = []skip{
 		spec:    "[k8s.io] Streaming runtime should support streaming interfaces runtime should support attach [Conformance]",
 		handler: "runc-v2",
 		reason: "crind gap, not the machine's: the shimv2 backend attaches to output only and refuses stdin " +
-			"with Unimplemented (docs/runtimes.md); to be removed when it keeps a container's stdin",
+			"with Unimplemented (docs/runtimes.md): its containers log through crin-logger (binary://), and " +
+			"containerd's runc shim ignores a task's stdin unless its stdio are fifos; to be removed when it keeps one",
 	},
 	{spec: "runtime should support returning metrics descriptors", reason: "cAdvisor metric set: branch metrics"},
 	{spec: "runtime should support listing pod sandbox metrics", reason: "cAdvisor metric set: branch metrics"},
