@@ -65,12 +65,14 @@ integration-shimv2:
 # ginkgo built once into ~/.cache/crin from the Go module proxy;
 # CRIN_CRITEST_DIR overrides the dir), against the real crind: the whole
 # suite on runc and on runc-v2, then its NRI specs with -nri-socket, with
-# stand-in images built from this repository and served on 127.0.0.1
+# stand-in images built from this repository and Debian's busybox
+# (fetched once with apt-get download) served on 127.0.0.1
 # (docs/conformance.md: the skip list and its reasons).
 CRITEST_PARALLEL ?= 4
 critest:
 	./test/critest/build.sh >/dev/null
-	CRIN_CRITEST_PARALLEL=$(CRITEST_PARALLEL) $(GO) test -tags critest -count=1 -p 1 -timeout 30m -v -run '^TestCritest$$' ./test/critest/
+	bb=$$(./test/critest/busybox.sh) && CRIN_CRITEST_BUSYBOX=$$bb CRIN_CRITEST_PARALLEL=$(CRITEST_PARALLEL) \
+		$(GO) test -tags critest -count=1 -p 1 -timeout 30m -v -run '^TestCritest$$' ./test/critest/
 
 # A standalone kubelet (built once into ~/.cache/crin from the Go module
 # proxy; CRIN_KUBELET overrides the path) drives crind through static pods.

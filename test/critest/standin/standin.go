@@ -45,8 +45,10 @@ const (
 type program struct{ pkg, bin string }
 
 // Build builds every stand-in image. repoRoot is the repository's root,
-// where the Go programs are built (with the go command on PATH).
-func Build(ctx context.Context, repoRoot string) ([]Image, error) {
+// where the Go programs are built (with the go command on PATH). busybox,
+// when set, is the busybox binary of the images (see busyboxLayer);
+// empty takes imagetest's, Debian's busybox-static.
+func Build(ctx context.Context, repoRoot, busybox string) ([]Image, error) {
 	dir, err := os.MkdirTemp("", "crin-standin")
 	if err != nil {
 		return nil, err
@@ -65,7 +67,7 @@ func Build(ctx context.Context, repoRoot string) ([]Image, error) {
 			return nil, err
 		}
 	}
-	base, err := busyboxLayer()
+	base, err := busyboxLayer(busybox)
 	if err != nil {
 		return nil, err
 	}
@@ -85,8 +87,12 @@ func Build(ctx context.Context, repoRoot string) ([]Image, error) {
 // busyboxLayer is imagetest's busybox with what critest's busybox 1.29
 // has and Debian's busybox-static lacks, and its applets hard links, as
 // in upstream busybox images: critest masks /bin/ls, and runc masking a
-// symbolic link would mask busybox itself.
-func busyboxLayer() (v1.Layer, error) {
+// symbolic link would mask busybox itself. With busybox set, that binary
+// (Debian's dynamically linked busybox, whose sh runs ls through PATH as
+// upstream's does, where busybox-static's runs its applet, so a masked
+// /bin/ls is never run) replaces busybox-static, with the host's shared
+// libraries it needs.
+func busyboxLayer(busybox string) (v1.Layer, error) {
 	entries, err := imagetest.BusyboxEntries()
 	if err != nil {
 		return nil, err
@@ -94,6 +100,11 @@ func busyboxLayer() (v1.Layer, error) {
 	for i, e := range entries {
 		if e.Type == tar.TypeSymlink && e.Linkname == "busybox" {
 			entries[i] = imagetest.Hardlink(e.Name, "bin/busybox")
+		}
+	}
+	if busybox != "" {
+		if entries, err = withDynamicBusybox(entries, busybox); err != nil {
+			return nil, err
 		}
 	}
 	entries = append(entries,
