@@ -68,8 +68,6 @@ var skips = []skip{
 			"with Unimplemented (docs/runtimes.md): its containers log through crin-logger (binary://), and " +
 			"containerd's runc shim ignores a task's stdin unless its stdio are fifos; to be removed when it keeps one",
 	},
-	{spec: "runtime should support returning metrics descriptors", reason: "cAdvisor metric set: branch metrics"},
-	{spec: "runtime should support listing pod sandbox metrics", reason: "cAdvisor metric set: branch metrics"},
 }
 
 // Environment knobs.
