@@ -3,7 +3,7 @@ GO ?= go
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 
-.PHONY: build test unit integration integration-loaded integration-shimv2 e2e e2e-loaded node node-bench lint run bench clean deps fuzz soak restart-bench
+.PHONY: build test unit integration integration-loaded integration-shimv2 critest e2e e2e-loaded node node-bench lint run bench clean deps fuzz soak restart-bench
 
 # crind: pure Go (no libc mapped) and without grpc's x/net/trace (which
 # links text/template, whose reflection keeps every exported method in the
@@ -27,10 +27,11 @@ deps:
 	./scripts/deps.sh
 
 # Every test: the linters, unit tests, then the integration tests (root, real runc, CNI,
-# a registry on 127.0.0.1) against the real crind, then a real kubelet on
-# crind (e2e), then the node lane: a Debian 13 systemd, cgroup v2 VM with
+# a registry on 127.0.0.1) against the real crind, then the CRI
+# conformance suite (critest), then a real kubelet on crind (e2e), then
+# the node lane: a Debian 13 systemd, cgroup v2 VM with
 # crind installed from its unit and kubelet on the systemd driver.
-test: deps build lint unit integration integration-shimv2 e2e node
+test: deps build lint unit integration integration-shimv2 critest e2e node
 
 # Unit tests, then every Go benchmark once, so none rots unseen.
 unit:
@@ -59,6 +60,19 @@ e2e-loaded:
 SHIMV2_TESTS := TestExitCodes|TestCgroupLimits|TestExecStream|TestAttach|TestAttachDetach|TestCrashRecovery|TestPodContainerLifecycle|TestKubeletSurface|TestKillMidLifecycle|TestNRIAdjustInContainer|TestNRIHookAdjustment|TestNRIUpdateOtherContainer|TestNRIEviction|TestKubeletStats|TestMountFeatures|TestSecurityContext|TestRollback|TestIdempotentStopRemove|TestInfraKilled|TestPinnedNamespaces|TestRequestsAnswerTruthfully|TestPodNetwork|TestHostNetwork
 integration-shimv2:
 	CRIN_TEST_HANDLER=runc-v2 $(GO) test -tags integration -count=1 -p 1 -timeout 20m -run '^($(SHIMV2_TESTS))$$' ./test/integration/
+
+# critest v1.37.0, cri-tools' CRI conformance suite (critest, crictl and
+# ginkgo built once into ~/.cache/crin from the Go module proxy;
+# CRIN_CRITEST_DIR overrides the dir), against the real crind: the whole
+# suite on runc and on runc-v2, then its NRI specs with -nri-socket, with
+# stand-in images built from this repository and Debian's busybox
+# (fetched once with apt-get download) served on 127.0.0.1
+# (docs/conformance.md: the skip list and its reasons).
+CRITEST_PARALLEL ?= 4
+critest:
+	./test/critest/build.sh >/dev/null
+	bb=$$(./test/critest/busybox.sh) && CRIN_CRITEST_BUSYBOX=$$bb CRIN_CRITEST_PARALLEL=$(CRITEST_PARALLEL) \
+		$(GO) test -tags critest -count=1 -p 1 -timeout 30m -v -run '^TestCritest$$' ./test/critest/
 
 # A standalone kubelet (built once into ~/.cache/crin from the Go module
 # proxy; CRIN_KUBELET overrides the path) drives crind through static pods.
@@ -102,6 +116,7 @@ lint:
 	$(GO) vet -tags integration ./...
 	$(GO) vet -tags e2e ./...
 	$(GO) vet -tags node ./...
+	$(GO) vet -tags critest ./test/critest/...
 	$(GO) vet -tags soak ./bench/soak/
 	./scripts/golangci-lint.sh
 

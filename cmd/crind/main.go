@@ -128,7 +128,7 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, notifier s
 	if err := makePrivateDirs(cfg.Root, cfg.State); err != nil {
 		return err
 	}
-	st, err := store.Open(filepath.Join(cfg.Root, "crin.db"))
+	st, err := store.Open(filepath.Join(cfg.Root, "crin.db"), store.WithLogger(log))
 	if err != nil {
 		return err
 	}

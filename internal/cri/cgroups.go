@@ -49,14 +49,16 @@ func (s *Service) removeUnitCgroup(ctx context.Context, p string) error {
 }
 
 // validateRunRequest is validateRunRequest (the checks that need no
-// state) and the pod's cgroup parent checked in this crind's driver's
-// form.
+// state), the pod's cgroup parent checked in this crind's driver's form,
+// and the room left on crind's disk (checkDiskRoom).
 func (s *Service) validateRunRequest(cfg *runtimeapi.PodSandboxConfig) error {
 	if err := validateRunRequest(cfg); err != nil {
 		return err
 	}
 	if p := cfg.GetLinux().GetCgroupParent(); p != "" {
-		return s.layout().CheckParent("config.linux.cgroup_parent", p)
+		if err := s.layout().CheckParent("config.linux.cgroup_parent", p); err != nil {
+			return err
+		}
 	}
-	return nil
+	return s.checkDiskRoom("run pod sandbox")
 }

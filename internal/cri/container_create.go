@@ -32,7 +32,7 @@ import (
 // every step.
 func (s *Service) CreateContainer(ctx context.Context, r *runtimeapi.CreateContainerRequest) (_ *runtimeapi.CreateContainerResponse, retErr error) {
 	cfg := r.GetConfig()
-	if err := validateCreateRequest(cfg); err != nil {
+	if err := s.validateCreateRequest(cfg); err != nil {
 		return nil, err
 	}
 	sb, err := s.getSandboxExact(r.GetPodSandboxId())

@@ -41,25 +41,18 @@ func (s *Service) prepareImageVolumes(ctx context.Context, rec *store.Container,
 			rec.ImageVolumes = map[int]string{}
 		}
 		views[i] = src
-		rec.ImageVolumes[i] = imageRef(vol.Image)
+		rec.ImageVolumes[i] = vol.Image.ID
 	}
 	return views, nil
 }
 
-// imageRef is how ContainerStatus names the image a container runs or
-// mounts (its image_ref): the first repo digest reference, else the id.
-func imageRef(img *image.Image) string {
-	if len(img.RepoDigests) > 0 {
-		return img.RepoDigests[0]
-	}
-	return img.ID
-}
-
 // statusMounts returns the config's mounts as ContainerStatus reports
-// them: an image volume carries the image it mounts in image.image_ref
-// (the CRI asks for a value like the container's own image_ref).
-// cfg is not changed.
-func statusMounts(rec *store.Container, ms []*runtimeapi.Mount) []*runtimeapi.Mount {
+// them: an image volume carries the image it mounts in image.image_ref,
+// as the id PullImage returned for it (the CRI: image_ref MUST equal
+// Image.id); image.image stays as requested, which is what kubelet's
+// image garbage collector matches and what it resolves the volume's
+// digest from. ms is not changed.
+func (s *Service) statusMounts(rec *store.Container, ms []*runtimeapi.Mount) []*runtimeapi.Mount {
 	if len(rec.ImageVolumes) == 0 {
 		return ms
 	}
@@ -69,6 +62,11 @@ func statusMounts(rec *store.Container, ms []*runtimeapi.Mount) []*runtimeapi.Mo
 		if !ok || m.GetImage() == nil {
 			out[i] = m
 			continue
+		}
+		// Records from before crind recorded the id hold a repo digest
+		// reference: the image, kept while mounted, gives its id.
+		if img, err := s.opts.Images.Get(ref); err == nil {
+			ref = img.ID
 		}
 		c := proto.Clone(m).(*runtimeapi.Mount)
 		c.Image.ImageRef = ref

@@ -11,6 +11,8 @@ import (
 	"github.com/containerd/errdefs"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/crin-dev/crin/internal/store"
 )
 
 func volumeConfig(name string, mounts ...*runtimeapi.Mount) *runtimeapi.ContainerConfig {
@@ -36,8 +38,8 @@ func TestCreateContainerWithImageVolume(t *testing.T) {
 		t.Fatal(err)
 	}
 	ms := st.GetStatus().GetMounts()
-	if len(ms) != 2 || ms[1].GetImage().GetImage() != "sha256:c0nf19" || ms[1].GetImage().GetImageRef() != testImage.RepoDigests[0] {
-		t.Fatalf("status mounts %v, want the image volume with image_ref %s", ms, testImage.RepoDigests[0])
+	if len(ms) != 2 || ms[1].GetImage().GetImage() != "sha256:c0nf19" || ms[1].GetImage().GetImageRef() != testImage.ID {
+		t.Fatalf("status mounts %v, want the image volume with image_ref %s (PullImage's answer)", ms, testImage.ID)
 	}
 	if ms[0].GetImage() != nil {
 		t.Errorf("host mount reported with an image: %v", ms[0])
@@ -69,7 +71,7 @@ func TestCreateContainerWithImageVolume(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := st.GetStatus().GetMounts()[1].GetImage().GetImageRef(); got != testImage.RepoDigests[0] {
+	if got := st.GetStatus().GetMounts()[1].GetImage().GetImageRef(); got != testImage.ID {
 		t.Errorf("image_ref after restart %q", got)
 	}
 	if _, err := h.RemoveContainer(t.Context(), &runtimeapi.RemoveContainerRequest{ContainerId: id}); err != nil {
@@ -77,6 +79,22 @@ func TestCreateContainerWithImageVolume(t *testing.T) {
 	}
 	if _, err := os.Stat(want); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("volume after RemoveContainer: %v", err)
+	}
+}
+
+// TestStatusMountsOfOlderRecords: a record written before crind recorded
+// image volumes by id holds the repo digest reference; the status still
+// reports the id PullImage returned, and the image as requested.
+func TestStatusMountsOfOlderRecords(t *testing.T) {
+	h := newHub(t)
+	rec := &store.Container{ImageVolumes: map[int]string{0: testImage.RepoDigests[0]}}
+	ms := []*runtimeapi.Mount{{ContainerPath: "/data", Image: &runtimeapi.ImageSpec{Image: "busybox"}, Readonly: true}}
+	got := h.statusMounts(rec, ms)
+	if got[0].GetImage().GetImageRef() != testImage.ID || got[0].GetImage().GetImage() != "busybox" {
+		t.Errorf("status mount %v, want image busybox, image_ref %s", got[0], testImage.ID)
+	}
+	if ms[0].GetImage().GetImageRef() != "" {
+		t.Errorf("the config's mount was changed: %v", ms[0])
 	}
 }
 

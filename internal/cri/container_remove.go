@@ -2,10 +2,8 @@ package cri
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
-	"github.com/containerd/errdefs"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/crin-dev/crin/internal/trace"
@@ -18,7 +16,7 @@ import (
 // already been removed".
 func (s *Service) RemoveContainer(ctx context.Context, r *runtimeapi.RemoveContainerRequest) (*runtimeapi.RemoveContainerResponse, error) {
 	c, err := s.getContainerExact(r.GetContainerId())
-	if errors.Is(err, errdefs.ErrNotFound) {
+	if s.containerGone(r.GetContainerId(), err) {
 		return &runtimeapi.RemoveContainerResponse{}, nil
 	}
 	if err != nil {

@@ -37,7 +37,7 @@ func (s *Service) ContainerStatus(ctx context.Context, r *runtimeapi.ContainerSt
 		StopSignal:  recordedStopSignal(rec),
 		Labels:      cfg.GetLabels(),
 		Annotations: statusAnnotations(rec, cfg),
-		Mounts:      statusMounts(rec, cfg.GetMounts()),
+		Mounts:      s.statusMounts(rec, cfg.GetMounts()),
 		LogPath:     rec.LogPath,
 		Resources:   containerResources(rec),
 		User:        c.userLocked(),

@@ -2,7 +2,6 @@ package cri
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -27,7 +26,7 @@ import (
 // been stopped".
 func (s *Service) StopContainer(ctx context.Context, r *runtimeapi.StopContainerRequest) (*runtimeapi.StopContainerResponse, error) {
 	c, err := s.getContainerExact(r.GetContainerId())
-	if errors.Is(err, errdefs.ErrNotFound) {
+	if s.containerGone(r.GetContainerId(), err) {
 		return &runtimeapi.StopContainerResponse{}, nil
 	}
 	if err != nil {

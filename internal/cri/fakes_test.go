@@ -295,6 +295,17 @@ func (f *fakeImages) ReleaseRootfs(_ context.Context, id string) error {
 	return os.RemoveAll(filepath.Join(f.dir, id))
 }
 
+// RootfsOwners lists the containers with a prepared rootfs.
+func (f *fakeImages) RootfsOwners() ([]string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	ids := make([]string, 0, len(f.rootfs))
+	for id := range f.rootfs {
+		ids = append(ids, id)
+	}
+	return ids, nil
+}
+
 type fakeNetwork struct{}
 
 func (fakeNetwork) Status() error { return nil }

@@ -16,6 +16,9 @@ func (s *Service) PullImage(ctx context.Context, r *runtimeapi.PullImageRequest)
 	if err != nil {
 		return nil, err
 	}
+	if err := s.checkDiskRoom(fmt.Sprintf("pull image.image %q", ref)); err != nil {
+		return nil, err
+	}
 	var auth *image.Auth
 	if a := r.GetAuth(); a != nil {
 		auth = &image.Auth{

@@ -3,7 +3,10 @@ package cri
 import (
 	"context"
 	"errors"
-	"slices"
+	"fmt"
+	"os"
+	"strings"
+	"time"
 
 	"github.com/containerd/errdefs"
 	"golang.org/x/sys/unix"
@@ -18,155 +21,26 @@ import (
 // cAdvisor names kubelet's /metrics/cadvisor serves, so dashboards work the
 // same when kubelet takes them from the runtime (PodAndContainerStatsFromCRI).
 //
-// Values are uint64. Seconds counters (container_cpu_*_seconds_total) are
-// whole seconds, truncated: the name promises seconds and kubelet hands the
-// value to Prometheus as float64(value), so nanoseconds would be off by
-// 1e9; the precise figure is ContainerStats.cpu.usage_core_nano_seconds.
+// Values are uint64. Seconds counters (container_cpu_*_seconds_total,
+// container_pressure_*) are whole seconds, truncated: the name promises
+// seconds and kubelet hands the value to Prometheus as float64(value), so
+// nanoseconds would be off by 1e9; the precise CPU figure is
+// ContainerStats.cpu.usage_core_nano_seconds.
 //
 // Every metric's LabelValues follow its descriptor's LabelKeys, in order:
-// container, id, image, name, namespace, pod (cAdvisor's), then interface
-// for network metrics and device for filesystem ones. For a container, id
+// container, id, image, name, namespace, pod (cAdvisor's), then the
+// metric's own, as cAdvisor has them (interface for network metrics,
+// device for filesystem ones, ...: metricDef.extra). For a container, id
 // and name are its id and container its name; the pod's own metrics (its
 // cgroup, its network) are labelled container "" (the pod cgroup) or "POD"
 // (the network, as cAdvisor labels the infra container) with the pod id.
-
-// metricKind says which labels follow the base ones.
-type metricKind int
-
-const (
-	kindCgroup metricKind = iota
-	kindNetwork
-	kindFs
-)
-
-// metricDef is one metric crind reports.
-type metricDef struct {
-	name, help string
-	typ        runtimeapi.MetricType
-	kind       metricKind
-	// cgroup is the value of a cgroup metric.
-	cgroup func(*runtime.Stats) uint64
-	// cgroupIf is the value of a cgroup metric the host may not have
-	// (PSI): reported only when ok.
-	cgroupIf func(*runtime.Stats) (v uint64, ok bool)
-	// net is the value of a network metric.
-	net func(ifaceCounters) uint64
-	// fs is the value of a filesystem metric.
-	fs func(fsFigures) uint64
-}
-
-// fsFigures are a container's writable layer usage and its filesystem's
-// capacity (statfs).
-type fsFigures struct {
-	usedBytes, limitBytes, inodes, inodesFree uint64
-}
-
-func labelKeys(k metricKind) []string {
-	keys := []string{"container", "id", "image", "name", "namespace", "pod"}
-	switch k {
-	case kindNetwork:
-		keys = append(keys, "interface")
-	case kindFs:
-		keys = append(keys, "device")
-	}
-	return keys
-}
-
-const (
-	counter = runtimeapi.MetricType_COUNTER
-	gauge   = runtimeapi.MetricType_GAUGE
-)
-
-func wholeSeconds(ns uint64) uint64 { return ns / 1e9 }
-
-// metricDefs lists every metric, in the order they are reported.
-func metricDefs() []metricDef {
-	return []metricDef{
-		{name: "container_cpu_usage_seconds_total", help: "Cumulative cpu time consumed in seconds (whole seconds).", typ: counter,
-			cgroup: func(s *runtime.Stats) uint64 { return wholeSeconds(s.CPUUsageNanos) }},
-		{name: "container_cpu_user_seconds_total", help: "Cumulative user cpu time consumed in seconds (whole seconds).", typ: counter,
-			cgroup: func(s *runtime.Stats) uint64 { return wholeSeconds(s.CPUUserNanos) }},
-		{name: "container_cpu_system_seconds_total", help: "Cumulative system cpu time consumed in seconds (whole seconds).", typ: counter,
-			cgroup: func(s *runtime.Stats) uint64 { return wholeSeconds(s.CPUSystemNanos) }},
-		{name: "container_memory_usage_bytes", help: "Current memory usage in bytes, including all memory regardless of when it was accessed.", typ: gauge,
-			cgroup: func(s *runtime.Stats) uint64 { return s.MemoryUsageBytes }},
-		{name: "container_memory_working_set_bytes", help: "Current working set in bytes.", typ: gauge,
-			cgroup: func(s *runtime.Stats) uint64 { return s.MemoryWorkingSet }},
-		{name: "container_memory_rss", help: "Size of RSS in bytes.", typ: gauge,
-			cgroup: func(s *runtime.Stats) uint64 { return s.MemoryRSSBytes }},
-		{name: "container_memory_cache", help: "Number of bytes of page cache memory.", typ: gauge,
-			cgroup: func(s *runtime.Stats) uint64 { return s.MemoryCacheBytes }},
-		{name: "container_memory_failcnt", help: "Number of memory usage hits limits.", typ: counter,
-			cgroup: func(s *runtime.Stats) uint64 { return s.MemoryFailcnt }},
-		{name: "container_spec_memory_limit_bytes", help: "Memory limit for the container (0 when unlimited).", typ: gauge,
-			cgroup: func(s *runtime.Stats) uint64 { return s.MemoryLimitBytes }},
-		{name: "container_processes", help: "Number of processes running inside the container.", typ: gauge,
-			cgroup: func(s *runtime.Stats) uint64 { return s.Processes }},
-		{name: "container_threads", help: "Number of threads running inside the container.", typ: gauge,
-			cgroup: func(s *runtime.Stats) uint64 { return s.PidsCurrent }},
-		pressureDef("cpu", "waiting", func(s *runtime.Stats) *runtime.Pressure { return s.CPUPressure }),
-		pressureDef("cpu", "stalled", func(s *runtime.Stats) *runtime.Pressure { return s.CPUPressure }),
-		pressureDef("memory", "waiting", func(s *runtime.Stats) *runtime.Pressure { return s.MemoryPressure }),
-		pressureDef("memory", "stalled", func(s *runtime.Stats) *runtime.Pressure { return s.MemoryPressure }),
-		pressureDef("io", "waiting", func(s *runtime.Stats) *runtime.Pressure { return s.IOPressure }),
-		pressureDef("io", "stalled", func(s *runtime.Stats) *runtime.Pressure { return s.IOPressure }),
-
-		{name: "container_network_receive_bytes_total", help: "Cumulative count of bytes received.", typ: counter, kind: kindNetwork,
-			net: func(c ifaceCounters) uint64 { return c.rxBytes }},
-		{name: "container_network_transmit_bytes_total", help: "Cumulative count of bytes transmitted.", typ: counter, kind: kindNetwork,
-			net: func(c ifaceCounters) uint64 { return c.txBytes }},
-		{name: "container_network_receive_packets_total", help: "Cumulative count of packets received.", typ: counter, kind: kindNetwork,
-			net: func(c ifaceCounters) uint64 { return c.rxPackets }},
-		{name: "container_network_transmit_packets_total", help: "Cumulative count of packets transmitted.", typ: counter, kind: kindNetwork,
-			net: func(c ifaceCounters) uint64 { return c.txPackets }},
-		{name: "container_network_receive_errors_total", help: "Cumulative count of errors encountered while receiving.", typ: counter, kind: kindNetwork,
-			net: func(c ifaceCounters) uint64 { return c.rxErrors }},
-		{name: "container_network_transmit_errors_total", help: "Cumulative count of errors encountered while transmitting.", typ: counter, kind: kindNetwork,
-			net: func(c ifaceCounters) uint64 { return c.txErrors }},
-		{name: "container_network_receive_packets_dropped_total", help: "Cumulative count of packets dropped while receiving.", typ: counter, kind: kindNetwork,
-			net: func(c ifaceCounters) uint64 { return c.rxDrop }},
-		{name: "container_network_transmit_packets_dropped_total", help: "Cumulative count of packets dropped while transmitting.", typ: counter, kind: kindNetwork,
-			net: func(c ifaceCounters) uint64 { return c.txDrop }},
-
-		{name: "container_fs_usage_bytes", help: "Number of bytes consumed by the container's writable layer.", typ: gauge, kind: kindFs,
-			fs: func(f fsFigures) uint64 { return f.usedBytes }},
-		{name: "container_fs_limit_bytes", help: "Number of bytes the filesystem holding the writable layer can hold.", typ: gauge, kind: kindFs,
-			fs: func(f fsFigures) uint64 { return f.limitBytes }},
-		{name: "container_fs_inodes_total", help: "Number of inodes of the filesystem holding the writable layer.", typ: gauge, kind: kindFs,
-			fs: func(f fsFigures) uint64 { return f.inodes }},
-		{name: "container_fs_inodes_free", help: "Number of available inodes of the filesystem holding the writable layer.", typ: gauge, kind: kindFs,
-			fs: func(f fsFigures) uint64 { return f.inodesFree }},
-	}
-}
-
-// pressureDef is cAdvisor's PSI counter of one resource: "waiting" is the
-// time some task waited (PSI's some line), "stalled" the time all did
-// (full), in whole seconds; reported only where the cgroup has PSI.
-func pressureDef(resource, which string, p func(*runtime.Stats) *runtime.Pressure) metricDef {
-	help := "Total time duration tasks in the container have waited due to " + resource + " congestion (whole seconds)."
-	if which == "stalled" {
-		help = "Total time duration no tasks in the container could make progress due to " + resource + " congestion (whole seconds)."
-	}
-	return metricDef{name: "container_pressure_" + resource + "_" + which + "_seconds_total", help: help, typ: counter,
-		cgroupIf: func(s *runtime.Stats) (uint64, bool) {
-			pr := p(s)
-			if pr == nil {
-				return 0, false
-			}
-			line := pr.Some
-			if which == "stalled" {
-				line = pr.Full
-			}
-			return wholeSeconds(uint64(line.Total)), true
-		}}
-}
 
 // ListMetricDescriptors describes every metric ListPodSandboxMetrics
 // reports.
 func (s *Service) ListMetricDescriptors(ctx context.Context, r *runtimeapi.ListMetricDescriptorsRequest) (*runtimeapi.ListMetricDescriptorsResponse, error) {
 	resp := &runtimeapi.ListMetricDescriptorsResponse{}
 	for _, d := range metricDefs() {
-		resp.Descriptors = append(resp.Descriptors, &runtimeapi.MetricDescriptor{Name: d.name, Help: d.help, LabelKeys: labelKeys(d.kind)})
+		resp.Descriptors = append(resp.Descriptors, &runtimeapi.MetricDescriptor{Name: d.name, Help: d.help, LabelKeys: d.labelKeys()})
 	}
 	return resp, nil
 }
@@ -193,7 +67,7 @@ func (s *Service) StreamPodSandboxMetrics(r *runtimeapi.StreamPodSandboxMetricsR
 }
 
 func (s *Service) podMetrics(ctx context.Context) ([]*runtimeapi.PodSandboxMetrics, error) {
-	defs := metricDefs()
+	mp := &metricsPass{defs: metricDefs(), now: time.Now().Unix(), devs: deviceNames{}}
 	var out []*runtimeapi.PodSandboxMetrics
 	for _, sb := range s.allSandboxes() {
 		if ctx.Err() != nil {
@@ -201,92 +75,121 @@ func (s *Service) podMetrics(ctx context.Context) ([]*runtimeapi.PodSandboxMetri
 		}
 		sb.mu.Lock()
 		rec, md := sb.rec, sb.config.GetMetadata()
-		id, state, cg, netns := rec.ID, rec.State, rec.CgroupParent, rec.NetNS
+		id, state, cg, netns, created := rec.ID, rec.State, rec.CgroupParent, rec.NetNS, rec.CreatedAt
 		sb.mu.Unlock()
 		if state != store.SandboxReady {
 			continue
 		}
 		pm := &runtimeapi.PodSandboxMetrics{PodSandboxId: id}
-		base := func(container, cid, image string) []string {
-			return []string{container, cid, image, cid, md.GetNamespace(), md.GetName()}
-		}
-		if st, err := runtime.CgroupStats(cg); err == nil {
-			pm.Metrics = append(pm.Metrics, cgroupMetrics(defs, st, base("", id, ""))...)
-		} else if !errors.Is(err, errdefs.ErrNotFound) {
+		mp.namespace, mp.pod = md.GetNamespace(), md.GetName()
+		st, err := cgroupDetail(cg)
+		if err != nil {
 			return nil, err
+		}
+		if st != nil {
+			f := &figures{st: st, start: created / 1e9, now: mp.now, devName: mp.devs.name}
+			pm.Metrics = collect(mp.defs, f, mp.labels("", id, ""), pm.Metrics)
 		}
 		if netns != "" {
 			if ifs, err := readNetDev(netns); err == nil {
-				pm.Metrics = append(pm.Metrics, networkMetrics(defs, ifs, base("POD", id, ""))...)
+				pm.Metrics = collect(mp.defs, &figures{ifs: ifs}, mp.labels("POD", id, ""), pm.Metrics)
 			}
 		}
 		for _, c := range s.podContainers(id) {
-			c.mu.Lock()
-			cid, name, image, cstate, ccg := c.rec.ID, c.config.GetMetadata().GetName(), c.rec.ImageName, c.rec.State, c.rec.CgroupsPath
-			c.mu.Unlock()
-			if cstate != store.ContainerRunning {
-				continue
-			}
-			cm := &runtimeapi.ContainerMetrics{ContainerId: cid}
-			labels := base(name, cid, image)
-			if st, err := runtime.CgroupStats(ccg); err == nil {
-				cm.Metrics = append(cm.Metrics, cgroupMetrics(defs, st, labels)...)
-			} else if !errors.Is(err, errdefs.ErrNotFound) {
+			cm, err := s.containerMetrics(c, mp)
+			if err != nil {
 				return nil, err
 			}
-			if u, ok := s.sampler.layer(cid); ok {
-				f := fsFigures{usedBytes: u.UsedBytes}
-				var sfs unix.Statfs_t
-				if unix.Statfs(u.Mountpoint, &sfs) == nil {
-					f.limitBytes = sfs.Blocks * uint64(sfs.Bsize)
-					f.inodes, f.inodesFree = sfs.Files, sfs.Ffree
-				}
-				cm.Metrics = append(cm.Metrics, fsMetrics(defs, f, append(slices.Clone(labels), u.Mountpoint), u.Time.UnixNano())...)
+			if cm != nil {
+				pm.ContainerMetrics = append(pm.ContainerMetrics, cm)
 			}
-			pm.ContainerMetrics = append(pm.ContainerMetrics, cm)
 		}
 		out = append(out, pm)
 	}
 	return out, nil
 }
 
-func cgroupMetrics(defs []metricDef, st *runtime.Stats, labels []string) []*runtimeapi.Metric {
-	var out []*runtimeapi.Metric
-	for _, d := range defs {
-		if d.cgroup != nil {
-			out = append(out, &runtimeapi.Metric{Name: d.name, MetricType: d.typ, LabelValues: labels, Value: &runtimeapi.UInt64Value{Value: d.cgroup(st)}})
+// metricsPass is what one ListPodSandboxMetrics call shares between its
+// pods and containers.
+type metricsPass struct {
+	defs []metricDef
+	now  int64 // unix seconds
+	devs deviceNames
+	// namespace and pod are the current pod's metadata.
+	namespace, pod string
+}
+
+// labels are the base label values of a subject of the current pod.
+func (mp *metricsPass) labels(container, id, image string) []string {
+	return []string{container, id, image, id, mp.namespace, mp.pod}
+}
+
+// containerMetrics are the metrics of c; nil when it is not running.
+func (s *Service) containerMetrics(c *container, mp *metricsPass) (*runtimeapi.ContainerMetrics, error) {
+	c.mu.Lock()
+	cid, name, image, cstate, ccg, started := c.rec.ID, c.config.GetMetadata().GetName(), c.rec.ImageName, c.rec.State, c.rec.CgroupsPath, c.rec.StartedAt
+	c.mu.Unlock()
+	if cstate != store.ContainerRunning {
+		return nil, nil
+	}
+	st, err := cgroupDetail(ccg)
+	if err != nil {
+		return nil, err
+	}
+	f := &figures{st: st, start: started / 1e9, now: mp.now, devName: mp.devs.name}
+	if u, ok := s.sampler.layer(cid); ok {
+		f.fs, f.fsTime = &fsFigures{mountpoint: u.Mountpoint, usedBytes: u.UsedBytes}, u.Time.UnixNano()
+		var sfs unix.Statfs_t
+		if unix.Statfs(u.Mountpoint, &sfs) == nil {
+			f.fs.limitBytes = sfs.Blocks * uint64(sfs.Bsize)
+			f.fs.inodes, f.fs.inodesFree = sfs.Files, sfs.Ffree
 		}
-		if d.cgroupIf != nil {
-			if v, ok := d.cgroupIf(st); ok {
-				out = append(out, &runtimeapi.Metric{Name: d.name, MetricType: d.typ, LabelValues: labels, Value: &runtimeapi.UInt64Value{Value: v}})
+	}
+	ms := collect(mp.defs, f, mp.labels(name, cid, image), make([]*runtimeapi.Metric, 0, len(mp.defs)+8))
+	return &runtimeapi.ContainerMetrics{ContainerId: cid, Metrics: ms}, nil
+}
+
+// cgroupDetail reads a cgroup for the metrics; nil (and no error) when it
+// is gone.
+func cgroupDetail(path string) (*runtime.Stats, error) {
+	st, err := runtime.CgroupStatsDetail(path)
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return nil, nil
+	}
+	return st, err
+}
+
+// collect appends to out the metrics defs compute from f, labelled with
+// base and each metric's extra labels.
+func collect(defs []metricDef, f *figures, base []string, out []*runtimeapi.Metric) []*runtimeapi.Metric {
+	e := &emitter{base: base, out: out}
+	for i := range defs {
+		e.def, e.ts = &defs[i], 0
+		if e.def.sampled {
+			e.ts = f.fsTime
+		}
+		e.def.values(f, e)
+	}
+	return e.out
+}
+
+// deviceNames names block devices by number ("/dev/sda", as cAdvisor's
+// device label does), each looked up once per request.
+type deviceNames map[[2]uint32]string
+
+func (n deviceNames) name(major, minor uint32) string {
+	k := [2]uint32{major, minor}
+	if v, ok := n[k]; ok {
+		return v
+	}
+	v := fmt.Sprintf("%d:%d", major, minor)
+	if b, err := os.ReadFile(fmt.Sprintf("/sys/dev/block/%d:%d/uevent", major, minor)); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if dev, ok := strings.CutPrefix(line, "DEVNAME="); ok {
+				v = "/dev/" + dev
 			}
 		}
 	}
-	return out
-}
-
-func networkMetrics(defs []metricDef, ifs []ifaceCounters, labels []string) []*runtimeapi.Metric {
-	var out []*runtimeapi.Metric
-	for _, c := range ifs {
-		if c.name == "lo" {
-			continue
-		}
-		l := append(slices.Clone(labels), c.name)
-		for _, d := range defs {
-			if d.net != nil {
-				out = append(out, &runtimeapi.Metric{Name: d.name, MetricType: d.typ, LabelValues: l, Value: &runtimeapi.UInt64Value{Value: d.net(c)}})
-			}
-		}
-	}
-	return out
-}
-
-func fsMetrics(defs []metricDef, f fsFigures, labels []string, ts int64) []*runtimeapi.Metric {
-	var out []*runtimeapi.Metric
-	for _, d := range defs {
-		if d.fs != nil {
-			out = append(out, &runtimeapi.Metric{Name: d.name, Timestamp: ts, MetricType: d.typ, LabelValues: labels, Value: &runtimeapi.UInt64Value{Value: d.fs(f)}})
-		}
-	}
-	return out
+	n[k] = v
+	return v
 }

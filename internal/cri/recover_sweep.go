@@ -24,7 +24,8 @@ import (
 // their runc init children) of containers nobody knows, mounts under
 // crind's dirs naming such a container or pod, pod cgroups under
 // crind's cgroup parent, id-mapped mounts of pods and containers that are
-// gone (userns_linux.go), IP reservations of pods that are gone. Then it
+// gone (userns_linux.go), IP reservations of pods that are gone, and the
+// dirs and rootfs of pods and containers that are gone (sweepDirs). Then it
 // starts the loop that retries recorded cleanup steps. Failures are
 // logged: the sweep never stops crind from starting.
 func (s *Service) sweep(ctx context.Context) {
@@ -33,6 +34,7 @@ func (s *Service) sweep(ctx context.Context) {
 	s.sweepUserNS(ctx)
 	s.sweepCgroups(ctx)
 	s.sweepIPAM(ctx)
+	s.sweepDirs(ctx)
 	s.startCleanups()
 }
 

@@ -1,7 +1,6 @@
 package cri
 
 import (
-	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -10,7 +9,6 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/crin-dev/crin/internal/image"
-	"github.com/crin-dev/crin/internal/runtime"
 )
 
 func TestCPURate(t *testing.T) {
@@ -95,65 +93,6 @@ func TestParseNetDev(t *testing.T) {
 	}
 	if _, err := parseNetDev([]byte("eth0: 1 2 3\n")); err == nil {
 		t.Error("a short line parsed without error")
-	}
-}
-
-// kubelet builds a Prometheus desc from each descriptor's LabelKeys and
-// fills LabelValues in order: every metric must carry exactly as many
-// values as its descriptor has keys, and names must be unique.
-func TestMetricLabelsMatchDescriptors(t *testing.T) {
-	h := newHub(t)
-	resp, err := h.ListMetricDescriptors(t.Context(), &runtimeapi.ListMetricDescriptorsRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	keys := map[string]int{}
-	for _, d := range resp.Descriptors {
-		if _, dup := keys[d.Name]; dup {
-			t.Errorf("descriptor %s twice", d.Name)
-		}
-		keys[d.Name] = len(d.LabelKeys)
-	}
-	for _, n := range []string{"container_cpu_usage_seconds_total", "container_memory_working_set_bytes", "container_network_receive_bytes_total", "container_fs_usage_bytes", "container_processes", "container_threads"} {
-		if _, ok := keys[n]; !ok {
-			t.Errorf("no descriptor %s", n)
-		}
-	}
-	defs := metricDefs()
-	base := []string{"c", "id", "img", "id", "ns", "pod"}
-	var ms []*runtimeapi.Metric
-	pr := &runtime.Pressure{Some: runtime.PressureLine{Total: 3500 * time.Millisecond}, Full: runtime.PressureLine{Total: 1200 * time.Millisecond}}
-	noPSI := len(cgroupMetrics(defs, &runtime.Stats{}, base))
-	ms = append(ms, cgroupMetrics(defs, &runtime.Stats{CPUUsageNanos: 2500e6, CPUPressure: pr, MemoryPressure: pr, IOPressure: pr}, base)...)
-	if len(ms) != noPSI+6 {
-		t.Errorf("%d cgroup metrics with PSI, %d without: want 6 more (waiting and stalled of cpu, memory, io)", len(ms), noPSI)
-	}
-	ms = append(ms, networkMetrics(defs, []ifaceCounters{{name: "lo"}, {name: "eth0", rxBytes: 9}}, base)...)
-	ms = append(ms, fsMetrics(defs, fsFigures{usedBytes: 5}, append(slices.Clone(base), "/var"), 1)...)
-	seen := map[string]bool{}
-	for _, m := range ms {
-		seen[m.Name] = true
-		n, ok := keys[m.Name]
-		if !ok {
-			t.Errorf("metric %s has no descriptor", m.Name)
-		} else if len(m.LabelValues) != n {
-			t.Errorf("metric %s: %d label values %q, descriptor has %d keys", m.Name, len(m.LabelValues), m.LabelValues, n)
-		}
-		if m.Name == "container_pressure_io_waiting_seconds_total" && m.Value.GetValue() != 3 ||
-			m.Name == "container_pressure_io_stalled_seconds_total" && m.Value.GetValue() != 1 {
-			t.Errorf("%s = %d, want some 3 s and full 1 s (whole seconds)", m.Name, m.Value.GetValue())
-		}
-		if m.Name == "container_cpu_usage_seconds_total" && m.Value.GetValue() != 2 {
-			t.Errorf("cpu seconds %d for 2.5 s, want 2 (whole seconds)", m.Value.GetValue())
-		}
-		if m.Name == "container_network_receive_bytes_total" && m.LabelValues[6] != "eth0" {
-			t.Errorf("network metric for interface %q; loopback must be left out", m.LabelValues[6])
-		}
-	}
-	for n := range keys {
-		if !seen[n] {
-			t.Errorf("descriptor %s is never reported", n)
-		}
 	}
 }
 

@@ -2,10 +2,8 @@ package cri
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
-	"github.com/containerd/errdefs"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/crin-dev/crin/internal/store"
@@ -18,7 +16,7 @@ import (
 // sandbox has already been removed").
 func (s *Service) RemovePodSandbox(ctx context.Context, r *runtimeapi.RemovePodSandboxRequest) (*runtimeapi.RemovePodSandboxResponse, error) {
 	sb, err := s.getSandboxExact(r.GetPodSandboxId())
-	if errors.Is(err, errdefs.ErrNotFound) {
+	if s.sandboxGone(r.GetPodSandboxId(), err) {
 		return &runtimeapi.RemovePodSandboxResponse{}, nil
 	}
 	if err != nil {

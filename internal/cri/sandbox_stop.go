@@ -22,7 +22,7 @@ import (
 // all relevant resources have already been reclaimed.
 func (s *Service) StopPodSandbox(ctx context.Context, r *runtimeapi.StopPodSandboxRequest) (*runtimeapi.StopPodSandboxResponse, error) {
 	sb, err := s.getSandboxExact(r.GetPodSandboxId())
-	if errors.Is(err, errdefs.ErrNotFound) {
+	if s.sandboxGone(r.GetPodSandboxId(), err) {
 		return &runtimeapi.StopPodSandboxResponse{}, nil
 	}
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"path/filepath"
@@ -420,6 +421,43 @@ func (s *Service) getSandboxExact(id string) (*sandbox, error) {
 		return nil, err
 	}
 	return nil, fmt.Errorf("pod sandbox %q: %w", id, errdefs.ErrNotFound)
+}
+
+// sandboxGone reports whether err, from getSandboxExact(id), means that
+// id names no pod, for the calls the CRI makes idempotent
+// (StopPodSandbox, RemovePodSandbox: "must not return an error if ...
+// already been removed"). That is NotFound, and also an id not of crind's
+// form that is no prefix of a pod crind holds: critest stops and removes
+// a UUID. A prefix of a live pod stays refused, neither acted on nor
+// reported as done (docs/errors.md, "Ids").
+func (s *Service) sandboxGone(id string, err error) bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return namesNothing(s.sandboxes, id, err)
+}
+
+// containerGone is sandboxGone for StopContainer and RemoveContainer.
+func (s *Service) containerGone(id string, err error) bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return namesNothing(s.containers, id, err)
+}
+
+// namesNothing is sandboxGone's test against the map of pods or
+// containers (its lock held).
+func namesNothing[V any](held map[string]V, id string, err error) bool {
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return true
+	}
+	if id == "" || !errors.Is(err, errdefs.ErrInvalidArgument) {
+		return false
+	}
+	for k := range held {
+		if strings.HasPrefix(k, id) {
+			return false
+		}
+	}
+	return true
 }
 
 // getContainerExact is getSandboxExact for containers.

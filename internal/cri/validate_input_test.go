@@ -185,3 +185,39 @@ func TestNRIEmptyUpdates(t *testing.T) {
 		t.Errorf("cpu shares of the container with a real update = %d, want 512", got)
 	}
 }
+
+// TestStopRemoveIDsNamingNothing: the calls the CRI makes idempotent
+// succeed for an id that names nothing, whatever its form (critest's
+// idempotence specs send a UUID), and still refuse a prefix of a live
+// pod or container (TestExactIDs).
+func TestStopRemoveIDsNamingNothing(t *testing.T) {
+	h := newHub(t)
+	ctx := t.Context()
+	pod := h.runPod(t, "web")
+	ctr := h.create(t, pod, "c")
+	const uuid = "9a993b5e-8303-4295-aa37-01033f26ea1b"
+	for _, id := range []string{uuid, "x", strings.Repeat("f", 64)} {
+		if _, err := h.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: id}); err != nil {
+			t.Errorf("StopPodSandbox(%q): %v", id, err)
+		}
+		if _, err := h.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: id}); err != nil {
+			t.Errorf("RemovePodSandbox(%q): %v", id, err)
+		}
+		if _, err := h.StopContainer(ctx, &runtimeapi.StopContainerRequest{ContainerId: id}); err != nil {
+			t.Errorf("StopContainer(%q): %v", id, err)
+		}
+		if _, err := h.RemoveContainer(ctx, &runtimeapi.RemoveContainerRequest{ContainerId: id}); err != nil {
+			t.Errorf("RemoveContainer(%q): %v", id, err)
+		}
+	}
+	if _, err := h.RemoveContainer(ctx, &runtimeapi.RemoveContainerRequest{ContainerId: ctr[:1]}); classify(err) != codes.InvalidArgument {
+		t.Errorf("RemoveContainer of a live container's prefix: %v, want InvalidArgument", err)
+	}
+	if _, err := h.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: ""}); classify(err) != codes.InvalidArgument {
+		t.Errorf("StopPodSandbox of an empty id: %v, want InvalidArgument", err)
+	}
+	st, err := h.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: ctr})
+	if err != nil || st.Status.State != runtimeapi.ContainerState_CONTAINER_CREATED {
+		t.Errorf("container after the calls: %v, %v; want it created still", st, err)
+	}
+}

@@ -29,6 +29,7 @@ import (
 	"github.com/containerd/errdefs"
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/crin-dev/crin/internal/headroom"
 	"github.com/crin-dev/crin/internal/topdir"
 	"github.com/crin-dev/crin/internal/txgroup"
 )
@@ -123,11 +124,14 @@ const (
 
 // Service is the image store. Its methods are safe for concurrent use.
 type Service struct {
-	cfg     Config
-	log     *slog.Logger
-	root    string
-	db      *bolt.DB
-	tx      *txgroup.Committer // db's writes
+	cfg  Config
+	log  *slog.Logger
+	root string
+	db   *bolt.DB
+	tx   *txgroup.Committer // db's writes
+	// room keeps disk space for db's growth, so that removals are
+	// recorded on a full disk (package headroom).
+	room    *headroom.Room
 	mirrors map[string][]endpoint
 
 	// ctx bounds the pulls and unpacks run on behalf of callers; Close
@@ -216,7 +220,8 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	s := &Service{
 		cfg: cfg, log: log, root: root, db: db, tx: txgroup.New(db), mirrors: mirrors,
-		ctx: ctx, cancel: cancel,
+		room: headroom.NewRoom(filepath.Join(root, "meta.db"), 0, log),
+		ctx:  ctx, cancel: cancel,
 		images:  map[string]*imageRecord{},
 		refs:    map[string]string{},
 		layers:  map[string]*layerRecord{},
@@ -225,6 +230,7 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 		volumes: map[string]*volumeRecord{},
 		pins:    map[string]int{},
 	}
+	s.room.Keep()
 	if err := s.load(); err != nil {
 		cancel()
 		_ = db.Close()
@@ -236,6 +242,14 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// update commits fn (sharing the commit with concurrent ones) and then
+// takes back the disk space the commit's growth used, when it can.
+func (s *Service) update(fn func(*bolt.Tx) error) error {
+	err := s.tx.Update(fn)
+	s.room.Keep()
+	return err
 }
 
 // Close cancels pulls in progress, waits for them and releases the store.
@@ -327,7 +341,7 @@ func (s *Service) Remove(ctx context.Context, ref string) error {
 		return fmt.Errorf("remove image %s: mounted as an image volume by container(s) %s: %w",
 			rec.ID, strings.Join(users, ", "), errdefs.ErrFailedPrecondition)
 	}
-	if err := s.tx.Update(func(tx *bolt.Tx) error {
+	if err := s.update(func(tx *bolt.Tx) error {
 		return tx.Bucket(bucketImages).Delete([]byte(rec.ID))
 	}); err != nil {
 		s.mu.Unlock()

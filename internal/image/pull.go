@@ -346,7 +346,7 @@ func (s *Service) commit(rec *imageRecord) (*Image, error) {
 		prev.RepoTags = slices.DeleteFunc(slices.Clone(prev.RepoTags), func(x string) bool { return x == t })
 		changed[prevID] = prev
 	}
-	if err := s.tx.Update(func(tx *bolt.Tx) error {
+	if err := s.update(func(tx *bolt.Tx) error {
 		for id, c := range changed {
 			if err := put(tx, bucketImages, id, c); err != nil {
 				return err
@@ -441,7 +441,7 @@ func (s *Service) unpackOnce(ctx context.Context, l v1.Layer, digest, diffID str
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	rec := &layerRecord{Dir: dir}
-	if err := s.tx.Update(func(tx *bolt.Tx) error { return put(tx, bucketLayers, diffID, rec) }); err != nil {
+	if err := s.update(func(tx *bolt.Tx) error { return put(tx, bucketLayers, diffID, rec) }); err != nil {
 		return fmt.Errorf("record layer %s: %w", diffID, err)
 	}
 	s.layers[diffID] = rec

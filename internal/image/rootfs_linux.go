@@ -66,7 +66,7 @@ func (s *Service) PrepareRootfs(ctx context.Context, containerID, imageID string
 	s.mu.Unlock()
 
 	if err == nil && created {
-		err = s.tx.Update(func(tx *bolt.Tx) error { return put(tx, bucketLeases, containerID, lease) })
+		err = s.update(func(tx *bolt.Tx) error { return put(tx, bucketLeases, containerID, lease) })
 	}
 	if err == nil {
 		err = s.mountRootfs(containerID, lowers, created)
@@ -152,7 +152,7 @@ func (s *Service) ReleaseRootfs(ctx context.Context, containerID string) error {
 		s.mu.Unlock()
 		return nil
 	}
-	if err := s.tx.Update(func(tx *bolt.Tx) error {
+	if err := s.update(func(tx *bolt.Tx) error {
 		for _, k := range vols {
 			if err := tx.Bucket(bucketVolumes).Delete([]byte(k)); err != nil {
 				return err
@@ -342,4 +342,34 @@ func unmountAll(target string) error {
 		}
 	}
 	return fmt.Errorf("unmount %s: still mounted", target)
+}
+
+// RootfsOwners lists, sorted, the container ids that hold something in
+// the store: a rootfs lease, an image volume, or a dir under
+// Root/containers (a rootfs whose lease a crash took, or never wrote).
+// crind's start-up sweep releases (ReleaseRootfs) those it has no record
+// of. It fails only when Root/containers cannot be read.
+func (s *Service) RootfsOwners() ([]string, error) {
+	ents, err := os.ReadDir(filepath.Join(s.root, "containers"))
+	if err != nil {
+		return nil, fmt.Errorf("list rootfs: %w", err)
+	}
+	s.mu.Lock()
+	ids := make([]string, 0, len(s.leases)+len(ents))
+	for id := range s.leases {
+		ids = append(ids, id)
+	}
+	for k := range s.volumes {
+		id, _, _ := strings.Cut(k, "/")
+		ids = append(ids, id)
+	}
+	s.mu.Unlock()
+	for _, e := range ents {
+		// Dot names are the store's own (topdir marks, trash).
+		if !strings.HasPrefix(e.Name(), ".") {
+			ids = append(ids, e.Name())
+		}
+	}
+	slices.Sort(ids)
+	return slices.Compact(ids), nil
 }

@@ -209,7 +209,7 @@ func (s *Service) gcLocked() ([]string, error) {
 	slices.Sort(drop)
 	var trash []string
 	if len(drop) > 0 {
-		if err := s.tx.Update(func(tx *bolt.Tx) error {
+		if err := s.update(func(tx *bolt.Tx) error {
 			for _, d := range drop {
 				if err := tx.Bucket(bucketLayers).Delete([]byte(d)); err != nil {
 					return err

@@ -53,7 +53,7 @@ func (s *Service) PrepareVolume(ctx context.Context, containerID, name, ref stri
 	}
 	if !ok {
 		vol = &volumeRecord{ImageID: img.ID, Layers: slices.Clone(img.Layers)}
-		if err := s.tx.Update(func(tx *bolt.Tx) error { return put(tx, bucketVolumes, key, vol) }); err != nil {
+		if err := s.update(func(tx *bolt.Tx) error { return put(tx, bucketVolumes, key, vol) }); err != nil {
 			s.mu.Unlock()
 			return nil, fmt.Errorf("prepare image volume %s of %s: %w", name, containerID, err)
 		}
@@ -182,7 +182,7 @@ func (s *Service) releaseVolume(ctx context.Context, containerID, name string) e
 	}
 	key := volumeKey(containerID, name)
 	s.mu.Lock()
-	if err := s.tx.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketVolumes).Delete([]byte(key)) }); err != nil {
+	if err := s.update(func(tx *bolt.Tx) error { return tx.Bucket(bucketVolumes).Delete([]byte(key)) }); err != nil {
 		s.mu.Unlock()
 		return err
 	}

@@ -39,8 +39,8 @@ func (a *Adaptation) discover() ([]preinstalled, error) {
 	}
 	var out []preinstalled
 	for _, e := range entries {
-		fi, err := e.Info()
-		if err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
+		if why := notLaunchable(filepath.Join(a.cfg.PluginPath, e.Name())); why != "" {
+			a.log.Warn("nri plugin skipped: "+why, "file", e.Name())
 			continue
 		}
 		idx, name, err := api.ParsePluginName(e.Name())
@@ -59,6 +59,23 @@ func (a *Adaptation) discover() ([]preinstalled, error) {
 		out = append(out, pi)
 	}
 	return out, nil
+}
+
+// notLaunchable says why path cannot be run as a plugin, or "". A symlink
+// is followed: plugins are often installed as links to a packaged binary.
+func notLaunchable(path string) string {
+	fi, err := os.Stat(path)
+	switch {
+	case err != nil:
+		return err.Error()
+	case fi.IsDir():
+		return "a directory"
+	case !fi.Mode().IsRegular():
+		return "not a regular file"
+	case fi.Mode().Perm()&0o111 == 0:
+		return "not executable"
+	}
+	return ""
 }
 
 // pluginConfig reads NN-name.conf, else name.conf, from plugin_config_path.

@@ -157,3 +157,41 @@ func TestLaunchedPluginDiesWithDaemon(t *testing.T) {
 	}
 	waitDead(t, pid, 30*time.Second)
 }
+
+// A plugin installed as a symlink to its binary is found; an entry that
+// cannot run is skipped, a dangling link included.
+func TestDiscoverFollowsSymlinks(t *testing.T) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "real-plugin")
+	if err := os.WriteFile(bin, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	plugins := filepath.Join(dir, "plugins")
+	if err := os.Mkdir(plugins, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, target := range map[string]string{"10-linked": bin, "20-dangling": filepath.Join(dir, "nope")} {
+		if err := os.Symlink(target, filepath.Join(plugins, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(plugins, "30-noexec"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(plugins, "40-dir"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg := DefaultConfig()
+	cfg.PluginPath = plugins
+	a, err := New(cfg, &fakeEngine{}, WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := a.discover()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0].id() != "10-linked" {
+		t.Errorf("discovered %v, want only 10-linked", got)
+	}
+}

@@ -272,7 +272,7 @@ func TestLifecycleRunc(t *testing.T) {
 		t.Errorf("Wait = %+v, want stopped, exit 3, times set", st)
 	}
 	got := readLog(t, logPath)
-	for _, want := range []string{"stdout F out", "stderr F err", "stdout F partial"} {
+	for _, want := range []string{"stdout F out", "stderr F err", "stdout P partial"} {
 		if !contains(got, want) {
 			t.Errorf("log %q lacks record %q", got, want)
 		}

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/containerd/errdefs"
@@ -72,12 +73,13 @@ type runOpts struct {
 // returns its stdout. The error is a *RuntimeError with the runtime's
 // messages.
 func (o *OCI) run(ctx context.Context, opts runOpts, args ...string) ([]byte, error) {
-	logf, err := os.CreateTemp(o.cfg.StateDir, runtimeLogPrefix+"*")
+	logPath, err := o.makeRuntimeLog()
 	if err != nil {
 		return nil, fmt.Errorf("%s %s: make log: %w", o.cfg.Name, args[0], err)
 	}
-	logf.Close()
-	defer os.Remove(logf.Name())
+	if logPath != "" {
+		defer os.Remove(logPath)
+	}
 
 	timeout := opts.timeout
 	if timeout <= 0 {
@@ -86,7 +88,10 @@ func (o *OCI) run(ctx context.Context, opts runOpts, args ...string) ([]byte, er
 	cctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	global := shim.Config{RuntimeRoot: o.cfg.Root, SystemdCgroup: o.cfg.SystemdCgroup}.RuntimeFlags()
-	argv := append(global, "--log", logf.Name(), "--log-format", "json")
+	argv := global
+	if logPath != "" {
+		argv = append(argv, "--log", logPath, "--log-format", "json")
+	}
 	argv = append(argv, args...)
 	cmd := exec.CommandContext(cctx, o.cfg.Binary, argv...)
 	if opts.stdin != nil {
@@ -100,14 +105,31 @@ func (o *OCI) run(ctx context.Context, opts runOpts, args ...string) ([]byte, er
 		if cctx.Err() != nil {
 			err = fmt.Errorf("%w: %w", err, cctx.Err())
 		}
-		return nil, &RuntimeError{Runtime: o.cfg.Name, Args: args, Msg: runtimeMessage(logf.Name(), stderr.Bytes()), Err: err}
+		return nil, &RuntimeError{Runtime: o.cfg.Name, Args: args, Msg: runtimeMessage(logPath, stderr.Bytes()), Err: err}
 	}
 	return stdout.Bytes(), nil
 }
 
+// makeRuntimeLog makes an empty file for the runtime's log of one
+// command and returns its path. On a full disk (no inode left: ENOSPC,
+// EDQUOT) it returns "": the runtime then logs to its stderr, which
+// run reads instead, so that a kill or a delete, which kubelet asks for
+// to free the disk, does not fail for want of a log file.
+func (o *OCI) makeRuntimeLog() (string, error) {
+	f, err := os.CreateTemp(o.cfg.StateDir, runtimeLogPrefix+"*")
+	if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	f.Close()
+	return f.Name(), nil
+}
+
 func runtimeMessage(logPath string, stderr []byte) string {
 	var msgs []string
-	if data, err := os.ReadFile(logPath); err == nil {
+	if data, err := os.ReadFile(logPath); logPath != "" && err == nil {
 		if m := shim.ParseRuntimeLog(data); m != "" {
 			msgs = append(msgs, m)
 		}

@@ -39,7 +39,7 @@ func TestCgroup1Stats(t *testing.T) {
 		"pids/pod/c/pids.current": "4\n",
 		"pids/pod/c/cgroup.procs": "10\n11\n",
 	})
-	got, err := cgroup1Stats(root, "/pod/c")
+	got, err := cgroup1Stats(root, "/pod/c", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +52,7 @@ func TestCgroup1Stats(t *testing.T) {
 	if diff := cmp.Diff(want, got, cmpopts.IgnoreFields(Stats{}, "Timestamp")); diff != "" {
 		t.Errorf("cgroup1Stats (-want +got):\n%s", diff)
 	}
-	if _, err := cgroup1Stats(root, "/pod/gone"); !errors.Is(err, syscall.ENOENT) {
+	if _, err := cgroup1Stats(root, "/pod/gone", nil); !errors.Is(err, syscall.ENOENT) {
 		t.Errorf("a missing cgroup: %v, want ENOENT (CgroupStats makes it NotFound)", err)
 	}
 }
@@ -68,7 +68,7 @@ func TestCgroup2Stats(t *testing.T) {
 		"pids.current":   "3\n",
 		"cgroup.procs":   "10\n",
 	})
-	got, err := cgroup2Stats(dir)
+	got, err := cgroup2Stats(dir, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -35,10 +35,10 @@ type Cleanup struct {
 func (c *Cleanup) Key() string { return string(c.Kind) + "/" + c.ID }
 
 // PutCleanup records (creates or replaces) a pending cleanup.
-func (s *Store) PutCleanup(c *Cleanup) error { return put(s.tx, bucketCleanups, c.Key(), c) }
+func (s *Store) PutCleanup(c *Cleanup) error { return put(s, bucketCleanups, c.Key(), c) }
 
 // DeleteCleanup forgets a pending cleanup; a missing one is not an error.
-func (s *Store) DeleteCleanup(key string) error { return del(s.tx, bucketCleanups, key) }
+func (s *Store) DeleteCleanup(key string) error { return del(s, bucketCleanups, key) }
 
 // Cleanups returns every pending cleanup.
 func (s *Store) Cleanups() ([]*Cleanup, error) { return all[Cleanup](s.db, bucketCleanups) }

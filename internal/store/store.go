@@ -9,11 +9,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/containerd/errdefs"
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/crin-dev/crin/internal/headroom"
 	"github.com/crin-dev/crin/internal/txgroup"
 )
 
@@ -43,10 +45,32 @@ type Store struct {
 	// tx commits concurrent writes together (see txgroup): a burst of
 	// pod starts shares its fdatasyncs.
 	tx *txgroup.Committer
+	// room keeps disk space allocated for the database's growth, so
+	// that stop and remove can be recorded on a full disk.
+	room *headroom.Room
 }
 
-// Open opens (creating) the database at path.
-func Open(path string) (*Store, error) {
+// Option configures Open.
+type Option func(*options)
+
+type options struct {
+	log *slog.Logger
+}
+
+// WithLogger has the store log to l (by default it logs nothing): it
+// says when it cannot keep space for the database's growth, and when it
+// can again.
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
+
+// Open opens (creating) the database at path. The database keeps
+// headroom.DefaultRoom bytes of disk allocated past its end, taken while
+// there is room, so that commits, a removal's first, still work once the
+// filesystem is full (docs/recovery.md, "Full disk").
+func Open(path string, opts ...Option) (*Store, error) {
+	var o options
+	for _, f := range opts {
+		f(&o)
+	}
 	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 5 * time.Second})
 	if err != nil {
 		return nil, fmt.Errorf("open store %s: %w", path, err)
@@ -63,7 +87,17 @@ func Open(path string) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("init store %s: %w", path, err)
 	}
-	return &Store{db: db, tx: txgroup.New(db)}, nil
+	s := &Store{db: db, tx: txgroup.New(db), room: headroom.NewRoom(path, 0, o.log)}
+	s.room.Keep()
+	return s, nil
+}
+
+// update commits fn (sharing the commit with concurrent ones) and then
+// takes back the disk space the commit's growth used, when it can.
+func (s *Store) update(fn func(*bolt.Tx) error) error {
+	err := s.tx.Update(fn)
+	s.room.Keep()
+	return err
 }
 
 // Close closes the database.
@@ -88,7 +122,7 @@ func nameKey(k Kind, name string) []byte { return []byte(string(k) + "/" + name)
 // Reserve records that name belongs to id. Reserving a name for the id that
 // holds it is a no-op; another holder is a *NameConflictError.
 func (s *Store) Reserve(k Kind, name, id string) error {
-	return s.tx.Update(func(tx *bolt.Tx) error { return reserve(tx, k, name, id) })
+	return s.update(func(tx *bolt.Tx) error { return reserve(tx, k, name, id) })
 }
 
 func reserve(tx *bolt.Tx, k Kind, name, id string) error {
@@ -109,7 +143,7 @@ func (s *Store) ReserveSandbox(r *Sandbox) error {
 	if err != nil {
 		return fmt.Errorf("encode %s %s: %w", bucketSandboxes, r.ID, err)
 	}
-	return s.tx.Update(func(tx *bolt.Tx) error {
+	return s.update(func(tx *bolt.Tx) error {
 		if err := reserve(tx, KindSandbox, r.Name, r.ID); err != nil {
 			return err
 		}
@@ -125,7 +159,7 @@ func (s *Store) ReserveContainer(r *Container) error {
 
 // Release frees name if id holds it.
 func (s *Store) Release(k Kind, name, id string) error {
-	return s.tx.Update(func(tx *bolt.Tx) error { return release(tx, k, name, id) })
+	return s.update(func(tx *bolt.Tx) error { return release(tx, k, name, id) })
 }
 
 func release(tx *bolt.Tx, k Kind, name, id string) error {
@@ -139,7 +173,7 @@ func release(tx *bolt.Tx, k Kind, name, id string) error {
 // RemoveSandbox deletes sandbox id's record and frees name if id holds
 // it, in one transaction (one write to disk).
 func (s *Store) RemoveSandbox(id, name string) error {
-	return s.tx.Update(func(tx *bolt.Tx) error {
+	return s.update(func(tx *bolt.Tx) error {
 		if err := tx.Bucket(bucketSandboxes).Delete([]byte(id)); err != nil {
 			return err
 		}
@@ -150,7 +184,7 @@ func (s *Store) RemoveSandbox(id, name string) error {
 // RemoveContainer deletes container id's record and spec and frees name
 // if id holds it, in one transaction.
 func (s *Store) RemoveContainer(id, name string) error {
-	return s.tx.Update(func(tx *bolt.Tx) error {
+	return s.update(func(tx *bolt.Tx) error {
 		if err := deleteContainer(tx, id); err != nil {
 			return err
 		}
@@ -173,18 +207,18 @@ func (s *Store) Reservations(k Kind) (map[string]string, error) {
 	return out, err
 }
 
-func put(c *txgroup.Committer, bucket []byte, id string, v any) error {
+func put(s *Store, bucket []byte, id string, v any) error {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return fmt.Errorf("encode %s %s: %w", bucket, id, err)
 	}
-	return c.Update(func(tx *bolt.Tx) error {
+	return s.update(func(tx *bolt.Tx) error {
 		return tx.Bucket(bucket).Put([]byte(id), b)
 	})
 }
 
-func del(c *txgroup.Committer, bucket []byte, id string) error {
-	return c.Update(func(tx *bolt.Tx) error {
+func del(s *Store, bucket []byte, id string) error {
+	return s.update(func(tx *bolt.Tx) error {
 		return tx.Bucket(bucket).Delete([]byte(id))
 	})
 }
@@ -205,10 +239,10 @@ func all[T any](db *bolt.DB, bucket []byte) ([]*T, error) {
 }
 
 // PutSandbox writes (creates or replaces) a sandbox record.
-func (s *Store) PutSandbox(r *Sandbox) error { return put(s.tx, bucketSandboxes, r.ID, r) }
+func (s *Store) PutSandbox(r *Sandbox) error { return put(s, bucketSandboxes, r.ID, r) }
 
 // DeleteSandbox removes a sandbox record; a missing one is not an error.
-func (s *Store) DeleteSandbox(id string) error { return del(s.tx, bucketSandboxes, id) }
+func (s *Store) DeleteSandbox(id string) error { return del(s, bucketSandboxes, id) }
 
 // Sandboxes returns every sandbox record.
 func (s *Store) Sandboxes() ([]*Sandbox, error) { return all[Sandbox](s.db, bucketSandboxes) }
@@ -229,7 +263,7 @@ func (s *Store) putContainer(r *Container, first func(*bolt.Tx) error) error {
 	if err != nil {
 		return fmt.Errorf("encode %s %s: %w", bucketContainers, r.ID, err)
 	}
-	return s.tx.Update(func(tx *bolt.Tx) error {
+	return s.update(func(tx *bolt.Tx) error {
 		if first != nil {
 			if err := first(tx); err != nil {
 				return err
@@ -261,7 +295,7 @@ func (s *Store) ContainerSpec(id string) ([]byte, error) {
 // DeleteContainer removes a container record and its spec; a missing one
 // is not an error.
 func (s *Store) DeleteContainer(id string) error {
-	return s.tx.Update(func(tx *bolt.Tx) error { return deleteContainer(tx, id) })
+	return s.update(func(tx *bolt.Tx) error { return deleteContainer(tx, id) })
 }
 
 func deleteContainer(tx *bolt.Tx, id string) error {

@@ -2,13 +2,17 @@ package store
 
 import (
 	"errors"
+	"fmt"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/containerd/errdefs"
 	"github.com/google/go-cmp/cmp"
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/crin-dev/crin/internal/headroom"
 )
 
 func open(t *testing.T) (*Store, string) {
@@ -201,4 +205,28 @@ func TestReserveAndPut(t *testing.T) {
 	if len(sbs)+len(cs) != 0 || spec != nil {
 		t.Errorf("left after removal: %d pods, %d containers, spec %q", len(sbs), len(cs), spec)
 	}
+}
+
+// TestStoreKeepsRoom: the database keeps headroom.DefaultRoom allocated
+// past its end, after Open and after a commit that grew it.
+func TestStoreKeepsRoom(t *testing.T) {
+	s, p := open(t)
+	check := func(when string) {
+		t.Helper()
+		var st syscall.Stat_t
+		if err := syscall.Stat(p, &st); err != nil {
+			t.Fatal(err)
+		}
+		if got := st.Blocks * 512; got < st.Size+headroom.DefaultRoom {
+			t.Errorf("%s: %d bytes allocated for a %d-byte file, want at least %d more", when, got, st.Size, headroom.DefaultRoom)
+		}
+	}
+	check("after Open")
+	big := strings.Repeat("x", 1<<20)
+	for i := range 4 {
+		if err := s.PutSandbox(&Sandbox{ID: fmt.Sprint("p", i), Name: big}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check("after the file grew")
 }

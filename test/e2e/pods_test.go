@@ -79,6 +79,7 @@ type containerState struct {
 	Terminated *struct {
 		ExitCode int    `json:"exitCode"`
 		Reason   string `json:"reason"`
+		Message  string `json:"message"`
 	} `json:"terminated"`
 }
 

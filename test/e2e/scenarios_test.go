@@ -323,6 +323,7 @@ func kubeletScenarios(t *testing.T, n *node) {
 	t.Run("SupplementalGroupsPolicyStrict", func(t *testing.T) { testSupplementalGroupsStrict(t, n) })
 	t.Run("StatsRootfs", func(t *testing.T) { testStatsRootfs(t, n) })
 	t.Run("StatsFields", func(t *testing.T) { testStatsFields(t, n) })
+	t.Run("TerminationMessageFromLog", func(t *testing.T) { testTerminationMessageFromLog(t, n) })
 
 	t.Run("RemovedManifestLeavesNothing", func(t *testing.T) {
 		n.addPod(t, "gone", map[string]any{"containers": []any{n.ctr("main", "exec sleep 3600")}})

@@ -94,6 +94,7 @@ type daemon struct {
 	state   string
 	socket  string
 	cgroup  string
+	disk    string // the tmpfs holding root and state, "" when none
 	net     testnet.Net
 	logBuf  *lockedBuffer
 	cmd     *exec.Cmd
@@ -109,6 +110,12 @@ type daemonOptions struct {
 	noCNI bool
 	// metrics is the metrics address; empty disables the endpoint.
 	metrics string
+	// diskBytes > 0 puts crind's root and state dirs on a tmpfs of this
+	// size of their own (daemon.disk), which a test may fill.
+	diskBytes int64
+	// diskInodes, with diskBytes, caps the tmpfs's inodes (0: tmpfs's
+	// default), so that a test can use them all up.
+	diskInodes int
 }
 
 func startDaemon(t *testing.T, o daemonOptions) *daemon {
@@ -126,6 +133,9 @@ func startDaemon(t *testing.T, o daemonOptions) *daemon {
 		socket: filepath.Join(base, "s", "crin.sock"),
 		cgroup: testCgroupParent(),
 		logBuf: &lockedBuffer{},
+	}
+	if o.diskBytes > 0 {
+		d.mountDisk(base, o.diskBytes, o.diskInodes)
 	}
 	d.net = testnet.Pick(t, "crint", base)
 	confDir := filepath.Join(base, "net.d")
@@ -170,9 +180,34 @@ bin_dirs = ["/usr/lib/cni"]
 		// propagate) and leaves it for the next crind on the same state
 		// dir; the test's state dir goes, so its mount goes too.
 		_ = syscall.Unmount(d.state+"/netns", syscall.MNT_DETACH)
+		if d.disk != "" {
+			_ = syscall.Unmount(d.disk, syscall.MNT_DETACH)
+		}
 		_ = os.RemoveAll(base)
 	})
 	return d
+}
+
+// mountDisk mounts a tmpfs of size bytes (and inodes inodes, unless 0)
+// at base/disk and moves the daemon's root and state dirs (and so its
+// socket) onto it.
+func (d *daemon) mountDisk(base string, size int64, inodes int) {
+	t := d.t
+	t.Helper()
+	d.disk = filepath.Join(base, "disk")
+	if err := os.MkdirAll(d.disk, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	opts := fmt.Sprintf("size=%d,mode=0700", size)
+	if inodes > 0 {
+		opts += fmt.Sprintf(",nr_inodes=%d", inodes)
+	}
+	if err := syscall.Mount("tmpfs", d.disk, "tmpfs", 0, opts); err != nil {
+		t.Fatalf("mount a tmpfs for crind's root and state: %v", err)
+	}
+	d.root = filepath.Join(d.disk, "root")
+	d.state = filepath.Join(d.disk, "s")
+	d.socket = filepath.Join(d.state, "crin.sock")
 }
 
 // start launches crind and connects to it.

@@ -67,7 +67,7 @@ func volumeMount(path, image, sub string) *runtimeapi.Mount {
 func TestImageVolume(t *testing.T) {
 	d := startDaemon(t, daemonOptions{})
 	ctx := ctxT(t)
-	bb, data, digest := volumeImage(t)
+	bb, data, _ := volumeImage(t)
 	d.pull(t, bb)
 	// kubelet mounts what PullImage returned.
 	dataRef := d.pull(t, data)
@@ -94,7 +94,7 @@ func TestImageVolume(t *testing.T) {
 	}
 
 	st := d.status(t, id)
-	wantRef := data[:strings.LastIndex(data, ":")] + "@" + digest
+	wantRef := dataRef // what PullImage returned: the CRI has image_ref equal it
 	for i, m := range st.GetMounts() {
 		if m.GetImage().GetImage() != cfg.Mounts[i].Image.Image || m.GetImage().GetImageRef() != wantRef ||
 			m.GetImageSubPath() != cfg.Mounts[i].ImageSubPath || !m.GetReadonly() {
@@ -163,7 +163,7 @@ func TestImageVolume(t *testing.T) {
 func TestImageVolumeCrindKilled(t *testing.T) {
 	d := startDaemon(t, daemonOptions{})
 	ctx := ctxT(t)
-	bb, data, digest := volumeImage(t)
+	bb, data, _ := volumeImage(t)
 	d.pull(t, bb)
 	dataRef := d.pull(t, data)
 	podCfg := podConfig("imgvolkill")
@@ -196,7 +196,7 @@ func TestImageVolumeCrindKilled(t *testing.T) {
 	if got := d.execOut(t, created, "cat", "/data/hello.txt"); got != "hello from the image" {
 		t.Errorf("after the restart: %q", got)
 	}
-	wantRef := data[:strings.LastIndex(data, ":")] + "@" + digest
+	wantRef := dataRef // what PullImage returned: the CRI has image_ref equal it
 	if got := d.status(t, created).GetMounts()[0].GetImage().GetImageRef(); got != wantRef {
 		t.Errorf("image_ref after the restart %q, want %q", got, wantRef)
 	}

@@ -29,9 +29,9 @@ const IntegrationRunEnv = "CRIN_NODE_INTEGRATION_RUN"
 // lane's (a registry they start themselves, the OCI runtime, CNI; the NRI
 // test plugin and crinctl come prebuilt) and between them cover the
 // cgroup driver, cgroup v2 limits, files and stats, exit codes and OOM,
-// exec, and recovery after crind is killed. docs/node-lane.md lists them;
+// exec, recovery after crind is killed, and the CRI metrics. docs/node-lane.md lists them;
 // the rest run on the host lane.
-const defaultIntegrationRun = "^(TestCgroupDriver|TestCgroupLimits|TestCgroupV2Files|TestExitCodes|TestPodContainerLifecycle|TestCrashRecovery|TestKubeletStats)$"
+const defaultIntegrationRun = "^(TestCgroupDriver|TestCgroupLimits|TestCgroupV2Files|TestExitCodes|TestPodContainerLifecycle|TestCrashRecovery|TestKubeletStats|TestMetricsFigures)$"
 
 // shimv2IntegrationRun is the shorter list run on the shim v2 handler
 // (containerd-shim-runc-v2 with SystemdCgroup): its containers' scopes in

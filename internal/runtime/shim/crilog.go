@@ -30,9 +30,13 @@ const timestampFormat = "2006-01-02T15:04:05.000000000Z07:00"
 //
 //	<timestamp> <stream> <tag> <content>\n
 //
-// where tag is F for a record that ends a line and P for a piece of a line
-// longer than the maximum. A last line without a newline is written as F when
-// its stream closes. Records from concurrent streams never interleave.
+// where tag is F for a record that ends a line and P for a piece of a line:
+// one longer than the maximum, or the last bytes of a stream that closes
+// without a newline. Readers (kubelet) end a line after every F record, so
+// output that does not end a line must never be an F record: a container
+// that prints "DONE" and exits has the log "DONE", not "DONE\n" (its
+// FallbackToLogsOnError termination message). Records from concurrent
+// streams never interleave.
 type LogWriter struct {
 	path    string
 	root    string
@@ -134,8 +138,9 @@ func (w *LogWriter) Copy(stream string, r io.Reader) error {
 		case errors.Is(err, bufio.ErrBufferFull):
 			carry = w.records(stream, append(carry, chunk...), TagPartial)
 		default:
-			if data := append(carry, chunk...); len(data) > 0 {
-				w.records(stream, data, TagFull)
+			// The stream ended inside a line: every piece of it is partial.
+			if rest := w.records(stream, append(carry, chunk...), TagPartial); len(rest) > 0 {
+				w.record(stream, TagPartial, rest)
 			}
 			if errors.Is(err, io.EOF) || errors.Is(err, os.ErrClosed) {
 				return nil

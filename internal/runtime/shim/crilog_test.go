@@ -58,10 +58,26 @@ func TestLogWriterCopy(t *testing.T) {
 			want:   []string{ts + " stderr F a", ts + " stderr F ", ts + " stderr F b"},
 		},
 		{
-			name:   "last line without newline is full at close",
+			name:   "last line without newline is partial at close",
 			stream: StreamStdout,
 			input:  "done\nno newline",
-			want:   []string{ts + " stdout F done", ts + " stdout F no newline"},
+			want:   []string{ts + " stdout F done", ts + " stdout P no newline"},
+		},
+		{
+			name:    "long last line without newline is all partials",
+			stream:  StreamStdout,
+			input:   "abcdefghij",
+			maxLine: 4,
+			want: []string{
+				ts + " stdout P abcd", ts + " stdout P efgh", ts + " stdout P ij",
+			},
+		},
+		{
+			name:    "last line of exactly max without newline is partial",
+			stream:  StreamStdout,
+			input:   "xy\nabcd",
+			maxLine: 4,
+			want:    []string{ts + " stdout F xy", ts + " stdout P abcd"},
 		},
 		{
 			name:    "long line split into partials",
@@ -117,7 +133,9 @@ func TestLogWriterCopy(t *testing.T) {
 }
 
 // TestLogWriterParsesLikeKubelet reassembles the log the way kubelet does
-// (timestamp, stream, tag, content; P records are joined to the next F).
+// (timestamp, stream, tag, content; a newline after every F record and
+// none after a P one): the output comes back byte for byte, a last line
+// without a newline included.
 func TestLogWriterParsesLikeKubelet(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "c.log")
 	w, err := OpenLog(path, LogOptions{MaxLine: 8})
@@ -129,8 +147,7 @@ func TestLogWriterParsesLikeKubelet(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.Close()
-	var got []string
-	var cur strings.Builder
+	var got strings.Builder
 	for _, l := range readLines(t, path) {
 		f := strings.SplitN(l, " ", 4)
 		if len(f) != 4 {
@@ -142,18 +159,17 @@ func TestLogWriterParsesLikeKubelet(t *testing.T) {
 		if f[1] != "stdout" {
 			t.Fatalf("stream %q", f[1])
 		}
-		cur.WriteString(f[3])
+		got.WriteString(f[3])
 		switch f[2] {
 		case "F":
-			got = append(got, cur.String())
-			cur.Reset()
+			got.WriteByte('\n')
 		case "P":
 		default:
 			t.Fatalf("tag %q", f[2])
 		}
 	}
-	if diff := cmp.Diff([]string{"short", long, "tail"}, got); diff != "" {
-		t.Errorf("lines (-want +got):\n%s", diff)
+	if diff := cmp.Diff("short\n"+long+"\ntail", got.String()); diff != "" {
+		t.Errorf("output (-want +got):\n%s", diff)
 	}
 }
 

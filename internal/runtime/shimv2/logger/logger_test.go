@@ -94,7 +94,7 @@ func TestRun(t *testing.T) {
 	if !strings.Contains(string(old), " stdout F one\n") || strings.Contains(string(old), "two") {
 		t.Errorf("rotated log:\n%s", old)
 	}
-	if !strings.HasSuffix(string(cur), " stdout F no newline\n") || !strings.Contains(string(cur), " stdout F two\n") {
+	if !strings.HasSuffix(string(cur), " stdout P no newline\n") || !strings.Contains(string(cur), " stdout F two\n") {
 		t.Errorf("log after reopen:\n%s", cur)
 	}
 }

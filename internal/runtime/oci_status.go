@@ -1,0 +1,203 @@
+package runtime
+
+// The oci backend's view of a container's state: from its shim, or without
+// one from the recorded exit and the runtime's own state.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/crin-dev/crin/internal/runtime/shim"
+)
+
+// Status asks the shim; without a shim it reads the recorded exit, and
+// without that the runtime's own state (StateUnknown when it has none). A
+// pending container is created, or stopped once killed.
+func (o *OCI) Status(ctx context.Context, id string) (Status, error) {
+	if dir, err := o.known(id); err == nil && pending(dir) {
+		return o.statusWithoutShim(ctx, id)
+	}
+	resp, err := o.call(ctx, id, shim.OpState)
+	if err == nil {
+		return statusOf(resp), nil
+	}
+	if !errors.Is(err, shim.ErrShimGone) {
+		return Status{}, fmt.Errorf("status of container %s: %w", id, err)
+	}
+	return o.statusWithoutShim(ctx, id)
+}
+
+func (o *OCI) statusWithoutShim(ctx context.Context, id string) (Status, error) {
+	dir := o.dir(id)
+	if e, err := shim.ReadExit(dir); err == nil {
+		return statusOfExit(e), nil
+	}
+	if pending(dir) {
+		return Status{State: StateCreated}, nil
+	}
+	if pid, gone := shimGone(dir); gone {
+		return o.shimDied(ctx, id, dir, pid)
+	}
+	st, err := o.runtimeState(ctx, id)
+	if err != nil {
+		if isRuntimeNotExist(err) {
+			return Status{State: StateUnknown}, nil
+		}
+		return Status{}, fmt.Errorf("status of container %s: %w", id, err)
+	}
+	switch st.Status {
+	case "created":
+		return Status{State: StateCreated, Pid: st.Pid}, nil
+	case "running", "paused":
+		return Status{State: StateRunning, Pid: st.Pid}, nil
+	}
+	// Stopped, but nobody saw how: the exit code is lost.
+	return Status{State: StateUnknown}, nil
+}
+
+// shimGone reports whether the shim of the container in dir is dead: its
+// pid file names a process that is gone or is no longer that shim. A dir
+// without a pid file (a create that failed early) tells nothing.
+func shimGone(dir string) (int, bool) {
+	pid := readPid(filepath.Join(dir, shim.ShimPidFile))
+	if pid <= 0 {
+		return 0, false
+	}
+	return pid, !alive(pid) || !isShimOf(pid, shimDirFor(dir))
+}
+
+// shimDied handles a container whose shim died before recording its exit
+// (killed, crashed, OOM-killed): nobody reads its output or will reap it,
+// so what is left of it is killed and removed from the runtime, and the
+// exit is recorded in the exit file on the shim's behalf with exit code
+// 255 and ReasonShimDied (docs/recovery.md). When the init is still a
+// zombie that ended other than by SIGKILL, its own status is recorded
+// instead (a process that wrote to its output after the shim died was
+// killed by SIGPIPE: 141), with the same reason. A SIGKILLed one was
+// killed along with what else the shim held (its pod's infra, whose PID
+// namespace it shared): 255. It is idempotent: a second caller reads the first one's record.
+func (o *OCI) shimDied(ctx context.Context, id, dir string, shimPid int) (Status, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if e, err := shim.ReadExit(dir); err == nil {
+		return statusOfExit(e), nil
+	}
+	initPid := readPid(filepath.Join(dir, shim.InitPidFile))
+	e := shim.Exit{Pid: initPid, ExitCode: 255, Reason: ReasonShimDied}
+	var ws unix.WaitStatus
+	zombie := false
+	if initPid > 0 {
+		ws, zombie = zombieExit(initPid)
+	}
+	st, serr := o.runtimeState(ctx, id)
+	live := serr == nil && st.Status != "stopped"
+	switch {
+	case live:
+		if _, err := o.run(ctx, runOpts{}, "kill", "--all", id, "9"); err != nil && !isRuntimeNotExist(err) {
+			o.log.WarnContext(ctx, "kill container of a dead shim", "container_id", id, "error", err)
+		}
+		if st.Pid > 0 {
+			waitGone(ctx, st.Pid, deleteStopWait)
+		}
+		e.Message = fmt.Sprintf("crin-shim (pid %d) died while the container was %s; crind killed the container", shimPid, st.Status)
+	case zombie && ws.Signaled() && ws.Signal() == unix.SIGKILL:
+		// Killed with what else the shim held (its pod's infra, whose
+		// PID namespace it shared): the shim's death is the cause.
+		e.Message = fmt.Sprintf("crin-shim (pid %d) died; then the container's process %s", shimPid, describeWait(ws))
+	case zombie:
+		code, sig := exitCode(ws)
+		e.ExitCode, e.Signal = code, sig
+		e.Message = fmt.Sprintf("crin-shim (pid %d) died; then the container's process %s", shimPid, describeWait(ws))
+	default:
+		e.Message = fmt.Sprintf("crin-shim (pid %d) died; the container's process exited unseen, its exit status is lost "+
+			"(a process writing to its output is killed by SIGPIPE once the shim is gone)", shimPid)
+	}
+	if _, err := o.run(ctx, runOpts{}, "delete", "--force", id); err != nil && !isRuntimeNotExist(err) {
+		o.log.WarnContext(ctx, "delete container of a dead shim", "container_id", id, "error", err)
+	}
+	e.FinishedAt = time.Now()
+	if err := shim.WriteExit(dir, e); err != nil {
+		return Status{}, fmt.Errorf("container %s: record exit after its shim died: %w", id, err)
+	}
+	o.log.WarnContext(ctx, "container's shim died", "container_id", id, "shim_pid", shimPid,
+		"exit_code", e.ExitCode, "message", e.Message)
+	return statusOfExit(e), nil
+}
+
+// exitCode is the shell convention: the status, or 128+signal.
+func exitCode(ws unix.WaitStatus) (code int32, sig int) {
+	if ws.Signaled() {
+		return 128 + int32(ws.Signal()), int(ws.Signal())
+	}
+	return int32(ws.ExitStatus()), 0
+}
+
+func describeWait(ws unix.WaitStatus) string {
+	if ws.Signaled() {
+		return fmt.Sprintf("was killed by signal %d (%s)", int(ws.Signal()), unix.SignalName(ws.Signal()))
+	}
+	return fmt.Sprintf("exited with status %d", ws.ExitStatus())
+}
+
+func statusOf(r shim.Response) Status {
+	if r.Exit != nil {
+		return statusOfExit(*r.Exit)
+	}
+	st := Status{State: StateUnknown, Pid: r.Pid, StartedAt: r.StartedAt}
+	switch r.State {
+	case shim.StateCreated:
+		st.State = StateCreated
+	case shim.StateRunning:
+		st.State = StateRunning
+	}
+	return st
+}
+
+func statusOfExit(e shim.Exit) Status {
+	return Status{
+		State: StateStopped, Pid: e.Pid, ExitCode: e.ExitCode, OOMKilled: e.OOMKilled,
+		StartedAt: e.StartedAt, FinishedAt: e.FinishedAt, Reason: e.Reason, Message: e.Message,
+	}
+}
+
+// Wait blocks on the shim until the container exits. A shim that dies
+// (SIGKILL, crash) ends the wait at once: the kernel closes its end of the
+// wait's connection, and the container is then killed and recorded as
+// ReasonShimDied (see shimDied). Without a shim it polls the recorded exit
+// and the runtime's state.
+func (o *OCI) Wait(ctx context.Context, id string) (Status, error) {
+	if _, err := o.known(id); err != nil {
+		return Status{}, err
+	}
+	resp, err := o.call(ctx, id, shim.OpWait)
+	if err == nil {
+		return statusOf(resp), nil
+	}
+	if ctx.Err() != nil {
+		return Status{}, fmt.Errorf("wait for container %s: %w", id, ctx.Err())
+	}
+	if !errors.Is(err, shim.ErrShimGone) {
+		return Status{}, fmt.Errorf("wait for container %s: %w", id, err)
+	}
+	tick := time.NewTicker(500 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		st, err := o.statusWithoutShim(ctx, id)
+		if err != nil {
+			return Status{}, err
+		}
+		if st.State == StateStopped || st.State == StateUnknown {
+			return st, nil
+		}
+		select {
+		case <-ctx.Done():
+			return Status{}, fmt.Errorf("wait for container %s: %w", id, ctx.Err())
+		case <-tick.C:
+		}
+	}
+}
