@@ -335,7 +335,7 @@ func (r *Runtime) createTask(ctx context.Context, req runtime.CreateRequest, dir
 	if err := writeMeta(dir, *m); err != nil {
 		return err
 	}
-	r.placeShim(ctx, req, dir, m.ShimPid)
+	r.placeShim(ctx, req, m.Address, m.ShimPid)
 	out := logger.URI(r.cfg.LoggerBinary, dir)
 	resp, err := c.task.Create(cctx, &task.CreateTaskRequest{
 		ID:       req.ID,
@@ -355,12 +355,12 @@ func (r *Runtime) createTask(ctx context.Context, req runtime.CreateRequest, dir
 	return writeMeta(dir, *m)
 }
 
-// placeShim hands a shim that this container's create started (the shim
-// wrote its pid into the bundle; a pod's later containers join the
-// running one) to cfg.PlaceShim, before the task's create starts the
-// logger as the shim's child.
-func (r *Runtime) placeShim(ctx context.Context, req runtime.CreateRequest, dir string, pid int) {
-	if r.cfg.PlaceShim == nil || pid <= 0 || bundleMeta(dir).ShimPid != pid {
+// placeShim hands the shim at address to cfg.PlaceShim when no other
+// container uses it yet (the pod's first, its infra container: the pod's
+// later containers join the running shim), before the task's create
+// starts the logger as the shim's child.
+func (r *Runtime) placeShim(ctx context.Context, req runtime.CreateRequest, address string, pid int) {
+	if r.cfg.PlaceShim == nil || pid <= 0 || r.sharedShim(req.ID, address) {
 		return
 	}
 	name := req.ID
