@@ -134,8 +134,9 @@ func short(id string) string { return id[:min(12, len(id))] }
 
 // lifecycle runs lifecycle n: a pod, a container that exits with a random
 // code either when stopped or by itself, a probe, removal; then checks
-// the exit code crind reports.
-func (s *soak) lifecycle(n int) {
+// the exit code crind reports. It reports whether the lifecycle went
+// through whole.
+func (s *soak) lifecycle(n int) bool {
 	t0 := time.Now()
 	name := fmt.Sprintf("lc-%d", n)
 	code := int32(s.randN(10))
@@ -201,6 +202,7 @@ func (s *soak) lifecycle(n int) {
 		s.cleanupPod(name)
 	}
 	_ = os.RemoveAll(pcfg.LogDirectory)
+	return err == nil
 }
 
 // retrying is timed for a call that is safe to repeat (stop, remove,
