@@ -8,7 +8,10 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -563,6 +566,7 @@ func (s *soak) teardown() {
 		}
 		s.checkExit(lp.ctr, lp.pod, lp.code, t0)
 	}
+	s.checkImageFs()
 	harness.RemoveAllPods(t, s.e.rs)
 	ctx, cancel := ctxFor(time.Minute)
 	defer cancel()
@@ -579,6 +583,34 @@ func (s *soak) teardown() {
 	fmt.Printf("soak: after removing everything: %d shims, %d processes in the cgroups, %d mounts, %d netns, %d cgroups, %d veths, %d IPAM, %d layers, %d files\n",
 		smp.shims, smp.procs, smp.mounts, smp.netns, smp.cgroups, smp.veths, smp.ipam, smp.layers, smp.files)
 	s.checkNoLeaks()
+}
+
+// checkImageFs compares ImageFsInfo's used bytes with what du(1) counts
+// in crind's image dir at the end of the churn: they must agree within 1%
+// (nothing left on disk that the store does not count).
+func (s *soak) checkImageFs() {
+	ctx, cancel := ctxFor(time.Minute)
+	defer cancel()
+	resp, err := s.e.is.ImageFsInfo(ctx, &runtimeapi.ImageFsInfoRequest{})
+	if err != nil || len(resp.GetImageFilesystems()) == 0 {
+		s.problem("ImageFsInfo: %v (%d filesystems)", err, len(resp.GetImageFilesystems()))
+		return
+	}
+	got := int64(resp.ImageFilesystems[0].GetUsedBytes().GetValue())
+	out, err := exec.Command("du", "-s", "-x", "-B1", filepath.Join(s.e.root, "image")).Output()
+	if err != nil {
+		s.problem("du of the image dir: %v", err)
+		return
+	}
+	want, err := strconv.ParseInt(strings.Fields(string(out))[0], 10, 64)
+	if err != nil {
+		s.problem("du said %q: %v", out, err)
+		return
+	}
+	fmt.Printf("soak: ImageFsInfo used %d bytes, du of the image dir %d\n", got, want)
+	if d := got - want; d > want/100 || -d > want/100 {
+		s.problem("ImageFsInfo used bytes %d, du of the image dir %d: off by more than 1%%", got, want)
+	}
 }
 
 // checkNoLeaks is harness.CheckNoLeaks and testnet's, plus the cgroups,
