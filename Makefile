@@ -3,7 +3,7 @@ GO ?= go
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 
-.PHONY: build test unit integration integration-loaded integration-shimv2 critest e2e e2e-loaded node node-bench lint run bench clean deps fuzz soak restart-bench
+.PHONY: build test prefetch unit integration integration-loaded integration-shimv2 critest e2e e2e-loaded node node-bench lint run bench clean deps fuzz soak restart-bench
 
 # crind: pure Go (no libc mapped) and without grpc's x/net/trace (which
 # links text/template, whose reflection keeps every exported method in the
@@ -31,7 +31,24 @@ deps:
 # conformance suite (critest), then a real kubelet on crind (e2e), then
 # the node lane: a Debian 13 systemd, cgroup v2 VM with
 # crind installed from its unit and kubelet on the systemd driver.
-test: deps build lint unit integration integration-shimv2 critest e2e node
+test: deps prefetch build lint unit integration integration-shimv2 critest e2e node
+
+# The cached builds the later suites need, started in the background at
+# once (critest then kubelet, the order the suites need them; the node
+# image, mostly downloads and dpkg, beside them), so that on a fresh
+# machine they overlap the unit and integration tests.
+# Every user of a cache takes its lock (cached, below), so a suite that
+# needs one waits for the background build instead of starting a second.
+# The background runs log to $(PREFETCH_LOG) and $(PREFETCH_LOG).node.
+CACHE_DIR := $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/crin
+cached = mkdir -p $(CACHE_DIR) && flock $(CACHE_DIR)/.lock-$(1)
+PREFETCH_LOG ?= /tmp/crin-prefetch.log
+prefetch:
+	@mkdir -p $(CACHE_DIR)
+	@echo "prefetch: the node image, kubelet and critest build in the background (log: $(PREFETCH_LOG))"
+	@( $(call cached,critest) ./test/critest/build.sh; \
+	  $(call cached,kubelet) ./test/e2e/kubelet/build.sh ) </dev/null >$(PREFETCH_LOG) 2>&1 &
+	@( $(call cached,node-image) ./test/node/image.sh ) </dev/null >$(PREFETCH_LOG).node 2>&1 &
 
 # Unit tests, then every Go benchmark once, so none rots unseen.
 unit:
@@ -70,7 +87,7 @@ integration-shimv2:
 # (docs/conformance.md: the skip list and its reasons).
 CRITEST_PARALLEL ?= 4
 critest:
-	./test/critest/build.sh >/dev/null
+	$(call cached,critest) ./test/critest/build.sh >/dev/null
 	bb=$$(./test/critest/busybox.sh) && CRIN_CRITEST_BUSYBOX=$$bb CRIN_CRITEST_PARALLEL=$(CRITEST_PARALLEL) \
 		$(GO) test -tags critest -count=1 -p 1 -timeout 30m -v -run '^TestCritest$$' ./test/critest/
 
@@ -78,7 +95,7 @@ critest:
 # proxy; CRIN_KUBELET overrides the path) drives crind through static pods.
 E2E_TIMEOUT ?= 30m
 e2e:
-	./test/e2e/kubelet/build.sh
+	$(call cached,kubelet) ./test/e2e/kubelet/build.sh
 	$(GO) test -tags e2e -count=1 -p 1 -timeout $(E2E_TIMEOUT) ./test/e2e/...
 
 # The node lane: a Debian 13 VM (systemd, cgroup v2) under qemu's software
@@ -90,8 +107,8 @@ e2e:
 # kubelet (TestKubeletOnNode) is the e2e suite's cached build.
 NODE_RUN ?= .
 node:
-	./test/node/image.sh >/dev/null
-	./test/e2e/kubelet/build.sh
+	$(call cached,node-image) ./test/node/image.sh >/dev/null
+	$(call cached,kubelet) ./test/e2e/kubelet/build.sh
 	$(GO) test -tags node -count=1 -p 1 -timeout 60m -v -run '$(NODE_RUN)' ./test/node/...
 
 # Pod lifecycle latency in the VM: runc and crun, on the systemd and the
@@ -100,7 +117,7 @@ node:
 NODE_BENCH_N ?= 20
 NODE_BENCH_OUT ?= /tmp/crin-node-lifecycle.txt
 node-bench: build
-	./test/node/image.sh >/dev/null
+	$(call cached,node-image) ./test/node/image.sh >/dev/null
 	CRIN_NODE_BENCH=$(NODE_BENCH_N) CRIN_NODE_BENCH_OUT=$(NODE_BENCH_OUT) \
 		$(GO) test -tags node -count=1 -timeout 60m -v -run '^TestNodeLifecycleBench$$' ./test/node/
 

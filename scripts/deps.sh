@@ -1,13 +1,20 @@
 #!/bin/sh
-# Installs what crind and its tests need on a Debian 12 node.
+# Installs what crind and its tests need on a Debian 12 node: the runtimes
+# and CNI plugins, and the node lane's host tools (debootstrap, qemu, ssh;
+# test/node/image.sh would install these itself, but `make test` builds the
+# node image in the background, where it must not race apt with anyone).
 set -eu
-need=""
-for pkg in runc crun containerd containernetworking-plugins busybox-static iproute2 iptables criu; do
-	dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need="$need $pkg"
-done
-if [ -n "$need" ]; then
-	echo "installing:$need"
+missing() {
+	for pkg in "$@"; do
+		dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || echo "$pkg"
+	done
+}
+need=$(missing runc crun containerd containernetworking-plugins busybox-static iproute2 iptables criu)
+lane=$(missing debootstrap qemu-system-x86 e2fsprogs openssh-client util-linux)
+if [ -n "$need$lane" ]; then
+	echo "installing:" $need $lane
 	export DEBIAN_FRONTEND=noninteractive
 	apt-get update -qq || true
-	apt-get install -y -qq $need >/dev/null
+	[ -z "$need" ] || apt-get install -y -qq $need >/dev/null
+	[ -z "$lane" ] || apt-get install -y -qq --no-install-recommends $lane >/dev/null
 fi

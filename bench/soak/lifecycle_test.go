@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"sync"
@@ -134,8 +133,9 @@ func short(id string) string { return id[:min(12, len(id))] }
 
 // lifecycle runs lifecycle n: a pod, a container that exits with a random
 // code either when stopped or by itself, a probe, removal; then checks
-// the exit code crind reports.
-func (s *soak) lifecycle(n int) {
+// the exit code crind reports. It reports whether the lifecycle went
+// through whole.
+func (s *soak) lifecycle(n int) bool {
 	t0 := time.Now()
 	name := fmt.Sprintf("lc-%d", n)
 	code := int32(s.randN(10))
@@ -201,6 +201,7 @@ func (s *soak) lifecycle(n int) {
 		s.cleanupPod(name)
 	}
 	_ = os.RemoveAll(pcfg.LogDirectory)
+	return err == nil
 }
 
 // retrying is timed for a call that is safe to repeat (stop, remove,
@@ -542,85 +543,5 @@ func (s *soak) checkTruth(when string) {
 	}
 	if bad == 0 {
 		fmt.Printf("soak: %s: every long-running container RUNNING, same pid and start time\n", when)
-	}
-}
-
-// teardown stops the long-running containers (checking their exit codes),
-// removes every pod and image, stops crind and checks what is left.
-func (s *soak) teardown() {
-	t := s.t
-	for _, lp := range s.longPods() {
-		t0 := time.Now()
-		err := s.timed("StopContainer", func(ctx context.Context) error {
-			_, err := s.e.rs.StopContainer(ctx, &runtimeapi.StopContainerRequest{ContainerId: lp.ctr, Timeout: 10})
-			return err
-		})
-		if err != nil {
-			s.check(t0, fmt.Sprintf("stop long pod %d", lp.idx), err)
-			continue
-		}
-		s.checkExit(lp.ctr, lp.pod, lp.code, t0)
-	}
-	harness.RemoveAllPods(t, s.e.rs)
-	ctx, cancel := ctxFor(time.Minute)
-	defer cancel()
-	if imgs, err := s.e.is.ListImages(ctx, &runtimeapi.ListImagesRequest{}); err == nil {
-		for _, img := range imgs.Images {
-			if _, err := s.e.is.RemoveImage(ctx, &runtimeapi.RemoveImageRequest{Image: &runtimeapi.ImageSpec{Image: img.Id}}); err != nil {
-				s.problem("RemoveImage %s: %v", img.Id, err)
-			}
-		}
-	}
-	var smp sample
-	s.e.hostCounts(&smp)
-	s.e.stop()
-	fmt.Printf("soak: after removing everything: %d shims, %d processes in the cgroups, %d mounts, %d netns, %d cgroups, %d veths, %d IPAM, %d layers, %d files\n",
-		smp.shims, smp.procs, smp.mounts, smp.netns, smp.cgroups, smp.veths, smp.ipam, smp.layers, smp.files)
-	s.checkNoLeaks()
-}
-
-// checkNoLeaks is harness.CheckNoLeaks and testnet's, plus the cgroups,
-// namespace pins, layers and files the run's crind may have left.
-func (s *soak) checkNoLeaks() {
-	e, t := s.e, s.t
-	harness.CheckNoLeaks(t, e.root, e.state)
-	e.net.CheckNoLeaks(t)
-	if ents, _ := os.ReadDir(filepath.Join(e.state, "ns")); len(ents) > 0 {
-		for _, x := range ents {
-			t.Errorf("leaked namespace pins: %s", x.Name())
-		}
-	}
-	for _, b := range e.cgroupBases() {
-		_ = filepath.WalkDir(b, func(p string, d fs.DirEntry, err error) error {
-			if err == nil && d.IsDir() && p != b {
-				t.Errorf("leaked cgroup: %s", p)
-			}
-			return nil
-		})
-	}
-	for _, l := range append(e.layerDirs(), e.imageLeftovers()...) {
-		t.Errorf("leaked layer, blob or rootfs dir: %s", l)
-	}
-	// What crind keeps with nothing left to run: its stores and the
-	// pause binary it copies out for infra containers.
-	keep := map[string]bool{"crin.db": true, "image/meta.db": true, "pause-rootfs/pause": true}
-	var files []string
-	for _, d := range []string{e.root, e.state} {
-		_ = filepath.WalkDir(d, func(p string, x fs.DirEntry, err error) error {
-			if err != nil || x.IsDir() {
-				return nil
-			}
-			rel, _ := filepath.Rel(d, p)
-			if !keep[rel] {
-				files = append(files, p)
-			}
-			return nil
-		})
-	}
-	for _, f := range files[:min(len(files), 40)] {
-		t.Errorf("leaked file: %s", f)
-	}
-	if len(files) > 40 {
-		t.Errorf("... and %d more leaked files", len(files)-40)
 	}
 }

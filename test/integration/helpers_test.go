@@ -120,7 +120,9 @@ func (d *daemon) waitExited(t *testing.T, id string) *runtimeapi.ContainerStatus
 
 func (d *daemon) exec(t *testing.T, id string, cmd ...string) *runtimeapi.ExecSyncResponse {
 	t.Helper()
-	resp, err := d.rs.ExecSync(ctxT(t), &runtimeapi.ExecSyncRequest{ContainerId: id, Cmd: cmd, Timeout: 20})
+	// 90 s: a loaded node lane VM (software emulation) took over 20 s to
+	// run a cat; the test's context (ctxT) allows two minutes.
+	resp, err := d.rs.ExecSync(ctxT(t), &runtimeapi.ExecSyncRequest{ContainerId: id, Cmd: cmd, Timeout: 90})
 	if err != nil {
 		t.Fatalf("ExecSync %v: %v", cmd, err)
 	}

@@ -265,7 +265,7 @@ func TestKubeletOnNode(t *testing.T) {
 	guestHost := "10.0.2.2:" + port
 	ref := guestHost + "/library/busybox:latest"
 
-	vm := Boot(t)
+	vm := Shared(t)
 	c := Install(t, vm, InstallOptions{Config: fmt.Sprintf("[registry]\nplain_http = [%q]\n", guestHost)})
 	rc, err := c.RS.RuntimeConfig(ctxT(t), &runtimeapi.RuntimeConfigRequest{})
 	if err != nil || rc.GetLinux().GetCgroupDriver() != runtimeapi.CgroupDriver_SYSTEMD {

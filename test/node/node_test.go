@@ -63,6 +63,7 @@ func integrationRun(h string) string {
 
 func TestMain(m *testing.M) {
 	code := m.Run()
+	StopShared()
 	harness.RemoveBuilt()
 	os.Exit(code)
 }
@@ -77,7 +78,7 @@ func ctxT(t *testing.T) context.Context {
 // PID 1 and a unified cgroup v2 hierarchy with the controllers crind
 // needs.
 func TestNodeSystem(t *testing.T) {
-	vm := Boot(t)
+	vm := Shared(t)
 	if got := strings.TrimSpace(vm.MustRun("readlink /proc/1/exe")); !strings.HasSuffix(got, "/systemd") {
 		t.Errorf("PID 1 is %q, want systemd", got)
 	}
@@ -108,7 +109,7 @@ func TestCrindService(t *testing.T) {
 	guestHost := "10.0.2.2:" + port
 	ref := guestHost + "/library/busybox:latest"
 
-	vm := Boot(t)
+	vm := Shared(t)
 	c := Install(t, vm, InstallOptions{Config: fmt.Sprintf("[registry]\nplain_http = [%q]\n", guestHost)})
 
 	if got := strings.TrimSpace(vm.MustRun("systemctl is-active crind")); got != "active" {
@@ -220,7 +221,7 @@ func TestIntegrationInVM(t *testing.T) {
 		}
 	}
 
-	vm := Boot(t)
+	vm := Shared(t)
 	// The binary runs in a copy of its package's dir, two levels below a
 	// repository root, as go test would run it (harness.RepoRoot).
 	const root = "/root/crin"

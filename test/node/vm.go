@@ -89,6 +89,15 @@ type VM struct {
 // shut down when the test ends.
 func Boot(t *testing.T) *VM {
 	t.Helper()
+	vm := newVM(t)
+	t.Cleanup(vm.cleanup)
+	vm.boot(lifetime)
+	return vm
+}
+
+// newVM makes the VM's dir; boot starts it.
+func newVM(t *testing.T) *VM {
+	t.Helper()
 	img, err := image()
 	if err != nil {
 		t.Fatal(err)
@@ -98,9 +107,16 @@ func Boot(t *testing.T) *VM {
 	if err != nil {
 		t.Fatal(err)
 	}
-	vm := &VM{t: t, image: img, dir: dir, console: filepath.Join(dir, "console.log"), exited: make(chan struct{})}
-	t.Cleanup(vm.cleanup)
+	return &VM{t: t, image: img, dir: dir, console: filepath.Join(dir, "console.log"), exited: make(chan struct{})}
+}
 
+// boot starts qemu and waits until the guest is up (see Boot); the VM is
+// killed life after its start at the latest (or sooner, near the test
+// binary's deadline).
+func (vm *VM) boot(life time.Duration) {
+	t := vm.t
+	t.Helper()
+	var err error
 	start := time.Now()
 	// qemu binds the forwarded port itself; a port taken between here and
 	// there fails the boot at once, with qemu's own message.
@@ -118,7 +134,6 @@ func Boot(t *testing.T) *VM {
 		vm.waitErr = vm.qemu.Wait()
 		close(vm.exited)
 	}()
-	life := lifetime
 	if d, ok := t.Deadline(); ok && time.Until(d)-deadlineMargin < life {
 		life = max(time.Until(d)-deadlineMargin, time.Minute)
 	}
@@ -158,7 +173,6 @@ func Boot(t *testing.T) *VM {
 	vm.startMaster()
 	vm.pinCpuset()
 	t.Logf("VM up in %v (ssh on 127.0.0.1:%d)", time.Since(start).Round(100*time.Millisecond), vm.sshPort)
-	return vm
 }
 
 // pinCpuset keeps a cgroup with the cpuset controller for the guest's
@@ -395,6 +409,33 @@ func (vm *VM) cleanup() {
 	}
 	if vm.t.Failed() || os.Getenv(KeepEnv) != "" {
 		vm.t.Logf("VM serial console log kept: %s", vm.console)
+		return
+	}
+	_ = os.RemoveAll(vm.dir)
+}
+
+// stop powers the VM off as cleanup does, for a VM no test holds: it
+// reports on stderr, and keeps the console log when keep is true.
+func (vm *VM) stop(keep bool) {
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	_, _, _ = vm.exec(ctx, "systemctl --no-block poweroff", nil)
+	cancel()
+	select {
+	case <-vm.exited:
+		fmt.Fprintf(os.Stderr, "node: shared VM powered off in %v\n", time.Since(start).Round(100*time.Millisecond))
+	case <-time.After(shutdownTimeout):
+		fmt.Fprintf(os.Stderr, "node: shared VM still up %v after poweroff: killed\n", shutdownTimeout)
+		_ = vm.qemu.Process.Kill()
+		<-vm.exited
+	}
+	vm.killer.Stop()
+	if vm.master != nil {
+		_ = vm.master.Process.Kill()
+		_ = vm.master.Wait()
+	}
+	if keep || os.Getenv(KeepEnv) != "" {
+		fmt.Fprintf(os.Stderr, "node: shared VM serial console log kept: %s\n", vm.console)
 		return
 	}
 	_ = os.RemoveAll(vm.dir)
