@@ -433,6 +433,10 @@ func (s *soak) prober(ctx context.Context) {
 }
 
 func (s *soak) probeLong(lp *longPod) {
+	if lp.ctr == "" {
+		s.replaceLong(lp)
+		return
+	}
 	t0 := time.Now()
 	err := s.probe("Probe", lp.ctr, "")
 	if err == nil {
@@ -464,10 +468,22 @@ func (s *soak) probeLong(lp *longPod) {
 // start the next one in the same pod.
 func (s *soak) replaceLong(lp *longPod) {
 	t0 := time.Now()
-	err := s.timed("RemoveContainer", func(ctx context.Context) error {
-		_, err := s.e.rs.RemoveContainer(ctx, &runtimeapi.RemoveContainerRequest{ContainerId: lp.ctr})
-		return err
-	})
+	var err error
+	if lp.ctr != "" {
+		// Safe to repeat: a removal whose answer a crind kill lost
+		// answers OK the second time.
+		err = s.retrying("RemoveContainer", func(ctx context.Context) error {
+			_, err := s.e.rs.RemoveContainer(ctx, &runtimeapi.RemoveContainerRequest{ContainerId: lp.ctr})
+			return err
+		})
+		if err == nil {
+			// Gone: if the new one cannot be made now (a full disk), the
+			// next probe tries again rather than probe a removed one.
+			s.mu.Lock()
+			s.long[lp.idx].ctr = ""
+			s.mu.Unlock()
+		}
+	}
 	var ctr string
 	if err == nil {
 		ctx, cancel := ctxFor(30 * time.Second)

@@ -25,6 +25,11 @@ import (
 func (s *soak) teardown() {
 	t := s.t
 	for _, lp := range s.longPods() {
+		if lp.ctr == "" {
+			// Its container was removed after a shim kill and no new
+			// one could be made yet (a fault): nothing to stop.
+			continue
+		}
 		t0 := time.Now()
 		err := s.timed("StopContainer", func(ctx context.Context) error {
 			_, err := s.e.rs.StopContainer(ctx, &runtimeapi.StopContainerRequest{ContainerId: lp.ctr, Timeout: 10})
