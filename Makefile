@@ -74,7 +74,7 @@ e2e-loaded:
 # The integration tests that are not about crin-shim's own files and
 # faults, again with the shim v2 handler (Debian's containerd-shim-runc-v2)
 # as every daemon's default runtime (docs/runtimes.md).
-SHIMV2_TESTS := TestExitCodes|TestCgroupLimits|TestExecStream|TestAttach|TestAttachDetach|TestCrashRecovery|TestPodContainerLifecycle|TestKubeletSurface|TestKillMidLifecycle|TestNRIAdjustInContainer|TestNRIHookAdjustment|TestNRIUpdateOtherContainer|TestNRIEviction|TestKubeletStats|TestMountFeatures|TestSecurityContext|TestRollback|TestIdempotentStopRemove|TestInfraKilled|TestPinnedNamespaces|TestRequestsAnswerTruthfully|TestPodNetwork|TestHostNetwork
+SHIMV2_TESTS := TestExitCodes|TestCgroupLimits|TestExecStream|TestAttach|TestAttachDetach|TestAttachStdin|TestAttachStdinOnce|TestAttachTTYResize|TestAttachAfterRestart|TestAttachStdinRefused|TestAttachWithoutLog|TestCrashRecovery|TestPodContainerLifecycle|TestKubeletSurface|TestKillMidLifecycle|TestNRIAdjustInContainer|TestNRIHookAdjustment|TestNRIUpdateOtherContainer|TestNRIEviction|TestKubeletStats|TestMountFeatures|TestSecurityContext|TestRollback|TestIdempotentStopRemove|TestInfraKilled|TestPinnedNamespaces|TestRequestsAnswerTruthfully|TestPodNetwork|TestHostNetwork
 integration-shimv2:
 	CRIN_TEST_HANDLER=runc-v2 $(GO) test -tags integration -count=1 -p 1 -timeout 20m -run '^($(SHIMV2_TESTS))$$' ./test/integration/
 

@@ -242,3 +242,31 @@ func TestAttachStdinRefused(t *testing.T) {
 		t.Errorf("Attach with stdin to a container without: %v (%s), want FailedPrecondition naming stdin", err, code(err))
 	}
 }
+
+// TestAttachWithoutLog attaches, as critest does, to a shell in a pod with
+// no log directory: the input reaches the shell and its output, a line
+// without its end, the client, though no log is kept for kubelet.
+func TestAttachWithoutLog(t *testing.T) {
+	d := startDaemon(t, daemonOptions{})
+	ref, _ := busybox(t)
+	d.pull(t, ref)
+	podCfg := podConfig("attach-nolog-" + randHex(2))
+	podCfg.LogDirectory = ""
+	pod := d.runPod(t, podCfg)
+	cfg := containerConfig("main", ref, "sh")
+	cfg.Stdin, cfg.StdinOnce, cfg.LogPath = true, true, ""
+	ctr := d.runContainer(t, pod, podCfg, cfg)
+
+	a := d.attach(t, ctr, attachStreams{stdin: true, stdout: true})
+	// Output that ends no line, as critest's: the shimv2 backend's attach
+	// follows a log, whose writer must not hold a piece of a line back.
+	a.send("echo -n hello-$((6*7))\n")
+	a.waitOutput("hello-42")
+	a.stdin.Close()
+	if status := a.waitStatus(); !strings.Contains(status, `"Success"`) {
+		t.Errorf("attach status %s, want Success once the shell exited", status)
+	}
+	if st := d.waitExited(t, ctr); st.ExitCode != 0 {
+		t.Errorf("shell exit code %d after its stdin closed, want 0", st.ExitCode)
+	}
+}

@@ -41,12 +41,15 @@ type LogWriter struct {
 	path    string
 	root    string
 	maxLine int
+	maxSize int64
 	now     func() time.Time
 	onError func(error)
 
-	// mu guards f and failed; a record is written under it in one Write.
+	// mu guards f, size and failed; a record is written under it in one
+	// Write.
 	mu     sync.Mutex
 	f      *os.File
+	size   int64 // of f, counted when maxSize is set
 	failed bool
 }
 
@@ -63,12 +66,16 @@ type LogOptions struct {
 	// reopen (see OpenBeneath). Empty opens the path as it is (records
 	// from before crind passed the directory).
 	Root string
+	// MaxSize, when set, caps the log the writer keeps by itself, for a
+	// log no kubelet rotates: past it the file is renamed to path.1
+	// (replacing the last one) and a fresh one begun.
+	MaxSize int64
 }
 
 // OpenLog opens (creating or appending to) the CRI log at path. An empty
 // path gives a writer that discards everything.
 func OpenLog(path string, opts LogOptions) (*LogWriter, error) {
-	w := &LogWriter{path: path, root: opts.Root, maxLine: opts.MaxLine, now: opts.Now, onError: opts.OnError}
+	w := &LogWriter{path: path, root: opts.Root, maxLine: opts.MaxLine, maxSize: opts.MaxSize, now: opts.Now, onError: opts.OnError}
 	if w.maxLine <= 0 {
 		w.maxLine = DefaultMaxLine
 	}
@@ -83,6 +90,9 @@ func OpenLog(path string, opts LogOptions) (*LogWriter, error) {
 		return nil, err
 	}
 	w.f = f
+	if st, err := f.Stat(); err == nil {
+		w.size = st.Size()
+	}
 	return w, nil
 }
 
@@ -101,6 +111,10 @@ func (w *LogWriter) Reopen() error {
 	w.mu.Lock()
 	old := w.f
 	w.f = f
+	w.size = 0
+	if st, err := f.Stat(); err == nil {
+		w.size = st.Size()
+	}
 	w.failed = false
 	w.mu.Unlock()
 	if old != nil {
@@ -137,6 +151,12 @@ func (w *LogWriter) Copy(stream string, r io.Reader) error {
 			carry = w.records(stream, append(carry, chunk[:len(chunk)-1]...), TagFull)
 		case errors.Is(err, bufio.ErrBufferFull):
 			carry = w.records(stream, append(carry, chunk...), TagPartial)
+		case errors.Is(err, errIdle):
+			// A piece of a line waited too long for its end (FlushReader).
+			if rest := w.records(stream, append(carry, chunk...), TagPartial); len(rest) > 0 {
+				w.record(stream, TagPartial, rest)
+			}
+			carry = carry[:0]
 		default:
 			// The stream ended inside a line: every piece of it is partial.
 			if rest := w.records(stream, append(carry, chunk...), TagPartial); len(rest) > 0 {
@@ -183,10 +203,111 @@ func (w *LogWriter) record(stream, tag string, content []byte) {
 	if w.f == nil {
 		return
 	}
-	if _, err := w.f.Write(buf); err != nil && !w.failed {
+	if w.maxSize > 0 && w.size > 0 && w.size+int64(len(buf)) > w.maxSize {
+		w.rotate()
+	}
+	n, err := w.f.Write(buf)
+	w.size += int64(n)
+	if err != nil && !w.failed {
 		w.failed = true
 		if w.onError != nil {
 			w.onError(fmt.Errorf("write container log %s: %w", w.path, err))
 		}
 	}
+}
+
+// rotate renames the log to path.1 and begins a fresh one, for MaxSize;
+// on failure the log goes on growing. Called with mu held.
+func (w *LogWriter) rotate() {
+	if err := os.Rename(w.path, w.path+".1"); err != nil {
+		return
+	}
+	f, err := openLogFile(w.root, w.path)
+	if err != nil {
+		return
+	}
+	_ = w.f.Close()
+	w.f, w.size = f, 0
+}
+
+// errIdle is a FlushReader's report that a piece of a line has waited
+// for its end for the reader's flush delay: Copy writes it as a partial
+// record and reads on.
+var errIdle = errors.New("line piece idle")
+
+// deadliner is a stream whose reads can be given a deadline (an *os.File
+// on a pipe or fifo).
+type deadliner interface {
+	io.Reader
+	SetReadDeadline(time.Time) error
+}
+
+// FlushReader wraps a container's output stream for Copy so that a piece
+// of a line the container wrote does not wait for its newline for ever:
+// after the flush delay it is logged as a partial (P) record, as a prompt
+// without a newline must reach a client that follows the log (attach on
+// the shimv2 backend). A line written whole, or completed within the
+// delay, stays one full record. Stop makes Copy return at a time.
+type FlushReader struct {
+	f     deadliner
+	after time.Duration
+
+	pending bool      // the last read ended inside a line
+	flushAt time.Time // when the pending piece is flushed; zero: none
+
+	mu     sync.Mutex // guards stopAt and the deadline of f
+	stopAt time.Time
+}
+
+// NewFlushReader wraps f, flushing a piece of a line after d.
+func NewFlushReader(f deadliner, d time.Duration) *FlushReader {
+	return &FlushReader{f: f, after: d}
+}
+
+// Stop makes reads end with os.ErrDeadlineExceeded from at on, which ends
+// Copy; what was read by then is still written.
+func (x *FlushReader) Stop(at time.Time) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.stopAt = at
+	x.setDeadline()
+}
+
+// setDeadline gives f the earlier of the stop time and the flush time.
+// Called with mu held.
+func (x *FlushReader) setDeadline() {
+	d := x.stopAt
+	if !x.flushAt.IsZero() && (d.IsZero() || x.flushAt.Before(d)) {
+		d = x.flushAt
+	}
+	_ = x.f.SetReadDeadline(d)
+}
+
+// Read reads from the stream; a pending piece of a line that waited for
+// the flush delay ends the read with errIdle.
+func (x *FlushReader) Read(p []byte) (int, error) {
+	x.mu.Lock()
+	switch {
+	case x.pending && x.flushAt.IsZero():
+		x.flushAt = time.Now().Add(x.after)
+		x.setDeadline()
+	case !x.pending && !x.flushAt.IsZero():
+		x.flushAt = time.Time{}
+		x.setDeadline()
+	}
+	x.mu.Unlock()
+	n, err := x.f.Read(p)
+	if n > 0 {
+		x.pending = p[n-1] != '\n'
+	}
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		x.mu.Lock()
+		stopped := !x.stopAt.IsZero() && !time.Now().Before(x.stopAt)
+		x.mu.Unlock()
+		if !stopped {
+			x.pending = false // Copy writes the piece
+			return n, errIdle
+		}
+	}
+	return n, err
 }

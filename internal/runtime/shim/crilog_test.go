@@ -1,6 +1,7 @@
 package shim
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -266,5 +267,112 @@ func TestLogWriterEmptyPathDiscards(t *testing.T) {
 	}
 	if err := w.Reopen(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestLogWriterMaxSize: a writer with MaxSize keeps its log under it by
+// itself, one earlier file kept as .1, and no record is split between
+// the two.
+func TestLogWriterMaxSize(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "output.log")
+	w, err := OpenLog(path, LogOptions{Now: fixedClock(), MaxSize: 200})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	var in strings.Builder
+	for i := range 20 {
+		fmt.Fprintf(&in, "line %02d\n", i)
+	}
+	if err := w.Copy(StreamStdout, strings.NewReader(in.String())); err != nil {
+		t.Fatal(err)
+	}
+	record := func(i int) string { return fmt.Sprintf("%s stdout F line %02d", ts, i) }
+	cur, prev := readLines(t, path), readLines(t, path+".1")
+	for _, f := range []struct {
+		name  string
+		lines []string
+	}{{"log", cur}, {"log.1", prev}} {
+		if n := len(strings.Join(f.lines, "\n")) + 1; n > 200 {
+			t.Errorf("%s holds %d bytes, want at most 200", f.name, n)
+		}
+	}
+	// The newest records are in the log, the ones before them in .1, in
+	// order and whole.
+	all := append(prev, cur...)
+	if len(cur) == 0 || len(prev) == 0 {
+		t.Fatalf("log %d records, log.1 %d: want both in use", len(cur), len(prev))
+	}
+	first := 20 - len(all)
+	for i, l := range all {
+		if l != record(first+i) {
+			t.Fatalf("record %d = %q, want %q (log.1 %q, log %q)", i, l, record(first+i), prev, cur)
+		}
+	}
+}
+
+// TestFlushReader: through a FlushReader, a piece of a line that waits for
+// its newline is logged as a partial record after the delay, a line
+// completed within the delay stays one full record, and Stop ends Copy.
+func TestFlushReader(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		delay  time.Duration
+		pieces []string // written one after the other
+		want   []string
+	}{
+		// The first piece is in the log before the second is written.
+		{"idle piece", 10 * time.Millisecond, []string{"hel", "lo\n"}, []string{"P hel", "F lo"}},
+		{"piece completed in time", time.Hour, []string{"hel", "lo\n", "a\nb", "c\n"}, []string{"F hello", "F a", "F bc"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "c.log")
+			w, err := OpenLog(path, LogOptions{Now: fixedClock()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer w.Close()
+			pr, pw, err := os.Pipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer pw.Close()
+			x := NewFlushReader(pr, tc.delay)
+			done := make(chan error, 1)
+			go func() { done <- w.Copy(StreamStdout, x) }()
+			for i, p := range tc.pieces {
+				if _, err := io.WriteString(pw, p); err != nil {
+					t.Fatal(err)
+				}
+				if tc.delay < time.Second && i == 0 {
+					poll.Until(t, 30*time.Second, "the piece logged", func() (bool, string) {
+						b, _ := os.ReadFile(path)
+						return strings.Contains(string(b), "P hel"), string(b)
+					})
+				}
+			}
+			// Everything written is read before the stop: the last piece
+			// ends a line, so the log shows when it is all there.
+			poll.Until(t, 30*time.Second, "every line logged", func() (bool, string) {
+				b, _ := os.ReadFile(path)
+				return strings.Count(string(b), "\n") == len(tc.want), string(b)
+			})
+			x.Stop(time.Now())
+			select {
+			case err := <-done:
+				if err == nil || !errors.Is(err, os.ErrDeadlineExceeded) {
+					t.Errorf("Copy after Stop = %v, want the deadline", err)
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatal("Copy did not return after Stop")
+			}
+			var want []string
+			for _, l := range tc.want {
+				want = append(want, ts+" stdout "+l)
+			}
+			if diff := cmp.Diff(want, readLines(t, path)); diff != "" {
+				t.Errorf("log (-want +got):\n%s", diff)
+			}
+		})
 	}
 }

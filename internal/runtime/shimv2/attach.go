@@ -25,25 +25,32 @@ const attachPoll = 50 * time.Millisecond
 // Attach follows the container's CRI log from its current end and writes
 // the content of each record to req's writers, by stream, until the
 // container's exit is recorded (its output is then all in the log), its
-// logger is gone, or ctx ends. It follows a log rotated by renaming to
-// the new file. A container that has exited, or has no log, is
-// errdefs.ErrFailedPrecondition; asking for stdin is
-// errdefs.ErrNotImplemented (the backend keeps no stdin).
+// logger is gone, ctx ends, or, for a request with no writer, its stdin
+// ends. It follows a log rotated by renaming to the new file. req.Stdin
+// goes to the container's stdin when it was created with one
+// (relayAttachInput), and req.Resize to its terminal. A container that has
+// exited is errdefs.ErrFailedPrecondition. A container created without a
+// log path has a private one for this (privateLog).
 func (r *Runtime) Attach(ctx context.Context, id string, req runtime.AttachRequest) error {
 	dir, m, err := r.known(id)
 	if err != nil {
 		return err
 	}
-	// The container's output reaches crind only through its log here, and
-	// its stdin is not kept: saying so beats dropping what the client types.
-	if req.Stdin != nil {
-		return fmt.Errorf("attach to container %s: stdin: the shimv2 backend attaches to output only: %w", id, errdefs.ErrNotImplemented)
-	}
 	if _, err := shim.ReadExit(dir); err == nil || loggerPid(dir) == 0 {
 		return fmt.Errorf("attach to container %s: its output has ended: %w", id, errdefs.ErrFailedPrecondition)
 	}
-	if m.LogPath == "" {
-		return fmt.Errorf("attach to container %s: its output is not logged: %w", id, errdefs.ErrFailedPrecondition)
+	inputDone, stop, err := r.relayInput(ctx, id, dir, m, req)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	if req.Stdout == nil && req.Stderr == nil && inputDone != nil {
+		select {
+		case <-inputDone:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
 	f, err := openLogRead(m)
 	if err != nil {
@@ -96,6 +103,40 @@ func (r *Runtime) Attach(ctx context.Context, id string, req runtime.AttachReque
 		case <-tick.C:
 		}
 	}
+}
+
+// relayInput starts relaying req's stdin (relayAttachInput) and terminal
+// sizes to the container. inputDone, when req has stdin, closes when its
+// copy ended; stop ends the size relay. The stdin copy is not waited for:
+// a Read of the client's stream cannot be interrupted; the stream's end
+// ends it.
+func (r *Runtime) relayInput(ctx context.Context, id, dir string, m meta, req runtime.AttachRequest) (inputDone <-chan struct{}, stop func(), err error) {
+	stop = func() {}
+	if req.Stdin == nil && req.Resize == nil {
+		return nil, stop, nil
+	}
+	c, err := r.conn(ctx, m.Address)
+	if err != nil {
+		return nil, nil, fmt.Errorf("attach to container %s: %w: %w", id, err, errdefs.ErrFailedPrecondition)
+	}
+	if req.Stdin != nil {
+		done := make(chan struct{})
+		inputDone = done
+		go func() {
+			defer close(done)
+			if m.Stdin {
+				r.relayAttachInput(ctx, c, id, dir, m, req.Stdin)
+			} else {
+				_, _ = io.Copy(io.Discard, req.Stdin)
+			}
+		}()
+	}
+	if req.Resize != nil {
+		rctx, cancel := context.WithCancel(ctx)
+		stop = cancel
+		go r.relayResizes(rctx, c, id, req.Resize)
+	}
+	return inputDone, stop, nil
 }
 
 // writeRecord writes the content of one CRI log record,

@@ -16,7 +16,11 @@ type meta struct {
 	ShimPid int    `json:"shim_pid,omitempty"`
 	LogPath string `json:"log_path,omitempty"`
 	// LogRoot is the pod's log directory (runtime.CreateRequest.LogRoot).
-	LogRoot   string    `json:"log_root,omitempty"`
+	LogRoot string `json:"log_root,omitempty"`
+	// LogMax, when set, is the size the logger keeps LogPath under by
+	// itself: the private log of a container created without a log path,
+	// kept for attach (privateLog).
+	LogMax    int64     `json:"log_max,omitempty"`
 	Pid       int       `json:"pid,omitempty"`
 	StartedAt time.Time `json:"started_at,omitzero"`
 	// OOMCounter is the cgroup file counting the container's OOM kills and
@@ -27,6 +31,10 @@ type meta struct {
 	// (cgroup v2), nearest first, with their values at create: they
 	// outlive the container's cgroup (see oomKilled).
 	OOMAncestors []oomCount `json:"oom_ancestors,omitempty"`
+	// Stdin: the container has a stdin (stdinFifo), closed after the
+	// first attach session that brings input when StdinOnce.
+	Stdin     bool `json:"stdin,omitempty"`
+	StdinOnce bool `json:"stdin_once,omitempty"`
 }
 
 // oomCount is one OOM kill counter file and its value at create.

@@ -12,7 +12,10 @@
 // "binary" stdio scheme): crin-logger (package logger), which writes the
 // CRI log with the writer crin-shim uses. It is the shim's child, not crind's, so output keeps
 // reaching the log while crind is down, and a container that exits then
-// loses none of it.
+// loses none of it. A container created with stdin gets a stdin fifo the
+// shim holds open; with no terminal its output goes through fifos to a
+// crin-logger crind starts in a session of its own (containerd's runc
+// shim copies a stdin only beside fifo output; see prepareStdio).
 //
 // Create starts the shim as containerd does ("<shim> -namespace NS
 // -address A -publish-binary B -id ID start" in the bundle; it prints the
@@ -62,7 +65,6 @@ import (
 
 	"github.com/crin-dev/crin/internal/runtime"
 	"github.com/crin-dev/crin/internal/runtime/shim"
-	"github.com/crin-dev/crin/internal/runtime/shimv2/logger"
 	"github.com/crin-dev/crin/internal/topdir"
 )
 
@@ -87,7 +89,14 @@ const (
 const (
 	metaFile = "meta.json"
 	shimLog  = "log" // the shim's own stderr (a fifo the shim opens)
+	// privateLog is the CRI log of a container created without a log
+	// path, for attach; the logger keeps it under privateLogMax (and one
+	// earlier file as privateLog.1).
+	privateLog = "output.log"
 )
+
+// privateLogMax caps privateLog.
+const privateLogMax = 1 << 20
 
 // Type URLs the shim decodes by name (containerd's typeurl registry).
 const (
@@ -276,6 +285,11 @@ func (r *Runtime) Create(ctx context.Context, req runtime.CreateRequest) (retErr
 		return err
 	}
 	m := meta{LogPath: req.LogPath, LogRoot: req.LogRoot}
+	if m.LogPath == "" {
+		// Attach follows the log: with none asked for, a small one of
+		// the container's own (crin-shim fans output out live instead).
+		m.LogPath, m.LogMax = filepath.Join(dir, privateLog), privateLogMax
+	}
 	defer func() {
 		if retErr == nil {
 			return
@@ -318,7 +332,8 @@ func (r *Runtime) writeBundle(ctx context.Context, req runtime.CreateRequest, di
 }
 
 // createTask connects to the shim at m.Address and creates the task, its
-// output going to crin-logger; m gains the shim's pid, the task's pid and
+// output going to crin-logger (and its stdin, if any, to a fifo: see
+// prepareStdio); m gains the shim's pid, the task's pid and
 // the OOM counter's base, and is written after each.
 func (r *Runtime) createTask(ctx context.Context, req runtime.CreateRequest, dir string, m *meta) error {
 	c, err := r.conn(ctx, m.Address)
@@ -336,13 +351,20 @@ func (r *Runtime) createTask(ctx context.Context, req runtime.CreateRequest, dir
 		return err
 	}
 	r.placeShim(ctx, req, m.Address, m.ShimPid)
-	out := logger.URI(r.cfg.LoggerBinary, dir)
+	stdio, err := r.prepareStdio(ctx, req, dir, m)
+	if err != nil {
+		return err
+	}
+	if err := writeMeta(dir, *m); err != nil {
+		return err
+	}
 	resp, err := c.task.Create(cctx, &task.CreateTaskRequest{
 		ID:       req.ID,
 		Bundle:   dir,
 		Terminal: req.Spec.Process != nil && req.Spec.Process.Terminal,
-		Stdout:   out,
-		Stderr:   out,
+		Stdin:    stdio.stdin,
+		Stdout:   stdio.stdout,
+		Stderr:   stdio.stderr,
 		Options:  r.options,
 	})
 	if err != nil {
@@ -483,6 +505,7 @@ func (r *Runtime) teardown(ctx context.Context, id, dir string, m meta) {
 			r.stopShim(ctx, m)
 		}
 	}
+	stopLogger(ctx, dir)
 	r.closeShimLog(id)
 	if err := os.RemoveAll(dir); err != nil {
 		r.log.WarnContext(ctx, "remove container state", "container_id", id, "error", err)

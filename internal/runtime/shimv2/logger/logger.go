@@ -4,7 +4,9 @@
 // The shim hands it the container's stdout and stderr pipes as fds 3 and
 // 4 and a readiness pipe as fd 5; it writes the CRI log with crin-shim's
 // writer. It is the shim's child, not crind's, so a container keeps
-// logging while crind is down.
+// logging while crind is down. For a container with stdin and no
+// terminal, whose output the shim copies only into fifos, crind starts it
+// the same way on the fifos, in a session of its own.
 //
 // It imports little on purpose: one runs per container.
 package logger
@@ -36,6 +38,11 @@ const PidFile = "logger.pid"
 // container may hold the output open forever.
 const drainWait = time.Second
 
+// flushDelay is how long a piece of a line waits for its newline before
+// it is logged as a partial record: a prompt reaches an attached client
+// (which follows the log) after at most this.
+const flushDelay = 100 * time.Millisecond
+
 // URI is the stdout (and stderr) URI that has the shim run the logger
 // binary for the container whose bundle is dir.
 func URI(binary, dir string) string {
@@ -44,13 +51,16 @@ func URI(binary, dir string) string {
 }
 
 // Run copies fds 3 and 4 into the CRI log named by the bundle's meta.json
-// ("log_path", opened beneath "log_root" when set; empty discards) until both end, reopens the log on SIGUSR1
-// and, on SIGTERM, stops after drainWait. It writes its pid to PidFile and
+// ("log_path", opened beneath "log_root" when set, and kept under
+// "log_max" bytes by itself when that is set; empty discards) until
+// both end, reopens the log on SIGUSR1 and, on SIGTERM, stops once both
+// are drained (at most drainWait later). It writes its pid to PidFile and
 // then closes fd 5 to tell the shim it is ready.
 func Run(dir string) error {
 	var meta struct {
 		LogPath string `json:"log_path"`
 		LogRoot string `json:"log_root"`
+		LogMax  int64  `json:"log_max"`
 	}
 	data, err := os.ReadFile(filepath.Join(dir, "meta.json"))
 	if err != nil {
@@ -59,7 +69,7 @@ func Run(dir string) error {
 	if err := json.Unmarshal(data, &meta); err != nil {
 		return fmt.Errorf("decode meta: %w", err)
 	}
-	lw, err := shim.OpenLog(meta.LogPath, shim.LogOptions{Root: meta.LogRoot})
+	lw, err := shim.OpenLog(meta.LogPath, shim.LogOptions{Root: meta.LogRoot, MaxSize: meta.LogMax})
 	if err != nil {
 		return err
 	}
@@ -84,11 +94,13 @@ func Run(dir string) error {
 	}
 
 	var wg sync.WaitGroup
+	readers := make([]*shim.FlushReader, len(streams))
 	for i, f := range streams {
+		readers[i] = shim.NewFlushReader(f, flushDelay)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_ = lw.Copy(names[i], f)
+			_ = lw.Copy(names[i], readers[i])
 		}()
 	}
 	done := make(chan struct{})
@@ -105,9 +117,47 @@ func Run(dir string) error {
 				_ = lw.Reopen()
 				continue
 			}
-			for _, f := range streams {
-				_ = f.SetReadDeadline(time.Now().Add(drainWait))
-			}
+			stopAfterDrain(streams, readers)
 		}
 	}
+}
+
+// stopAfterDrain ends the copies from streams once nothing is left in
+// them to read, or after drainWait. A logger crind started holds its
+// fifos open for writing too, so it never reads their end.
+func stopAfterDrain(streams []*os.File, readers []*shim.FlushReader) {
+	deadline := time.Now().Add(drainWait)
+	for _, x := range readers {
+		x.Stop(deadline)
+	}
+	go func() {
+		for time.Now().Before(deadline) {
+			if drained(streams) {
+				for _, x := range readers {
+					x.Stop(time.Now())
+				}
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}()
+}
+
+// drained reports whether no stream has bytes waiting (FIONREAD). What a
+// copy already read is still written: a deadline ends only later reads.
+func drained(streams []*os.File) bool {
+	for _, f := range streams {
+		rc, err := f.SyscallConn()
+		if err != nil {
+			continue
+		}
+		n := 0
+		_ = rc.Control(func(fd uintptr) {
+			n, err = unix.IoctlGetInt(int(fd), unix.TIOCINQ)
+		})
+		if err == nil && n > 0 {
+			return false
+		}
+	}
+	return true
 }
