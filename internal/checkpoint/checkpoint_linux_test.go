@@ -120,13 +120,13 @@ func TestWriteArchiveRoundTrip(t *testing.T) {
 	if err := WriteSpec(staging, spec); err != nil {
 		t.Fatal(err)
 	}
-	writeFile(t, filepath.Join(staging, ImagesDir, Inventory), "criu inventory", 0o600)
-	writeFile(t, filepath.Join(staging, ImagesDir, Descriptors), `["/dev/null","pipe:[1]","pipe:[2]"]`, 0o644)
-	writeFile(t, filepath.Join(staging, DumpLog), "dump log\n", 0o640)
+	writeFile(t, filepath.Join(staging, ImagesDir, InventoryFile), "criu inventory", 0o600)
+	writeFile(t, filepath.Join(staging, ImagesDir, DescriptorsFile), `["/dev/null","pipe:[1]","pipe:[2]"]`, 0o644)
+	writeFile(t, filepath.Join(staging, DumpLogFile), "dump log\n", 0o640)
 	if err := os.Mkdir(filepath.Join(staging, ImagesDir, "empty"), 0o750); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Symlink(ImagesDir+"/"+Inventory, filepath.Join(staging, "inventory")); err != nil {
+	if err := os.Symlink(ImagesDir+"/"+InventoryFile, filepath.Join(staging, "inventory")); err != nil {
 		t.Fatal(err)
 	}
 
@@ -195,7 +195,7 @@ func TestWriteArchiveIsAtomic(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			staging := t.TempDir()
-			writeFile(t, filepath.Join(staging, ConfigDump), "{}", 0o600)
+			writeFile(t, filepath.Join(staging, ConfigDumpFile), "{}", 0o600)
 			if err := unix.Mkfifo(filepath.Join(staging, ImagesDir+"-fifo"), 0o600); err != nil {
 				t.Fatal(err)
 			}
@@ -354,7 +354,7 @@ func TestExtractRefusesHostileArchives(t *testing.T) {
 }
 
 func TestExtractRefusesBadTarget(t *testing.T) {
-	archive := writeTar(t, t.TempDir(), file(ConfigDump, "{}"))
+	archive := writeTar(t, t.TempDir(), file(ConfigDumpFile, "{}"))
 	full := t.TempDir()
 	writeFile(t, filepath.Join(full, "there"), "x", 0o600)
 	if err := Extract(archive, full, 1<<20); !errdefs.IsInvalidArgument(err) {
@@ -395,7 +395,7 @@ func TestConfigDumpKeys(t *testing.T) {
 			if err := WriteConfig(dir, tc.cfg); err != nil {
 				t.Fatal(err)
 			}
-			b, err := os.ReadFile(filepath.Join(dir, ConfigDump))
+			b, err := os.ReadFile(filepath.Join(dir, ConfigDumpFile))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -436,11 +436,11 @@ func TestReadConfigErrors(t *testing.T) {
 	if _, err := ReadConfig(dir); !errdefs.IsNotFound(err) {
 		t.Errorf("ReadConfig of a dir without config.dump = %v, want not found", err)
 	}
-	writeFile(t, filepath.Join(dir, ConfigDump), `{"createdTime": ""}`, 0o600)
+	writeFile(t, filepath.Join(dir, ConfigDumpFile), `{"createdTime": ""}`, 0o600)
 	if _, err := ReadConfig(dir); !errdefs.IsInvalidArgument(err) {
 		t.Errorf("ReadConfig of an empty time = %v, want invalid argument", err)
 	}
-	writeFile(t, filepath.Join(dir, SpecDump), `[]`, 0o600)
+	writeFile(t, filepath.Join(dir, SpecDumpFile), `[]`, 0o600)
 	if _, err := ReadSpec(dir); !errdefs.IsInvalidArgument(err) {
 		t.Errorf("ReadSpec of a JSON array = %v, want invalid argument", err)
 	}

@@ -12,7 +12,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 )
 
-// ContainerConfig is the content of ConfigDump. Its JSON keys are those of
+// ContainerConfig is the content of ConfigDumpFile. Its JSON keys are those of
 // checkpointctl's metadata.ContainerConfig, which CRI-O, containerd and
 // Podman write too. The times have no omitempty: checkpointctl fails to
 // decode an empty string, and the zero time marshals as a valid RFC 3339
@@ -34,40 +34,40 @@ type ContainerConfig struct {
 	Restored         bool      `json:"restored"`
 }
 
-// ReadConfig reads ConfigDump in dir, an extracted archive. A missing file
+// ReadConfig reads ConfigDumpFile in dir, an extracted archive. A missing file
 // is errdefs.ErrNotFound, one that is not valid JSON of ContainerConfig
 // errdefs.ErrInvalidArgument.
 func ReadConfig(dir string) (ContainerConfig, error) {
 	var c ContainerConfig
-	if err := readJSON(filepath.Join(dir, ConfigDump), &c); err != nil {
+	if err := readJSON(filepath.Join(dir, ConfigDumpFile), &c); err != nil {
 		return ContainerConfig{}, err
 	}
 	return c, nil
 }
 
-// ReadSpec reads SpecDump in dir, an extracted archive, with the same
+// ReadSpec reads SpecDumpFile in dir, an extracted archive, with the same
 // errors as ReadConfig.
 func ReadSpec(dir string) (*specs.Spec, error) {
 	var s specs.Spec
-	if err := readJSON(filepath.Join(dir, SpecDump), &s); err != nil {
+	if err := readJSON(filepath.Join(dir, SpecDumpFile), &s); err != nil {
 		return nil, err
 	}
 	return &s, nil
 }
 
-// WriteConfig writes c as ConfigDump in dir (mode 0600), replacing an
+// WriteConfig writes c as ConfigDumpFile in dir (mode 0600), replacing an
 // earlier one; it fails only as writing a file does.
 func WriteConfig(dir string, c ContainerConfig) error {
-	return writeJSON(filepath.Join(dir, ConfigDump), c)
+	return writeJSON(filepath.Join(dir, ConfigDumpFile), c)
 }
 
-// WriteSpec writes s as SpecDump in dir (mode 0600), like WriteConfig; a
+// WriteSpec writes s as SpecDumpFile in dir (mode 0600), like WriteConfig; a
 // nil s is errdefs.ErrInvalidArgument.
 func WriteSpec(dir string, s *specs.Spec) error {
 	if s == nil {
-		return fmt.Errorf("write %s: no spec: %w", SpecDump, errdefs.ErrInvalidArgument)
+		return fmt.Errorf("write %s: no spec: %w", SpecDumpFile, errdefs.ErrInvalidArgument)
 	}
-	return writeJSON(filepath.Join(dir, SpecDump), s)
+	return writeJSON(filepath.Join(dir, SpecDumpFile), s)
 }
 
 func readJSON(p string, v any) error {
