@@ -12,15 +12,17 @@ import (
 
 	"github.com/containerd/errdefs"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/crin-dev/crin/internal/runtime"
 )
 
 // Checkpoint and restore need CRIU. crind asks "criu check" whether CRIU
 // works on this host before it touches a container, and refuses with
 // FailedPrecondition and CRIU's own words when it does not: Debian 12's
 // criu 3.17 cannot read the vDSO layout of kernels from 6.13 on, which is
-// this project's CI machine. Where CRIU works the requests are still
-// Unimplemented: crind has no checkpoint path yet that a test with a
-// working CRIU has shown to restore (docs/checkpoint.md).
+// this project's CI machine. Where CRIU works, CheckpointContainer writes
+// an archive (checkpoint_archive.go); restore, CheckpointPod and
+// RestorePod are still Unimplemented (docs/checkpoint.md).
 
 // criuProbeTTL is how long a "criu check" verdict is trusted; installing
 // or upgrading criu is seen within it without a crind restart.
@@ -92,20 +94,47 @@ func criuSummary(out []byte, err error) string {
 	return s
 }
 
-// CheckpointContainer would write a checkpoint archive of a running
-// container to location; see the package comment above for what it does
-// today. Bad requests are refused before CRIU is asked.
+// CheckpointContainer writes a checkpoint archive of a running container
+// to location and leaves the container running (checkpoint_archive.go).
+// Bad requests are refused before CRIU is asked; a container whose
+// handler cannot checkpoint, or on a terminal, is FailedPrecondition.
 func (s *Service) CheckpointContainer(ctx context.Context, r *runtimeapi.CheckpointContainerRequest) (*runtimeapi.CheckpointContainerResponse, error) {
 	if err := checkOutputPath("location", r.GetLocation()); err != nil {
 		return nil, err
 	}
-	if _, _, err := s.runningContainer(r.GetContainerId()); err != nil {
+	if err := checkLocationDir("location", r.GetLocation()); err != nil {
 		return nil, err
 	}
-	if err := s.criu.check(ctx); err != nil {
-		return nil, fmt.Errorf("checkpoint container %s: %w", r.GetContainerId(), err)
+	if r.GetTimeout() < 0 {
+		return nil, fmt.Errorf("timeout %d: must not be negative: %w", r.GetTimeout(), errdefs.ErrInvalidArgument)
 	}
-	return nil, fmt.Errorf("checkpoint container %s: not implemented yet: %w", r.GetContainerId(), errdefs.ErrNotImplemented)
+	c, err := s.getContainerExact(r.GetContainerId())
+	if err != nil {
+		return nil, err
+	}
+	ref, rt, err := s.running(c)
+	if err != nil {
+		return nil, err
+	}
+	cp, ok := rt.(runtime.Checkpointer)
+	if !ok {
+		return nil, fmt.Errorf("checkpoint container %s: its runtime handler cannot checkpoint (only handlers of type oci can): %w", ref.ID, errdefs.ErrFailedPrecondition)
+	}
+	if ref.TTY {
+		return nil, fmt.Errorf("checkpoint container %s: it runs on a terminal, which crind does not checkpoint: %w", ref.ID, errdefs.ErrFailedPrecondition)
+	}
+	if err := s.criu.check(ctx); err != nil {
+		return nil, fmt.Errorf("checkpoint container %s: %w", ref.ID, err)
+	}
+	if t := r.GetTimeout(); t > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, time.Duration(t)*time.Second)
+		defer cancel()
+	}
+	if err := s.checkpointContainer(ctx, c, cp, r.GetLocation()); err != nil {
+		return nil, fmt.Errorf("checkpoint container %s: %w", ref.ID, err)
+	}
+	return &runtimeapi.CheckpointContainerResponse{}, nil
 }
 
 // CheckpointPod is refused as CheckpointContainer is.

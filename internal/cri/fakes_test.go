@@ -271,6 +271,10 @@ func (f *fakeImages) PrepareRootfs(_ context.Context, id, _ string) (string, err
 }
 
 // PrepareVolume makes the volume an empty dir beside the rootfs.
+func (f *fakeImages) RootfsDiff(context.Context, string, io.Writer, []string) error {
+	return errors.New("fake images keep no writable layer")
+}
+
 func (f *fakeImages) PrepareVolume(_ context.Context, id, name, ref string) (*image.Volume, error) {
 	if ref == f.missing {
 		return nil, fmt.Errorf("image %q: %w", ref, errdefs.ErrNotFound)

@@ -25,7 +25,9 @@ import (
 // crind's dirs naming such a container or pod, pod cgroups under
 // crind's cgroup parent, id-mapped mounts of pods and containers that are
 // gone (userns_linux.go), IP reservations of pods that are gone, and the
-// dirs and rootfs of pods and containers that are gone (sweepDirs). Then it
+// dirs and rootfs of pods and containers that are gone (sweepDirs), and
+// checkpoints a crind that died left unfinished, their containers thawed
+// (sweepCheckpoints). Then it
 // starts the loop that retries recorded cleanup steps. Failures are
 // logged: the sweep never stops crind from starting.
 func (s *Service) sweep(ctx context.Context) {
@@ -35,6 +37,7 @@ func (s *Service) sweep(ctx context.Context) {
 	s.sweepCgroups(ctx)
 	s.sweepIPAM(ctx)
 	s.sweepDirs(ctx)
+	s.sweepCheckpoints(ctx)
 	s.startCleanups()
 }
 

@@ -10,6 +10,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"path/filepath"
 	"runtime/debug"
@@ -45,6 +46,9 @@ type Images interface {
 	// PrepareVolume mounts an image volume of a container; ReleaseRootfs
 	// releases it with the rootfs.
 	PrepareVolume(ctx context.Context, containerID, name, ref string) (*image.Volume, error)
+	// RootfsDiff writes the container's writable layer as an OCI layer
+	// tar, leaving out the paths in exclude (a checkpoint's diff).
+	RootfsDiff(ctx context.Context, containerID string, w io.Writer, exclude []string) error
 }
 
 // Network is what the hub needs of pod networking.

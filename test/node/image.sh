@@ -91,7 +91,7 @@ printf 'virtio_blk\nvirtio_net\n' >>"$root/etc/initramfs-tools/modules"
 # only for its containerd-shim-runc-v2 (the shimv2 handler); sshd to drive
 # it. No recommends: every package here is one something uses.
 pkgs="systemd-sysv udev dbus kmod linux-image-cloud-amd64 initramfs-tools
-	runc crun criu containernetworking-plugins containerd
+	runc crun criu libcriu2 containernetworking-plugins containerd
 	busybox-static iproute2 iptables openssh-server"
 DEBIAN_FRONTEND=noninteractive chroot "$root" apt-get \
 	-o Dpkg::Options::=--force-unsafe-io install -y --no-install-recommends $pkgs >&2

@@ -1,0 +1,113 @@
+package runtime
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/containerd/errdefs"
+)
+
+// CheckpointRequest says where a checkpoint goes.
+type CheckpointRequest struct {
+	// ImagePath receives CRIU's images of the container's processes (the
+	// archive's checkpoint dir); WorkPath CRIU's log and statistics
+	// (dump.log, stats-dump). Both are made when missing.
+	ImagePath, WorkPath string
+	// WhilePaused, when set, runs after the dump while the container is
+	// still frozen, so that what it copies (the rootfs diff) is what the
+	// dumped processes saw. Its error fails the checkpoint.
+	WhilePaused func(ctx context.Context) error
+}
+
+// Checkpointer is the optional capability of dumping a running
+// container's processes with CRIU, through the OCI runtime, leaving them
+// running. It is found by type assertion on a Runtime.
+type Checkpointer interface {
+	// Checkpoint freezes the container, dumps it (runc's and crun's
+	// "checkpoint --leave-running"), runs req.WhilePaused and thaws it.
+	// The container runs on whatever happens. One that is not running is
+	// errdefs.ErrFailedPrecondition.
+	Checkpoint(ctx context.Context, id string, req CheckpointRequest) error
+	// Thaw resumes a container a checkpoint left frozen (crind died in
+	// it); one that is not frozen is left as it is.
+	Thaw(ctx context.Context, id string) error
+}
+
+var _ Checkpointer = (*OCI)(nil)
+
+// resumeTimeout bounds the thaw after a checkpoint, whatever the caller's
+// deadline: a container must not be left frozen.
+const resumeTimeout = 30 * time.Second
+
+// Checkpoint implements Checkpointer with "<runtime> pause", "<runtime>
+// checkpoint --leave-running --file-locks" and "<runtime> resume". The
+// dump is bounded by ctx (the CRI request's timeout), or by the backend's
+// CommandTimeout when ctx has no deadline.
+func (o *OCI) Checkpoint(ctx context.Context, id string, req CheckpointRequest) (retErr error) {
+	dir, err := o.known(id)
+	if err != nil {
+		return err
+	}
+	if pending(dir) {
+		return fmt.Errorf("checkpoint container %s: it has not started: %w", id, errdefs.ErrFailedPrecondition)
+	}
+	st, err := o.Status(ctx, id)
+	if err != nil {
+		return fmt.Errorf("checkpoint container %s: %w", id, err)
+	}
+	if st.State != StateRunning {
+		return fmt.Errorf("checkpoint container %s: container is %s: %w", id, st.State, errdefs.ErrFailedPrecondition)
+	}
+	for _, d := range []string{req.ImagePath, req.WorkPath} {
+		// crun 1.21 opens both and does not make them.
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return fmt.Errorf("checkpoint container %s: %w", id, err)
+		}
+	}
+	if _, err := o.run(ctx, runOpts{timeout: resumeTimeout}, "pause", id); err != nil {
+		return fmt.Errorf("checkpoint container %s: freeze: %w", id, err)
+	}
+	defer func() {
+		rctx := context.WithoutCancel(ctx)
+		if _, err := o.run(rctx, runOpts{timeout: resumeTimeout}, "resume", id); err != nil {
+			o.log.ErrorContext(ctx, "thaw after checkpoint", "container_id", id, "error", err)
+			if retErr == nil {
+				retErr = fmt.Errorf("checkpoint container %s: thaw: %w", id, err)
+			}
+		}
+	}()
+	timeout := o.cfg.CommandTimeout
+	if dl, ok := ctx.Deadline(); ok {
+		timeout = time.Until(dl)
+	}
+	args := []string{"checkpoint", "--leave-running", "--file-locks",
+		"--image-path", req.ImagePath, "--work-path", req.WorkPath, id}
+	if _, err := o.run(ctx, runOpts{timeout: timeout}, args...); err != nil {
+		return fmt.Errorf("checkpoint container %s: %w (CRIU's log: %s)", id, err, filepath.Join(req.WorkPath, "dump.log"))
+	}
+	if req.WhilePaused != nil {
+		if err := req.WhilePaused(ctx); err != nil {
+			return fmt.Errorf("checkpoint container %s: %w", id, err)
+		}
+	}
+	return nil
+}
+
+// Thaw runs "<runtime> resume" when the runtime says the container is
+// paused.
+func (o *OCI) Thaw(ctx context.Context, id string) error {
+	if _, err := o.known(id); err != nil {
+		return err
+	}
+	st, err := o.runtimeState(ctx, id)
+	if err != nil || st.Status != "paused" {
+		return err
+	}
+	if _, err := o.run(ctx, runOpts{timeout: resumeTimeout}, "resume", id); err != nil {
+		return fmt.Errorf("thaw container %s: %w", id, err)
+	}
+	return nil
+}
