@@ -153,6 +153,7 @@ func TestCheckpointContainer(t *testing.T) {
 		spec.Annotations["io.kubernetes.cri.sandbox-name"] != podCfg.Metadata.Name {
 		t.Errorf("spec.dump annotations %v (%v): want the container's and the pod's names", spec.Annotations, err)
 	}
+	checkpointctl(t, out, "counter", id[:12])
 	diff := readTarBytes(t, files["rootfs-diff.tar"])
 	n, err := strconv.Atoi(strings.TrimSpace(string(diff["count"])))
 	if err != nil || n < 3 {
@@ -162,6 +163,38 @@ func TestCheckpointContainer(t *testing.T) {
 	waitLog(t, logPath(podCfg, cfg), fmt.Sprintf(" stdout F %d\n", n+2))
 	if st := d.status(t, id); st.State != runtimeapi.ContainerState_CONTAINER_RUNNING {
 		t.Errorf("container after its checkpoint: %v, want running", st.State)
+	}
+}
+
+// checkpointctl has checkpointctl (from CRIN_TEST_BIN_DIR, where the node
+// lane puts it, or $PATH) show and inspect the archive (with CRIU's
+// statistics and the process tree), which must name the container (its
+// name and id); without checkpointctl this is skipped, or
+// fails under needCRIUEnv.
+func checkpointctl(t *testing.T, archive string, want ...string) {
+	t.Helper()
+	bin := filepath.Join(os.Getenv(harness.BinDirEnv), "checkpointctl")
+	if _, err := os.Stat(bin); err != nil {
+		if bin, err = exec.LookPath("checkpointctl"); err != nil {
+			if os.Getenv(needCRIUEnv) != "" {
+				t.Fatalf("no checkpointctl in %s or $PATH to read the archive with", harness.BinDirEnv)
+			}
+			t.Logf("no checkpointctl: the archive is not read by it")
+			return
+		}
+	}
+	for _, args := range [][]string{{"show", archive}, {"inspect", archive}, {"inspect", "--stats", "--ps-tree", archive}} {
+		out, err := exec.Command(bin, args...).CombinedOutput()
+		if err != nil {
+			t.Errorf("checkpointctl %s: %v\n%s", strings.Join(args, " "), err, out)
+			continue
+		}
+		for _, w := range want {
+			if !strings.Contains(string(out), w) {
+				t.Errorf("checkpointctl %s does not name %q:\n%s", strings.Join(args, " "), w, out)
+			}
+		}
+		t.Logf("checkpointctl %s:\n%s", strings.Join(args, " "), out)
 	}
 }
 

@@ -3,6 +3,7 @@
 package node
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -223,7 +224,19 @@ func TestIntegrationInVM(t *testing.T) {
 		}
 	}
 
+	// checkpointctl, built once into the cache, reads the checkpoint
+	// archives the tests make (TestCheckpointContainer).
+	// (Built into a temporary dir and renamed: two runs at once are safe.)
+	cc := exec.Command(filepath.Join(harness.RepoRoot(), "test", "node", "checkpointctl.sh"))
+	var ccErr bytes.Buffer
+	cc.Stderr = &ccErr
+	ccOut, err := cc.Output()
+	if err != nil {
+		t.Fatalf("test/node/checkpointctl.sh: %v\n%s", err, ccErr.String())
+	}
+
 	vm := Shared(t)
+	vm.CopyIn(strings.TrimSpace(string(ccOut)), "/root/crin/bin/checkpointctl", 0o755)
 	// The binary runs in a copy of its package's dir, two levels below a
 	// repository root, as go test would run it (harness.RepoRoot).
 	const root = "/root/crin"
