@@ -292,6 +292,7 @@ func serviceOptions(cfg *config.Config, log *slog.Logger) cri.Options {
 		NetNSDir:           filepath.Join(cfg.State, "netns"),
 		UserNSDir:          filepath.Clean(cfg.State) + "-userns",
 		SeccompProfileRoot: cfg.CRI.SeccompProfileRoot,
+		RestoreArchives:    cfg.CRI.RestoreFromArchives,
 		OOMScoreAdjMin:     ownOOMScoreAdj(),
 		Version:            version,
 		Logger:             log,

@@ -96,6 +96,12 @@ type CRI struct {
 	ShimBinary string `toml:"shim_binary" comment:"crin-shim path; empty: next to crind, then $PATH"`
 	// SeccompProfileRoot resolves relative Localhost seccomp profiles.
 	SeccompProfileRoot string `toml:"seccomp_profile_root" comment:"directory relative Localhost seccomp profiles are resolved in"`
+	// RestoreFromArchives lets CreateContainer restore a container from a
+	// checkpoint archive named by an absolute path as its image
+	// (docs/checkpoint.md). Off by default: an archive holds the memory of
+	// the container it was taken of, secrets included, and any pod could
+	// name any archive on the node.
+	RestoreFromArchives bool `toml:"restore_from_archives" comment:"let CreateContainer restore a container from a checkpoint archive given as an absolute path in place of its image"`
 	// AdminSocket is the unix socket of crind's admin API (crinctl);
 	// empty means <state>/crind-admin.sock. See Config.AdminSocketPath.
 	AdminSocket string `toml:"admin_socket" comment:"admin API socket for crinctl (0600); empty: <state>/crind-admin.sock"`

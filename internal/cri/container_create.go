@@ -50,21 +50,21 @@ func (s *Service) CreateContainer(ctx context.Context, r *runtimeapi.CreateConta
 	id, name := newID(), containerName(cfg, sb.config)
 	log := s.log.With("pod_id", pod.ID, "container_id", id, "container", cfg.Metadata.Name)
 
-	img, err := s.opts.Images.Get(cfg.Image.Image)
-	if err != nil {
-		return nil, fmt.Errorf("config.image.image %q: %w", cfg.Image.Image, err)
-	}
-
 	var undo rollback
 	defer func() {
 		if retErr != nil {
 			undo.run(ctx, log)
 		}
 	}()
+	img, restore, err := s.createImage(ctx, id, cfg, rt, &undo)
+	if err != nil {
+		return nil, err
+	}
 	rec, err := newContainerRecord(id, name, sb, cfg, img)
 	if err != nil {
 		return nil, err
 	}
+	rec.RestoreFrom = restore
 	if err := prepareLog(rec, cfg); err != nil {
 		return nil, err
 	}
@@ -205,6 +205,9 @@ func (s *Service) prepareRootfs(ctx context.Context, rec *store.Container, undo 
 	rec.Rootfs = rootfs
 	// Releasing the rootfs releases the image volumes too.
 	undo.add("release rootfs", func(ctx context.Context) error { return s.releaseRootfs(ctx, id) })
+	if rec.RestoreFrom != "" {
+		return s.applyRestoreDiff(ctx, rec)
+	}
 	return nil
 }
 
@@ -216,7 +219,7 @@ func (s *Service) createInRuntime(ctx context.Context, rt runtime.Runtime, handl
 	id := rec.ID
 	if err := rt.Create(ctx, runtime.CreateRequest{
 		ID: id, Spec: spec, SpecJSON: rec.Spec, LogPath: rec.LogPath, LogRoot: rec.LogRoot,
-		Stdin: cfg.GetStdin(), StdinOnce: cfg.GetStdinOnce(),
+		Stdin: cfg.GetStdin(), StdinOnce: cfg.GetStdinOnce(), RestoreFrom: restoreImages(rec),
 	}); err != nil {
 		return fmt.Errorf("create container: %w", err)
 	}

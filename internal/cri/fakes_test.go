@@ -275,6 +275,10 @@ func (f *fakeImages) RootfsDiff(context.Context, string, io.Writer, []string) er
 	return errors.New("fake images keep no writable layer")
 }
 
+func (f *fakeImages) ApplyRootfsDiff(context.Context, string, io.Reader) error {
+	return errors.New("fake images keep no writable layer")
+}
+
 func (f *fakeImages) PrepareVolume(_ context.Context, id, name, ref string) (*image.Volume, error) {
 	if ref == f.missing {
 		return nil, fmt.Errorf("image %q: %w", ref, errdefs.ErrNotFound)

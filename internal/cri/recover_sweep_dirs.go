@@ -20,7 +20,7 @@ type rootfsOwnerLister interface {
 // remove left on disk for pods and containers no record owns: container
 // rootfs (upper dirs, leases and image volumes, through the image store,
 // whose own start-up removed unrecorded layers, blobs and downloads), pod
-// dirs (<root>/pods/<id>) and runtime state dirs (<state>/c/<id>,
+// dirs (<root>/pods/<id>), unpacked checkpoints (<root>/restore/<id>) and runtime state dirs (<state>/c/<id>,
 // <state>/c/.pod-<id>). It runs after sweepMounts and sweepShims, so no
 // mount or shim of theirs is left; a dir that still has a mount below it
 // is left alone and logged. Names that are not of crind's form are left
@@ -34,6 +34,7 @@ func (s *Service) sweepDirs(ctx context.Context) {
 	s.sweepRootfs(ctx, owned)
 	if s.opts.RootDir != "" {
 		s.sweepIDDirs(ctx, filepath.Join(s.opts.RootDir, "pods"), owned)
+		s.sweepIDDirs(ctx, filepath.Join(s.opts.RootDir, "restore"), owned)
 	}
 	var done []string
 	for _, rt := range s.opts.Runtimes {

@@ -49,6 +49,9 @@ type Images interface {
 	// RootfsDiff writes the container's writable layer as an OCI layer
 	// tar, leaving out the paths in exclude (a checkpoint's diff).
 	RootfsDiff(ctx context.Context, containerID string, w io.Writer, exclude []string) error
+	// ApplyRootfsDiff applies such a tar to a new container's writable
+	// layer (a restore's).
+	ApplyRootfsDiff(ctx context.Context, containerID string, r io.Reader) error
 }
 
 // Network is what the hub needs of pod networking.
@@ -93,6 +96,10 @@ type Options struct {
 	// scopes, with the systemd driver. Nil with cgroupfs.
 	Units              UnitStopper
 	SeccompProfileRoot string
+	// RestoreArchives lets CreateContainer restore a container from a
+	// checkpoint archive given as its image (config
+	// restore_from_archives).
+	RestoreArchives bool
 	// OOMScoreAdjMin is crind's own oom_score_adj.
 	OOMScoreAdjMin int
 	// StreamAddress is the host:port the listener given to ServeStreams is

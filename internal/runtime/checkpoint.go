@@ -8,6 +8,9 @@ import (
 	"time"
 
 	"github.com/containerd/errdefs"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/crin-dev/crin/internal/cgroup"
 )
 
 // CheckpointRequest says where a checkpoint goes.
@@ -110,4 +113,43 @@ func (o *OCI) Thaw(ctx context.Context, id string) error {
 		return fmt.Errorf("thaw container %s: %w", id, err)
 	}
 	return nil
+}
+
+// criuConfigAnnotation names a CRIU configuration file runc passes to
+// CRIU (CRIU reads it after the options runc gives it, so it wins).
+const criuConfigAnnotation = "org.criu.config"
+
+// criuConfigFile, in a restored container's bundle, is that file.
+const criuConfigFile = "criu.conf"
+
+// restoreCgroupConfig has CRIU restore the container's processes into the
+// container's own cgroup. runc 1.1 leaves CRIU's cgroup root unset on
+// cgroup v2, and CRIU then puts them back into the cgroup they were
+// dumped from, the checkpointed container's (cri-o/cri-o#6894): a
+// "cgroup-root" line in a config file named by the spec's org.criu.config
+// annotation sets it. crun sets it itself and ignores the annotation.
+func restoreCgroupConfig(dir string, spec *specs.Spec) error {
+	if spec.Linux == nil || spec.Linux.CgroupsPath == "" {
+		return nil
+	}
+	path := filepath.Join(dir, criuConfigFile)
+	line := "cgroup-root " + cgroup.Dir(spec.Linux.CgroupsPath) + "\n"
+	if err := os.WriteFile(path, []byte(line), 0o600); err != nil {
+		return err
+	}
+	if spec.Annotations == nil {
+		spec.Annotations = map[string]string{}
+	}
+	spec.Annotations[criuConfigAnnotation] = path
+	return nil
+}
+
+// restoredCgroupConfig empties the file restoreCgroupConfig wrote once
+// the container is restored: a later checkpoint of it must not take the
+// cgroup root for its own.
+func restoredCgroupConfig(dir string) {
+	path := filepath.Join(dir, criuConfigFile)
+	if _, err := os.Stat(path); err == nil {
+		_ = os.WriteFile(path, nil, 0o600)
+	}
 }

@@ -196,6 +196,12 @@ func (o *OCI) Create(ctx context.Context, req CreateRequest) (retErr error) {
 		}
 	}()
 	spec := req.SpecJSON
+	if req.RestoreFrom != "" {
+		if err := restoreCgroupConfig(dir, req.Spec); err != nil {
+			return fmt.Errorf("create container %s: %w", req.ID, err)
+		}
+		spec = nil // the spec gained an annotation
+	}
 	if spec == nil {
 		if spec, err = json.Marshal(req.Spec); err != nil {
 			return fmt.Errorf("create container %s: encode spec: %w", req.ID, err)
@@ -204,6 +210,7 @@ func (o *OCI) Create(ctx context.Context, req CreateRequest) (retErr error) {
 	opts, err := json.Marshal(shim.CreateOptions{
 		Bundle: dir, LogPath: req.LogPath, LogRoot: req.LogRoot, Stdin: req.Stdin, StdinOnce: req.StdinOnce,
 		TTY: req.Spec.Process != nil && req.Spec.Process.Terminal, Start: true, PrivatePID: privatePID(req.Spec),
+		Restore: req.RestoreFrom,
 	})
 	if err != nil {
 		return fmt.Errorf("create container %s: encode options: %w", req.ID, err)
@@ -267,6 +274,7 @@ func (o *OCI) Start(ctx context.Context, id string) (int, error) {
 		if err != nil {
 			return 0, fmt.Errorf("start container %s: %w", id, err)
 		}
+		restoredCgroupConfig(dir)
 		o.log.InfoContext(ctx, "container started", "container_id", id, "pid", pid)
 		return pid, nil
 	}

@@ -151,6 +151,10 @@ type CreateRequest struct {
 	// StdinOnce closes the container's stdin once the first attach that
 	// brought stdin ends.
 	StdinOnce bool
+	// RestoreFrom, when set, is a dir of CRIU images (a checkpoint's): the
+	// container's processes are restored from them at Start instead of
+	// run afresh. Only a Checkpointer backend takes it; others refuse it.
+	RestoreFrom string
 }
 
 // SignalOptions modify Signal.

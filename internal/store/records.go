@@ -87,6 +87,9 @@ type Container struct {
 	Resources []byte `json:"resources,omitempty"`
 	// ImageDigest is the image's repo digest ("sha256:..."), if it has one.
 	ImageDigest string `json:"image_digest,omitempty"`
+	// RestoreFrom is the dir a checkpoint archive the container is
+	// restored from was unpacked into; empty for a container run afresh.
+	RestoreFrom string `json:"restore_from,omitempty"`
 	// Spec is the final OCI spec the container was created with (after NRI
 	// adjustments); NRI plugins are shown the container from it. Set for
 	// the PutContainer that stores it (in a bucket of its own, see

@@ -81,7 +81,15 @@ func TestCheckpointRefusals(t *testing.T) {
 	if st := d.status(t, id); st.State != runtimeapi.ContainerState_CONTAINER_RUNNING {
 		t.Errorf("container after a refused checkpoint: %v", st.State)
 	}
-	_, err := d.rs.CheckpointPod(ctx, &runtimeapi.CheckpointPodRequest{PodSandboxId: pod})
+	// An archive as the image is refused where restoring is off (the
+	// default), before the file is looked at.
+	_, err := d.rs.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{
+		PodSandboxId: pod, SandboxConfig: podCfg, Config: containerConfig("restored", out, "true"),
+	})
+	if code(err) != "InvalidArgument" || !strings.Contains(err.Error(), "restore_from_archives") {
+		t.Errorf("CreateContainer from an archive with restoring off: %v; want InvalidArgument naming restore_from_archives", err)
+	}
+	_, err = d.rs.CheckpointPod(ctx, &runtimeapi.CheckpointPodRequest{PodSandboxId: pod})
 	if code(err) != "InvalidArgument" || !strings.Contains(err.Error(), "output_path") {
 		t.Errorf("CheckpointPod without output_path: %v", err)
 	}
@@ -238,4 +246,89 @@ func keys(m map[string][]byte) []string {
 		ks = append(ks, k)
 	}
 	return ks
+}
+
+// counterScript counts once a second, into /count and its log.
+const counterScript = "i=0; while true; do i=$((i+1)); echo $i > /count; echo $i; sleep 1; done"
+
+// ownPIDNamespace gives the pod's containers a PID namespace each, as
+// kubelet does unless a pod shares one (shareProcessNamespace): CRIU
+// restores a container's processes with their pids, which in a shared
+// namespace may be taken.
+func ownPIDNamespace(pod *runtimeapi.PodSandboxConfig, ctrs ...*runtimeapi.ContainerConfig) {
+	ns := &runtimeapi.NamespaceOption{Pid: runtimeapi.NamespaceMode_CONTAINER}
+	pod.Linux.SecurityContext = &runtimeapi.LinuxSandboxSecurityContext{NamespaceOptions: ns}
+	for _, c := range ctrs {
+		if c.Linux == nil {
+			c.Linux = &runtimeapi.LinuxContainerConfig{}
+		}
+		c.Linux.SecurityContext = &runtimeapi.LinuxContainerSecurityContext{NamespaceOptions: ns}
+	}
+}
+
+// TestCheckpointRestore checkpoints a counting container and restores it,
+// from the archive given as the image of a container in a new pod: the
+// restored container continues from the checkpointed count, in its own
+// cgroup and log, while the original counts on.
+func TestCheckpointRestore(t *testing.T) {
+	requireCRIU(t)
+	d := startDaemon(t, daemonOptions{restoreArchives: true})
+	ref, _ := busybox(t)
+	d.pull(t, ref)
+	podCfg := podConfig("ckpt-" + randHex(2))
+	cfg := containerConfig("counter", ref, "sh", "-c", counterScript)
+	ownPIDNamespace(podCfg, cfg)
+	pod := d.runPod(t, podCfg)
+	orig := d.runContainer(t, pod, podCfg, cfg)
+	waitLog(t, logPath(podCfg, cfg), " stdout F 3\n")
+	out := filepath.Join(t.TempDir(), "ckpt.tar")
+	if _, err := d.rs.CheckpointContainer(ctxT(t), &runtimeapi.CheckpointContainerRequest{ContainerId: orig, Location: out, Timeout: 600}); err != nil {
+		t.Fatalf("CheckpointContainer: %v", err)
+	}
+	diff := readTarBytes(t, readTar(t, out)["rootfs-diff.tar"])
+	n, err := strconv.Atoi(strings.TrimSpace(string(diff["count"])))
+	if err != nil {
+		t.Fatalf("rootfs-diff.tar count %q: %v", diff["count"], err)
+	}
+
+	podCfg2 := podConfig("restored-" + randHex(2))
+	cfg2 := containerConfig("counter", out, "sh", "-c", counterScript)
+	ownPIDNamespace(podCfg2, cfg2)
+	pod2 := d.runPod(t, podCfg2)
+	start := time.Now()
+	restored := d.runContainer(t, pod2, podCfg2, cfg2)
+	t.Logf("restore (create and start) took %v", time.Since(start).Round(time.Millisecond))
+	// Its first line is the count at the checkpoint or the next: CRIU
+	// froze the loop between two of its steps.
+	first := waitLog(t, logPath(podCfg2, cfg2), " stdout F ")
+	got := firstCount(t, first)
+	if got < n || got > n+1 {
+		t.Errorf("the restored container's first count is %d, want %d or %d (the checkpointed count; log %q)", got, n, n+1, first)
+	}
+	waitLog(t, logPath(podCfg2, cfg2), fmt.Sprintf(" stdout F %d\n", got+2))
+	if c := d.execOut(t, restored, "cat", "/count"); c == "" {
+		t.Errorf("the restored container has no /count")
+	}
+	pid, origPid := d.containerPid(t, restored), d.containerPid(t, orig)
+	if cg := procCgroup(t, pid); !strings.Contains(cg, restored) || cg == procCgroup(t, origPid) {
+		t.Errorf("the restored container runs in cgroup %s, want its own (the original's is %s)", cg, procCgroup(t, origPid))
+	}
+	// The original counts on, apart.
+	waitLog(t, logPath(podCfg, cfg), fmt.Sprintf(" stdout F %d\n", n+3))
+}
+
+// firstCount is the count of the first full record in a CRI log.
+func firstCount(t *testing.T, log string) int {
+	t.Helper()
+	for line := range strings.Lines(log) {
+		if _, rest, ok := strings.Cut(line, " stdout F "); ok {
+			n, err := strconv.Atoi(strings.TrimSpace(rest))
+			if err != nil {
+				t.Fatalf("log record %q is no count", line)
+			}
+			return n
+		}
+	}
+	t.Fatalf("no count in log %q", log)
+	return 0
 }

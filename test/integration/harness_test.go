@@ -106,6 +106,8 @@ type daemon struct {
 type daemonOptions struct {
 	// extraConfig is appended to the generated TOML.
 	extraConfig string
+	// restoreArchives sets cri.restore_from_archives.
+	restoreArchives bool
 	// noCNI leaves the CNI conf dir empty.
 	noCNI bool
 	// metrics is the metrics address; empty disables the endpoint.
@@ -156,11 +158,12 @@ metrics_address = %q
 cgroup_parent = %q
 shim_binary = %q
 pause_binary = %q
+restore_from_archives = %t
 [cni]
 conf_dir = %q
 bin_dirs = ["/usr/lib/cni"]
 %s`, d.root, d.state, d.socket, o.metrics, d.cgroup,
-		filepath.Join(bin, "crin-shim"), filepath.Join(bin, "crin-pause"), confDir, o.extraConfig)
+		filepath.Join(bin, "crin-shim"), filepath.Join(bin, "crin-pause"), o.restoreArchives, confDir, o.extraConfig)
 	cfg = defaultHandlerConfig(t, cfg, o.extraConfig)
 	if !strings.Contains(o.extraConfig, "[nri") {
 		// Daemons running side by side must not share NRI's default socket.

@@ -133,7 +133,16 @@ type CreateOptions struct {
 	// Start starts the container too, in one runtime command
 	// ("<runtime> run --detach"): the answer says running.
 	Start bool `json:"start,omitempty"`
+	// Restore, with Start, is a dir of CRIU images (a checkpoint's
+	// "checkpoint" dir): the container's processes are restored from it
+	// ("<runtime> restore --detach"), not run afresh. CRIU's log goes to
+	// RestoreWorkDir in the bundle.
+	Restore string `json:"restore,omitempty"`
 }
+
+// RestoreWorkDir is the dir, in a restored container's bundle, of CRIU's log and
+// statistics of the restore (restore.log, stats-restore).
+const RestoreWorkDir = "criu-restore"
 
 // Response answers a Request with a single JSON line.
 type Response struct {

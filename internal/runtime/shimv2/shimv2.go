@@ -280,6 +280,9 @@ func (r *Runtime) callCtx(ctx context.Context) (context.Context, context.CancelF
 // Create writes the bundle, starts (or joins) a shim and creates the task.
 // On error the task, a shim started for it alone and the bundle are gone.
 func (r *Runtime) Create(ctx context.Context, req runtime.CreateRequest) (retErr error) {
+	if req.RestoreFrom != "" {
+		return fmt.Errorf("create container %s: the shimv2 backend cannot restore a checkpoint: %w", req.ID, errdefs.ErrFailedPrecondition)
+	}
 	dir, err := runtime.MakeBundleDir(r.cfg.StateDir, req)
 	if err != nil {
 		return err

@@ -380,11 +380,20 @@ func create(ctx context.Context, cfg ctrConfig, rp *reaper) (_ *created, retErr 
 }
 
 // runCreate runs "runtime create" ("runtime run --detach" with
-// cfg.Start) with stdio as the container's stdin, stdout and stderr, and
+// cfg.Start, "runtime restore --detach" with cfg.Restore too) with stdio as the container's stdin, stdout and stderr, and
 // the console socket when there is one.
 func runCreate(cfg ctrConfig, rp *reaper, pidFile string, console *consoleSocket, stdio [3]*os.File) error {
 	args := []string{"create", "--bundle", cfg.Dir, "--pid-file", pidFile}
-	if cfg.Start {
+	switch {
+	case cfg.Start && cfg.Restore != "":
+		// crun 1.21 opens the work dir and does not make it.
+		work := filepath.Join(cfg.Dir, shim.RestoreWorkDir)
+		if err := os.MkdirAll(work, 0o700); err != nil {
+			return err
+		}
+		args = []string{"restore", "--detach", "--bundle", cfg.Dir, "--pid-file", pidFile,
+			"--image-path", cfg.Restore, "--work-path", work}
+	case cfg.Start:
 		args = []string{"run", "--detach", "--bundle", cfg.Dir, "--pid-file", pidFile}
 	}
 	if console != nil {
@@ -422,7 +431,33 @@ func createFailed(_ context.Context, cfg ctrConfig, rp *reaper, offset int64, er
 	if cfg.Start {
 		op = "run"
 	}
+	if cfg.Start && cfg.Restore != "" {
+		op = "restore"
+		if log := restoreLog(cfg); log != "" {
+			msg += "; CRIU: " + log
+		}
+	}
 	return fmt.Errorf("%s %s: %s", filepath.Base(cfg.Runtime), op, msg)
+}
+
+// restoreLog is the last error lines of CRIU's restore log, if any (such
+// as "Can't fork for 11: File exists": a pid the restored processes had
+// is taken in the PID namespace they are restored into).
+func restoreLog(cfg ctrConfig) string {
+	data, err := os.ReadFile(filepath.Join(cfg.Dir, shim.RestoreWorkDir, "restore.log"))
+	if err != nil {
+		return ""
+	}
+	var errs []string
+	for line := range strings.Lines(string(data)) {
+		if strings.Contains(line, "Error") {
+			errs = append(errs, strings.TrimSpace(line))
+		}
+	}
+	if len(errs) > 3 {
+		errs = errs[len(errs)-3:]
+	}
+	return strings.Join(errs, "; ")
 }
 
 // forceDelete removes the container from the runtime after a failed create.
