@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"syscall"
 
 	"github.com/containerd/errdefs"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -24,6 +25,17 @@ const restoreArchiveMax = 32 << 30
 // from is unpacked, from its CreateContainer until it is removed (the
 // start-up sweep removes the dirs of containers no record owns).
 func (s *Service) restoreDir(id string) string { return filepath.Join(s.opts.RootDir, "restore", id) }
+
+// removeRestoreDir removes the checkpoint container id was restored from
+// (a failure is logged: the start-up sweep removes it later).
+func (s *Service) removeRestoreDir(ctx context.Context, id string) {
+	if s.opts.RootDir == "" {
+		return
+	}
+	if err := os.RemoveAll(s.restoreDir(id)); err != nil {
+		s.log.WarnContext(ctx, "remove the checkpoint a container was restored from", "container_id", id, "error", err)
+	}
+}
 
 // restoreImages is the dir of CRIU images container rec is restored from;
 // "" for a container run afresh.
@@ -57,6 +69,10 @@ func (s *Service) createImage(ctx context.Context, id string, cfg *runtimeapi.Co
 	}
 	undo.add("remove restore dir", func(context.Context) error { return os.RemoveAll(dir) })
 	if err := checkpoint.Extract(ref, dir, restoreArchiveMax); err != nil {
+		var errno syscall.Errno
+		if !errors.As(err, &errno) && !errdefs.IsResourceExhausted(err) && !errdefs.IsInvalidArgument(err) {
+			err = fmt.Errorf("%w: %w", err, errdefs.ErrInvalidArgument) // not a tar
+		}
 		return nil, "", fmt.Errorf("config.image.image %q: unpack the checkpoint: %w", ref, err)
 	}
 	ck, err := checkpoint.ReadConfig(dir)

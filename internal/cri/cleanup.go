@@ -66,11 +66,7 @@ func (s *Service) deleteFromRuntime(ctx context.Context, handler, id string) err
 // checkpoint it was restored from if any; a failure is returned and
 // recorded for the cleanup loop.
 func (s *Service) releaseRootfs(ctx context.Context, id string) error {
-	if s.opts.RootDir != "" {
-		if err := os.RemoveAll(s.restoreDir(id)); err != nil {
-			s.log.WarnContext(ctx, "remove the checkpoint a container was restored from", "container_id", id, "error", err)
-		}
-	}
+	s.removeRestoreDir(ctx, id)
 	err := s.opts.Images.ReleaseRootfs(ctx, id)
 	if err != nil {
 		s.deferCleanup(ctx, store.Cleanup{Kind: store.CleanupRootfs, ID: id}, err)

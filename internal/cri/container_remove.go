@@ -63,6 +63,9 @@ func (s *Service) removeContainer(ctx context.Context, c *container) error {
 	if err := s.opts.Images.ReleaseRootfs(ctx, rec.ID); err != nil {
 		return fmt.Errorf("release rootfs of %s: %w", rec.ID, err)
 	}
+	if rec.RestoreFrom != "" {
+		s.removeRestoreDir(ctx, rec.ID)
+	}
 	trace.Mark(ctx, "rootfs_release")
 	c.mu.Lock()
 	view := nriContainerLocked(c)

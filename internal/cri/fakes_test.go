@@ -245,7 +245,12 @@ var testImage = &image.Image{
 func (f *fakeImages) Pull(context.Context, string, *image.Auth) (*image.Image, error) {
 	return testImage, nil
 }
-func (f *fakeImages) Get(ref string) (*image.Image, error) { return testImage, nil }
+func (f *fakeImages) Get(ref string) (*image.Image, error) {
+	if ref != "" && ref == f.missing {
+		return nil, fmt.Errorf("image %q: %w", ref, errdefs.ErrNotFound)
+	}
+	return testImage, nil
+}
 func (f *fakeImages) List() []*image.Image                 { return []*image.Image{testImage} }
 func (f *fakeImages) Remove(context.Context, string) error { return nil }
 func (f *fakeImages) FsInfo() (image.FsUsage, error)       { return image.FsUsage{}, nil }
@@ -275,8 +280,13 @@ func (f *fakeImages) RootfsDiff(context.Context, string, io.Writer, []string) er
 	return errors.New("fake images keep no writable layer")
 }
 
-func (f *fakeImages) ApplyRootfsDiff(context.Context, string, io.Reader) error {
-	return errors.New("fake images keep no writable layer")
+// ApplyRootfsDiff copies the diff beside the rootfs, as rootfs-diff.tar.
+func (f *fakeImages) ApplyRootfsDiff(_ context.Context, id string, r io.Reader) error {
+	data, err := io.ReadAll(r)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(f.dir, id+"-rootfs-diff.tar"), data, 0o600)
 }
 
 func (f *fakeImages) PrepareVolume(_ context.Context, id, name, ref string) (*image.Volume, error) {
