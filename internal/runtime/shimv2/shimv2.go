@@ -492,6 +492,12 @@ func (r *Runtime) teardown(ctx context.Context, id, dir string, m meta) {
 	if m.Address != "" {
 		if c, err := r.conn(ctx, m.Address); err == nil {
 			cctx, cancel := r.callCtx(ctx)
+			// The shim now serving the address: not the one recorded at
+			// create when that one died and a later container's start
+			// made another for the pod. stopShim waits for this one.
+			if cr, err := c.task.Connect(cctx, &task.ConnectRequest{ID: id}); err == nil && cr.GetShimPid() > 0 {
+				m.ShimPid = int(cr.GetShimPid())
+			}
 			_, err := c.task.Delete(cctx, &task.DeleteRequest{ID: id})
 			if err = fromShim(err); err != nil && !errdefs.IsNotFound(err) {
 				r.log.WarnContext(ctx, "delete task", "container_id", id, "error", err)
