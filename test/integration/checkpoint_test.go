@@ -120,15 +120,20 @@ func requireCRIU(t *testing.T) {
 // TestCheckpointContainer checkpoints a container that counts, into a file
 // and its log, and checks the archive: CRIU's images of its processes,
 // its writable layer with the count in it, its spec and config as
-// checkpoint tools read them; and the container counts on after it.
+// checkpoint tools read them (and checkpointctl itself); the container
+// counts on after it. Then it restores the container from the archive,
+// given as the image of a container in a new pod: the restored one
+// continues from the checkpointed count, in its own cgroup and log, while
+// the original counts on.
 func TestCheckpointContainer(t *testing.T) {
 	requireCRIU(t)
-	d := startDaemon(t, daemonOptions{})
+	d := startDaemon(t, daemonOptions{restoreArchives: true})
 	ref, _ := busybox(t)
 	d.pull(t, ref)
 	podCfg := podConfig("ckpt-" + randHex(2))
+	cfg := containerConfig("counter", ref, "sh", "-c", counterScript)
+	ownPIDNamespace(podCfg, cfg)
 	pod := d.runPod(t, podCfg)
-	cfg := containerConfig("counter", ref, "sh", "-c", "i=0; while true; do i=$((i+1)); echo $i > /count; echo $i; sleep 1; done")
 	id := d.runContainer(t, pod, podCfg, cfg)
 	waitLog(t, logPath(podCfg, cfg), " stdout F 3\n")
 
@@ -172,6 +177,7 @@ func TestCheckpointContainer(t *testing.T) {
 	if st := d.status(t, id); st.State != runtimeapi.ContainerState_CONTAINER_RUNNING {
 		t.Errorf("container after its checkpoint: %v, want running", st.State)
 	}
+	t.Run("restored in a new pod", func(t *testing.T) { checkRestore(t, d, out, n, id, podCfg, cfg) })
 }
 
 // checkpointctl has checkpointctl (from CRIN_TEST_BIN_DIR, where the node
@@ -266,33 +272,12 @@ func ownPIDNamespace(pod *runtimeapi.PodSandboxConfig, ctrs ...*runtimeapi.Conta
 	}
 }
 
-// TestCheckpointRestore checkpoints a counting container and restores it,
-// from the archive given as the image of a container in a new pod: the
-// restored container continues from the checkpointed count, in its own
-// cgroup and log, while the original counts on.
-func TestCheckpointRestore(t *testing.T) {
-	requireCRIU(t)
-	d := startDaemon(t, daemonOptions{restoreArchives: true})
-	ref, _ := busybox(t)
-	d.pull(t, ref)
-	podCfg := podConfig("ckpt-" + randHex(2))
-	cfg := containerConfig("counter", ref, "sh", "-c", counterScript)
-	ownPIDNamespace(podCfg, cfg)
-	pod := d.runPod(t, podCfg)
-	orig := d.runContainer(t, pod, podCfg, cfg)
-	waitLog(t, logPath(podCfg, cfg), " stdout F 3\n")
-	out := filepath.Join(t.TempDir(), "ckpt.tar")
-	if _, err := d.rs.CheckpointContainer(ctxT(t), &runtimeapi.CheckpointContainerRequest{ContainerId: orig, Location: out, Timeout: 600}); err != nil {
-		t.Fatalf("CheckpointContainer: %v", err)
-	}
-	diff := readTarBytes(t, readTar(t, out)["rootfs-diff.tar"])
-	n, err := strconv.Atoi(strings.TrimSpace(string(diff["count"])))
-	if err != nil {
-		t.Fatalf("rootfs-diff.tar count %q: %v", diff["count"], err)
-	}
-
+// checkRestore restores the container orig, checkpointed at count n into
+// archive, in a new pod, and checks that it continues from n in its own
+// cgroup and log while orig counts on.
+func checkRestore(t *testing.T, d *daemon, archive string, n int, orig string, podCfg *runtimeapi.PodSandboxConfig, cfg *runtimeapi.ContainerConfig) {
 	podCfg2 := podConfig("restored-" + randHex(2))
-	cfg2 := containerConfig("counter", out, "sh", "-c", counterScript)
+	cfg2 := containerConfig("counter", archive, "sh", "-c", counterScript)
 	ownPIDNamespace(podCfg2, cfg2)
 	pod2 := d.runPod(t, podCfg2)
 	start := time.Now()
@@ -314,7 +299,7 @@ func TestCheckpointRestore(t *testing.T) {
 		t.Errorf("the restored container runs in cgroup %s, want its own (the original's is %s)", cg, procCgroup(t, origPid))
 	}
 	// The original counts on, apart.
-	waitLog(t, logPath(podCfg, cfg), fmt.Sprintf(" stdout F %d\n", n+3))
+	waitLog(t, logPath(podCfg, cfg), fmt.Sprintf(" stdout F %d\n", n+4))
 }
 
 // firstCount is the count of the first full record in a CRI log.

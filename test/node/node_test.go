@@ -33,7 +33,7 @@ const IntegrationRunEnv = "CRIN_NODE_INTEGRATION_RUN"
 // exec, recovery after crind is killed, the CRI metrics, and checkpoints
 // with CRIU 4.1 (which the host's kernel defeats). docs/node-lane.md lists them;
 // the rest run on the host lane.
-const defaultIntegrationRun = "^(TestCgroupDriver|TestCgroupLimits|TestCgroupV2Files|TestExitCodes|TestPodContainerLifecycle|TestCrashRecovery|TestKubeletStats|TestMetricsFigures|TestCheckpointContainer|TestCheckpointRestore)$"
+const defaultIntegrationRun = "^(TestCgroupDriver|TestCgroupLimits|TestCgroupV2Files|TestExitCodes|TestPodContainerLifecycle|TestCrashRecovery|TestKubeletStats|TestMetricsFigures|TestCheckpointContainer)$"
 
 // shimv2IntegrationRun is the shorter list run on the shim v2 handler
 // (containerd-shim-runc-v2 with SystemdCgroup): its containers' scopes in
