@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -377,6 +378,8 @@ func TestKubeletOnNode(t *testing.T) {
 		return false, harness.Tail(string(b), 3000)
 	})
 
+	checkpointThroughKubelet(t, vm, n, podName, ctrID)
+
 	// crind restarted by systemd, then killed: kubelet restarts nothing.
 	sleepPID := strings.TrimSpace(vm.MustRun("pgrep -x -f 'sleep 100000'"))
 	for _, how := range []string{"systemctl restart crind", "systemctl kill -s KILL crind"} {
@@ -410,4 +413,34 @@ func TestKubeletOnNode(t *testing.T) {
 		_, err := vm.Run("test -e /sys/fs/cgroup/kubepods.slice/" + slice)
 		return err != nil, "still there"
 	})
+}
+
+// checkpointThroughKubelet has kubelet checkpoint the container "main" of
+// pod (its ContainerCheckpoint gate is on by default) and checkpointctl
+// read the archive kubelet names; the container runs on.
+func checkpointThroughKubelet(t *testing.T, vm *VM, n *kubeletNode, pod, ctrID string) {
+	t.Helper()
+	cc := exec.Command(filepath.Join(harness.RepoRoot(), "test", "node", "checkpointctl.sh"))
+	out, err := cc.Output()
+	if err != nil {
+		t.Fatalf("test/node/checkpointctl.sh: %v", err)
+	}
+	vm.CopyIn(strings.TrimSpace(string(out)), "/usr/local/bin/checkpointctl", 0o755)
+	b, err := n.do(http.MethodPost, "/checkpoint/default/"+pod+"/main?timeout=600")
+	if err != nil {
+		t.Fatalf("kubelet checkpoint: %v\n%s", err, n.journal())
+	}
+	var resp struct {
+		Items []string `json:"items"`
+	}
+	if err := json.Unmarshal(b, &resp); err != nil || len(resp.Items) != 1 {
+		t.Fatalf("kubelet checkpoint answered %s (%v), want one archive", b, err)
+	}
+	archive := resp.Items[0]
+	show := vm.MustRun("checkpointctl inspect --stats " + shellQuote(archive))
+	if !strings.Contains(show, ctrID) || !strings.Contains(show, "main") {
+		t.Errorf("checkpointctl inspect of kubelet's archive %s does not name the container main (%s):\n%s", archive, ctrID, show)
+	}
+	t.Logf("kubelet's checkpoint %s:\n%s", archive, show)
+	vm.MustRun("rm -f " + shellQuote(archive))
 }
