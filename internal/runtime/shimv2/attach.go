@@ -134,7 +134,7 @@ func (r *Runtime) relayInput(ctx context.Context, id, dir string, m meta, req ru
 	if req.Resize != nil {
 		rctx, cancel := context.WithCancel(ctx)
 		stop = cancel
-		go r.relayResizes(rctx, c, id, req.Resize)
+		go r.relayResizes(rctx, c, id, "", req.Resize)
 	}
 	return inputDone, stop, nil
 }

@@ -304,24 +304,8 @@ func (r *Runtime) relayExecInput(ctx context.Context, c *conn, id, execID, inPat
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		if x.resize == nil {
-			return
-		}
-		for {
-			select {
-			case <-rctx.Done():
-				return
-			case sz, ok := <-x.resize:
-				if !ok {
-					return
-				}
-				cctx, ccancel := r.callCtx(rctx)
-				_, err := c.task.ResizePty(cctx, &task.ResizePtyRequest{ID: id, ExecID: execID, Width: uint32(sz.Width), Height: uint32(sz.Height)})
-				ccancel()
-				if err != nil {
-					r.log.DebugContext(ctx, "resize exec terminal", "container_id", id, "exec_id", execID, "error", fromShim(err))
-				}
-			}
+		if x.resize != nil {
+			r.relayResizes(rctx, c, id, execID, x.resize)
 		}
 	}()
 	return func() {

@@ -188,9 +188,10 @@ func (r *Runtime) relayAttachInput(ctx context.Context, c *conn, id, dir string,
 	}
 }
 
-// relayResizes hands the terminal sizes from sizes to the shim until ctx
-// ends or sizes closes.
-func (r *Runtime) relayResizes(ctx context.Context, c *conn, id string, sizes <-chan runtime.TerminalSize) {
+// relayResizes hands the terminal sizes from sizes to the shim, for the
+// container's terminal (execID "") or an exec's, until ctx ends or sizes
+// closes.
+func (r *Runtime) relayResizes(ctx context.Context, c *conn, id, execID string, sizes <-chan runtime.TerminalSize) {
 	for {
 		select {
 		case <-ctx.Done():
@@ -200,10 +201,10 @@ func (r *Runtime) relayResizes(ctx context.Context, c *conn, id string, sizes <-
 				return
 			}
 			cctx, cancel := r.callCtx(ctx)
-			_, err := c.task.ResizePty(cctx, &task.ResizePtyRequest{ID: id, Width: uint32(sz.Width), Height: uint32(sz.Height)})
+			_, err := c.task.ResizePty(cctx, &task.ResizePtyRequest{ID: id, ExecID: execID, Width: uint32(sz.Width), Height: uint32(sz.Height)})
 			cancel()
 			if err != nil {
-				r.log.DebugContext(ctx, "resize container terminal", "container_id", id, "error", fromShim(err))
+				r.log.DebugContext(ctx, "resize terminal", "container_id", id, "exec_id", execID, "error", fromShim(err))
 			}
 		}
 	}
