@@ -21,8 +21,10 @@ import (
 // FailedPrecondition and CRIU's own words when it does not: Debian 12's
 // criu 3.17 cannot read the vDSO layout of kernels from 6.13 on, which is
 // this project's CI machine. Where CRIU works, CheckpointContainer writes
-// an archive (checkpoint_archive.go); restore, CheckpointPod and
-// RestorePod are still Unimplemented (docs/checkpoint.md).
+// an archive (checkpoint_archive.go) CreateContainer restores from
+// (checkpoint_restore.go), and CheckpointPod writes a pod's checkpoint
+// (checkpoint_pod.go) RestorePod makes a new pod from
+// (checkpoint_pod_restore.go). docs/checkpoint.md tells the whole story.
 
 // criuProbeTTL is how long a "criu check" verdict is trusted; installing
 // or upgrading criu is seen within it without a crind restart.
@@ -135,31 +137,6 @@ func (s *Service) CheckpointContainer(ctx context.Context, r *runtimeapi.Checkpo
 		return nil, fmt.Errorf("checkpoint container %s: %w", ref.ID, err)
 	}
 	return &runtimeapi.CheckpointContainerResponse{}, nil
-}
-
-// CheckpointPod is refused as CheckpointContainer is.
-func (s *Service) CheckpointPod(ctx context.Context, r *runtimeapi.CheckpointPodRequest) (*runtimeapi.CheckpointPodResponse, error) {
-	if err := checkOutputPath("output_path", r.GetOutputPath()); err != nil {
-		return nil, err
-	}
-	if _, err := s.getSandbox(r.GetPodSandboxId()); err != nil {
-		return nil, err
-	}
-	if err := s.criu.check(ctx); err != nil {
-		return nil, fmt.Errorf("checkpoint pod %s: %w", r.GetPodSandboxId(), err)
-	}
-	return nil, fmt.Errorf("checkpoint pod %s: not implemented yet: %w", r.GetPodSandboxId(), errdefs.ErrNotImplemented)
-}
-
-// RestorePod is refused as CheckpointContainer is.
-func (s *Service) RestorePod(ctx context.Context, r *runtimeapi.RestorePodRequest) (*runtimeapi.RestorePodResponse, error) {
-	if err := checkOutputPath("checkpoint_path", r.GetCheckpointPath()); err != nil {
-		return nil, err
-	}
-	if err := s.criu.check(ctx); err != nil {
-		return nil, fmt.Errorf("restore pod from %s: %w", r.GetCheckpointPath(), err)
-	}
-	return nil, fmt.Errorf("restore pod from %s: not implemented yet: %w", r.GetCheckpointPath(), errdefs.ErrNotImplemented)
 }
 
 // checkOutputPath requires an absolute, clean-able path.

@@ -48,11 +48,38 @@ func checkLocationDir(field, p string) error {
 }
 
 // checkpointContainer dumps c through cp and writes the archive to
-// location: CRIU's images (checkpoint/), its log and statistics, the
-// writable layer taken while the container is frozen (rootfs-diff.tar),
-// the container's OCI spec (spec.dump) and what it was created from
-// (config.dump). Nothing is left at location on error.
+// location (captureContainer). Nothing is left at location on error.
 func (s *Service) checkpointContainer(ctx context.Context, c *container, cp runtime.Checkpointer, location string) error {
+	staging, err := s.checkpointStaging(c)
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(staging)
+	if err := s.captureContainer(ctx, c, cp, staging, false); err != nil {
+		return err
+	}
+	return checkpoint.WriteArchive(location, staging)
+}
+
+// checkpointStaging makes the dir container c's checkpoint is put
+// together in, named for it so that the start-up sweep thaws it should
+// crind die with it frozen.
+func (s *Service) checkpointStaging(c *container) (string, error) {
+	c.mu.Lock()
+	id := c.rec.ID
+	c.mu.Unlock()
+	if err := os.MkdirAll(s.checkpointWorkDir(), 0o700); err != nil {
+		return "", err
+	}
+	return os.MkdirTemp(s.checkpointWorkDir(), id+".")
+}
+
+// captureContainer dumps c through cp into dir: CRIU's images
+// (checkpoint/), its log and statistics, the writable layer taken while
+// the container is frozen (rootfs-diff.tar), the container's OCI spec
+// (spec.dump) and what it was created from (config.dump). With frozen
+// set, the caller froze c and thaws it.
+func (s *Service) captureContainer(ctx context.Context, c *container, cp runtime.Checkpointer, dir string, frozen bool) error {
 	c.mu.Lock()
 	rec := *c.rec
 	name := c.config.GetMetadata().GetName()
@@ -61,16 +88,7 @@ func (s *Service) checkpointContainer(ctx context.Context, c *container, cp runt
 	if err != nil {
 		return err
 	}
-	if err := os.MkdirAll(s.checkpointWorkDir(), 0o700); err != nil {
-		return err
-	}
-	staging, err := os.MkdirTemp(s.checkpointWorkDir(), rec.ID+".")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(staging)
-
-	diff, err := os.OpenFile(filepath.Join(staging, checkpoint.RootfsDiffFile), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	diff, err := os.OpenFile(filepath.Join(dir, checkpoint.RootfsDiffFile), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
 	if err != nil {
 		return err
 	}
@@ -82,8 +100,9 @@ func (s *Service) checkpointContainer(ctx context.Context, c *container, cp runt
 		exclude = append(exclude, m.Destination)
 	}
 	err = cp.Checkpoint(ctx, rec.ID, runtime.CheckpointRequest{
-		ImagePath: filepath.Join(staging, checkpoint.ImagesDir),
-		WorkPath:  staging,
+		ImagePath: filepath.Join(dir, checkpoint.ImagesDir),
+		WorkPath:  dir,
+		Frozen:    frozen,
 		WhilePaused: func(ctx context.Context) error {
 			if err := s.opts.Images.RootfsDiff(ctx, rec.ID, diff, exclude); err != nil {
 				return fmt.Errorf("rootfs diff: %w", err)
@@ -107,13 +126,10 @@ func (s *Service) checkpointContainer(ctx context.Context, c *container, cp runt
 		CreatedTime:      time.Unix(0, rec.CreatedAt).UTC(),
 		CheckpointedTime: time.Now().UTC(),
 	}
-	if err := checkpoint.WriteConfig(staging, cfg); err != nil {
+	if err := checkpoint.WriteConfig(dir, cfg); err != nil {
 		return err
 	}
-	if err := checkpoint.WriteSpec(staging, spec); err != nil {
-		return err
-	}
-	return checkpoint.WriteArchive(location, staging)
+	return checkpoint.WriteSpec(dir, spec)
 }
 
 // checkpointSpec is the container's recorded OCI spec with the names

@@ -48,49 +48,78 @@ func restoreImages(rec *store.Container) string {
 
 // createImage finds the image of a container to create. An absolute path
 // in config.image.image names a checkpoint archive (as CRI-O takes it):
-// where restoring is enabled, it is unpacked into restoreDir(id), and the
-// image is the one the checkpointed container ran, which must be on the
-// node; the dir is returned too.
-func (s *Service) createImage(ctx context.Context, id string, cfg *runtimeapi.ContainerConfig, rt runtime.Runtime, undo *rollback) (*image.Image, string, error) {
+// where restoring is enabled, it is unpacked into restoreDir(id). A
+// container RestorePod makes names its checkpoint's dir in from, which is
+// linked (or copied) into restoreDir(id). A restored container's image is
+// the one the checkpointed container ran, which must be on the node; the
+// restore dir is returned too.
+func (s *Service) createImage(ctx context.Context, id string, cfg *runtimeapi.ContainerConfig, rt runtime.Runtime, from string, undo *rollback) (*image.Image, string, error) {
 	ref := cfg.GetImage().GetImage()
-	if !filepath.IsAbs(ref) {
+	if from == "" && !filepath.IsAbs(ref) {
 		img, err := s.opts.Images.Get(ref)
 		if err != nil {
 			return nil, "", fmt.Errorf("config.image.image %q: %w", ref, err)
 		}
 		return img, "", nil
 	}
-	if err := s.checkRestore(ctx, ref, cfg, rt); err != nil {
-		return nil, "", err
-	}
 	dir := s.restoreDir(id)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := os.MkdirAll(filepath.Dir(dir), 0o700); err != nil {
 		return nil, "", err
 	}
-	undo.add("remove restore dir", func(context.Context) error { return os.RemoveAll(dir) })
-	if err := checkpoint.Extract(ref, dir, restoreArchiveMax); err != nil {
-		var errno syscall.Errno
-		if !errors.As(err, &errno) && !errdefs.IsResourceExhausted(err) && !errdefs.IsInvalidArgument(err) {
-			err = fmt.Errorf("%w: %w", err, errdefs.ErrInvalidArgument) // not a tar
+	if from != "" {
+		ref = from
+		undo.add("remove restore dir", func(context.Context) error { return os.RemoveAll(dir) })
+		if err := checkpoint.CopyDir(from, dir, true); err != nil {
+			return nil, "", fmt.Errorf("copy the checkpoint of container %q from %s: %w", cfg.GetMetadata().GetName(), from, err)
 		}
-		return nil, "", fmt.Errorf("config.image.image %q: unpack the checkpoint: %w", ref, err)
+	} else if err := s.unpackArchive(ctx, ref, dir, cfg, rt, undo); err != nil {
+		return nil, "", err
 	}
 	ck, err := checkpoint.ReadConfig(dir)
 	if err != nil {
-		return nil, "", fmt.Errorf("config.image.image %q: not a checkpoint archive: %w", ref, err)
+		return nil, "", fmt.Errorf("config.image.image %q: not a checkpoint: %w", ref, err)
 	}
 	if _, err := os.Stat(filepath.Join(dir, checkpoint.ImagesDir, checkpoint.InventoryFile)); err != nil {
-		return nil, "", fmt.Errorf("config.image.image %q: the archive holds no CRIU images: %w", ref, errdefs.ErrInvalidArgument)
+		return nil, "", fmt.Errorf("config.image.image %q: the checkpoint holds no CRIU images: %w", ref, errdefs.ErrInvalidArgument)
 	}
+	img, err := s.checkpointedImage(ck)
+	if err != nil {
+		return nil, "", fmt.Errorf("config.image.image %q: %w", ref, err)
+	}
+	return img, dir, nil
+}
+
+// checkpointedImage is the image the container checkpointed in ck ran.
+func (s *Service) checkpointedImage(ck checkpoint.ContainerConfig) (*image.Image, error) {
 	img, err := s.opts.Images.Get(ck.RootfsImageRef)
 	if err != nil && ck.RootfsImageName != "" {
 		img, err = s.opts.Images.Get(ck.RootfsImageName)
 	}
 	if err != nil {
-		return nil, "", fmt.Errorf("config.image.image %q: the checkpointed container ran image %s (%s), which is not on this node: pull it first: %w",
-			ref, ck.RootfsImageName, ck.RootfsImageRef, errdefs.ErrFailedPrecondition)
+		return nil, fmt.Errorf("the checkpointed container ran image %s (%s), which is not on this node: pull it first: %w",
+			ck.RootfsImageName, ck.RootfsImageRef, errdefs.ErrFailedPrecondition)
 	}
-	return img, dir, nil
+	return img, nil
+}
+
+// unpackArchive unpacks the checkpoint archive at path into dir, once
+// checkRestore allows it.
+func (s *Service) unpackArchive(ctx context.Context, path, dir string, cfg *runtimeapi.ContainerConfig, rt runtime.Runtime, undo *rollback) error {
+	if err := s.checkRestore(ctx, path, cfg, rt); err != nil {
+		return err
+	}
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return err
+	}
+	undo.add("remove restore dir", func(context.Context) error { return os.RemoveAll(dir) })
+	if err := checkpoint.Extract(path, dir, restoreArchiveMax); err != nil {
+		var errno syscall.Errno
+		if !errors.As(err, &errno) && !errdefs.IsResourceExhausted(err) && !errdefs.IsInvalidArgument(err) {
+			err = fmt.Errorf("%w: %w", err, errdefs.ErrInvalidArgument) // not a tar
+		}
+		return fmt.Errorf("config.image.image %q: unpack the checkpoint: %w", path, err)
+	}
+	return nil
 }
 
 // checkRestore refuses a restore from the archive at path that cannot be

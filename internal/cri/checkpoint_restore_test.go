@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/containerd/errdefs"
+	"golang.org/x/sys/unix"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/crin-dev/crin/internal/checkpoint"
@@ -24,6 +25,14 @@ type ckptRuntime struct {
 	mu       sync.Mutex
 	restores map[string]string // container id -> CreateRequest.RestoreFrom
 	thawed   []string
+	// calls lists "freeze ID", "checkpoint ID" (with " frozen" when the
+	// caller froze it) and "thaw ID", in order.
+	calls []string
+	// dumpErr, when set, fails the checkpoint of the container it names.
+	dumpErr map[string]error
+	// dumps, when set, makes Checkpoint write CRIU's inventory as a
+	// dump does, instead of failing.
+	dumps bool
 }
 
 func (c *ckptRuntime) Create(ctx context.Context, req runtime.CreateRequest) error {
@@ -33,14 +42,36 @@ func (c *ckptRuntime) Create(ctx context.Context, req runtime.CreateRequest) err
 	return c.fakeRuntime.Create(ctx, req)
 }
 
-func (c *ckptRuntime) Checkpoint(context.Context, string, runtime.CheckpointRequest) error {
-	return errors.New("the fake does not dump")
+func (c *ckptRuntime) Checkpoint(_ context.Context, id string, req runtime.CheckpointRequest) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.calls = append(c.calls, "checkpoint "+id+map[bool]string{true: " frozen"}[req.Frozen])
+	if !c.dumps {
+		return errors.New("the fake does not dump")
+	}
+	if err := c.dumpErr[id]; err != nil {
+		return err
+	}
+	if err := os.MkdirAll(req.ImagePath, 0o700); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(req.ImagePath, checkpoint.InventoryFile), []byte(id), 0o600)
 }
+
+func (c *ckptRuntime) Freeze(_ context.Context, id string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.calls = append(c.calls, "freeze "+id)
+	return nil
+}
+
+func (c *ckptRuntime) Engine() string { return "fakerunc" }
 
 func (c *ckptRuntime) Thaw(_ context.Context, id string) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.thawed = append(c.thawed, id)
+	c.calls = append(c.calls, "thaw "+id)
 	return nil
 }
 
@@ -52,11 +83,20 @@ func restoreHub(t *testing.T) (*hub, *ckptRuntime) {
 	rt := &ckptRuntime{fakeRuntime: h.rt, restores: map[string]string{}}
 	h.opts.Runtimes = map[string]runtime.Runtime{"runc": rt}
 	h.opts.RestoreArchives = true
+	h.opts.Network = newFakeCNI() // pods CheckpointPod takes have a network
 	h.start(t, false)
 	h.criu = &criuProbe{
 		look: func(string) (string, error) { return "/usr/sbin/criu", nil },
 		run:  func(context.Context, string) ([]byte, error) { return nil, nil },
 	}
+	// Pods with their own IPC namespace have a /dev/shm mounted: removed
+	// before the temporary dirs are.
+	t.Cleanup(func() {
+		shms, _ := filepath.Glob(filepath.Join(h.opts.RootDir, "pods", "*", "shm"))
+		for _, m := range shms {
+			_ = unix.Unmount(m, unix.MNT_DETACH)
+		}
+	})
 	return h, rt
 }
 

@@ -94,7 +94,7 @@ func TestRPCRefusals(t *testing.T) {
 			return wantEmpty(h.ListPodSandboxStats(ctx, &runtimeapi.ListPodSandboxStatsRequest{Filter: &runtimeapi.PodSandboxStatsFilter{Id: "nope"}}))
 		}, codes.OK},
 		{"CheckpointPod unknown", func(ctx context.Context) error {
-			_, err := h.CheckpointPod(ctx, &runtimeapi.CheckpointPodRequest{PodSandboxId: "nope", OutputPath: "/tmp/x.tar"})
+			_, err := h.CheckpointPod(ctx, &runtimeapi.CheckpointPodRequest{PodSandboxId: strings.Repeat("0e", 32), OutputPath: t.TempDir(), ContainerIds: []string{"c"}})
 			return err
 		}, codes.NotFound},
 		{"CheckpointPod relative path", func(ctx context.Context) error {

@@ -30,21 +30,30 @@ import (
 // it in the runtime, then relay NRI PostCreateContainer. It becomes visible
 // only when all of that worked; any failure (a plugin's included) undoes
 // every step.
-func (s *Service) CreateContainer(ctx context.Context, r *runtimeapi.CreateContainerRequest) (_ *runtimeapi.CreateContainerResponse, retErr error) {
-	cfg := r.GetConfig()
-	if err := s.validateCreateRequest(cfg); err != nil {
-		return nil, err
-	}
-	sb, err := s.getSandboxExact(r.GetPodSandboxId())
+func (s *Service) CreateContainer(ctx context.Context, r *runtimeapi.CreateContainerRequest) (*runtimeapi.CreateContainerResponse, error) {
+	id, err := s.createContainer(ctx, r.GetPodSandboxId(), r.GetConfig(), "")
 	if err != nil {
 		return nil, err
+	}
+	return &runtimeapi.CreateContainerResponse{ContainerId: id}, nil
+}
+
+// createContainer is CreateContainer. A container restored by RestorePod
+// names the dir of its checkpoint in from (checkpoint_pod_restore.go).
+func (s *Service) createContainer(ctx context.Context, podID string, cfg *runtimeapi.ContainerConfig, from string) (_ string, retErr error) {
+	if err := s.validateCreateRequest(cfg); err != nil {
+		return "", err
+	}
+	sb, err := s.getSandboxExact(podID)
+	if err != nil {
+		return "", err
 	}
 	// sb.op, not sb.mu: it is held across the NRI calls (see nri.go).
 	sb.op.Lock()
 	defer sb.op.Unlock()
 	rt, err := s.readyPodRuntime(sb)
 	if err != nil {
-		return nil, err
+		return "", err
 	}
 	pod := sb.rec
 	id, name := newID(), containerName(cfg, sb.config)
@@ -56,66 +65,66 @@ func (s *Service) CreateContainer(ctx context.Context, r *runtimeapi.CreateConta
 			undo.run(ctx, log)
 		}
 	}()
-	img, restore, err := s.createImage(ctx, id, cfg, rt, &undo)
+	img, restore, err := s.createImage(ctx, id, cfg, rt, from, &undo)
 	if err != nil {
-		return nil, err
+		return "", err
 	}
 	rec, err := newContainerRecord(id, name, sb, cfg, img)
 	if err != nil {
-		return nil, err
+		return "", err
 	}
 	rec.RestoreFrom = restore
 	if err := prepareLog(rec, cfg); err != nil {
-		return nil, err
+		return "", err
 	}
 	// The name and the record, in state creating, in one write: a crind
 	// killed at any later point finds them on restart and undoes the rest.
 	if err := s.opts.Store.ReserveContainer(rec); err != nil {
 		if errdefs.IsAlreadyExists(err) {
-			return nil, fmt.Errorf("config.metadata: %w", err)
+			return "", fmt.Errorf("config.metadata: %w", err)
 		}
-		return nil, err
+		return "", err
 	}
 	undo.add("release name", func(context.Context) error { return s.opts.Store.Release(store.KindContainer, name, id) })
 	undo.add("delete record", func(context.Context) error { return s.opts.Store.DeleteContainer(id) })
 
 	if err := s.prepareRootfs(ctx, rec, &undo); err != nil {
-		return nil, err
+		return "", err
 	}
 	spec, userns, err := s.containerSpec(ctx, sb, rec, cfg, img)
 	if err != nil {
-		return nil, err
+		return "", err
 	}
 	h := s.hooks()
 	if h != nil {
 		if rec.NRIOwners, err = s.createHook(ctx, h, sb, rec, cfg, spec, &undo); err != nil {
-			return nil, err
+			return "", err
 		}
 	}
 	// After NRI: the mounts plugins added are id-mapped too.
 	if err := s.idmapContainer(spec, userns, rec, &undo); err != nil {
-		return nil, err
+		return "", err
 	}
 	if err := recordSpec(rec, spec); err != nil {
-		return nil, err
+		return "", err
 	}
 	if err := s.createInRuntime(ctx, rt, pod.RuntimeHandler, rec, cfg, spec, &undo); err != nil {
-		return nil, err
+		return "", err
 	}
 	rec.State = store.ContainerCreated
 	if err := s.opts.Store.PutContainer(rec); err != nil {
-		return nil, err
+		return "", err
 	}
 	rec.Spec = nil // stored; Store.ContainerSpec reads it back
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("create container: %w", err)
+		return "", fmt.Errorf("create container: %w", err)
 	}
 	c := s.publishContainer(rec, cfg, spec)
 	log.InfoContext(ctx, "container created", "image", rec.ImageName)
 	if h != nil {
 		postCreateHook(ctx, log, h, sb, c)
 	}
-	return &runtimeapi.CreateContainerResponse{ContainerId: id}, nil
+	return id, nil
 }
 
 // postCreateHook relays NRI PostCreateContainer for the created container

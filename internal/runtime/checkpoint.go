@@ -23,6 +23,10 @@ type CheckpointRequest struct {
 	// still frozen, so that what it copies (the rootfs diff) is what the
 	// dumped processes saw. Its error fails the checkpoint.
 	WhilePaused func(ctx context.Context) error
+	// Frozen says the caller froze the container with Freeze and thaws it
+	// itself (a pod's containers are all frozen before any is dumped):
+	// Checkpoint then neither freezes nor thaws it.
+	Frozen bool
 }
 
 // Checkpointer is the optional capability of dumping a running
@@ -34,6 +38,12 @@ type Checkpointer interface {
 	// The container runs on whatever happens. One that is not running is
 	// errdefs.ErrFailedPrecondition.
 	Checkpoint(ctx context.Context, id string, req CheckpointRequest) error
+	// Freeze pauses a running container for a Checkpoint with Frozen
+	// set; Thaw resumes it.
+	Freeze(ctx context.Context, id string) error
+	// Engine names the program that dumps and restores ("runc", "crun"):
+	// a checkpoint is restored by the engine that wrote it.
+	Engine() string
 	// Thaw resumes a container a checkpoint left frozen (crind died in
 	// it); one that is not frozen is left as it is.
 	Thaw(ctx context.Context, id string) error
@@ -50,19 +60,8 @@ const resumeTimeout = 30 * time.Second
 // dump is bounded by ctx (the CRI request's timeout), or by the backend's
 // CommandTimeout when ctx has no deadline.
 func (o *OCI) Checkpoint(ctx context.Context, id string, req CheckpointRequest) (retErr error) {
-	dir, err := o.known(id)
-	if err != nil {
+	if err := o.checkRunning(ctx, id, "checkpoint"); err != nil {
 		return err
-	}
-	if pending(dir) {
-		return fmt.Errorf("checkpoint container %s: it has not started: %w", id, errdefs.ErrFailedPrecondition)
-	}
-	st, err := o.Status(ctx, id)
-	if err != nil {
-		return fmt.Errorf("checkpoint container %s: %w", id, err)
-	}
-	if st.State != StateRunning {
-		return fmt.Errorf("checkpoint container %s: container is %s: %w", id, st.State, errdefs.ErrFailedPrecondition)
 	}
 	for _, d := range []string{req.ImagePath, req.WorkPath} {
 		// crun 1.21 opens both and does not make them.
@@ -70,18 +69,19 @@ func (o *OCI) Checkpoint(ctx context.Context, id string, req CheckpointRequest) 
 			return fmt.Errorf("checkpoint container %s: %w", id, err)
 		}
 	}
-	if _, err := o.run(ctx, runOpts{timeout: resumeTimeout}, "pause", id); err != nil {
-		return fmt.Errorf("checkpoint container %s: freeze: %w", id, err)
-	}
-	defer func() {
-		rctx := context.WithoutCancel(ctx)
-		if _, err := o.run(rctx, runOpts{timeout: resumeTimeout}, "resume", id); err != nil {
-			o.log.ErrorContext(ctx, "thaw after checkpoint", "container_id", id, "error", err)
-			if retErr == nil {
-				retErr = fmt.Errorf("checkpoint container %s: thaw: %w", id, err)
-			}
+	if !req.Frozen {
+		if err := o.freeze(ctx, id); err != nil {
+			return fmt.Errorf("checkpoint container %s: %w", id, err)
 		}
-	}()
+		defer func() {
+			if err := o.thaw(context.WithoutCancel(ctx), id); err != nil {
+				o.log.ErrorContext(ctx, "thaw after checkpoint", "container_id", id, "error", err)
+				if retErr == nil {
+					retErr = fmt.Errorf("checkpoint container %s: %w", id, err)
+				}
+			}
+		}()
+	}
 	timeout := o.cfg.CommandTimeout
 	if dl, ok := ctx.Deadline(); ok {
 		timeout = time.Until(dl)
@@ -99,6 +99,47 @@ func (o *OCI) Checkpoint(ctx context.Context, id string, req CheckpointRequest) 
 	return nil
 }
 
+// checkRunning requires container id to have started and to be running
+// (a frozen container's processes are: it counts) before op.
+func (o *OCI) checkRunning(ctx context.Context, id, op string) error {
+	dir, err := o.known(id)
+	if err != nil {
+		return err
+	}
+	if pending(dir) {
+		return fmt.Errorf("%s container %s: it has not started: %w", op, id, errdefs.ErrFailedPrecondition)
+	}
+	st, err := o.Status(ctx, id)
+	if err != nil {
+		return fmt.Errorf("%s container %s: %w", op, id, err)
+	}
+	if st.State != StateRunning {
+		return fmt.Errorf("%s container %s: container is %s: %w", op, id, st.State, errdefs.ErrFailedPrecondition)
+	}
+	return nil
+}
+
+// Freeze runs "<runtime> pause" on a running container.
+func (o *OCI) Freeze(ctx context.Context, id string) error {
+	if err := o.checkRunning(ctx, id, "freeze"); err != nil {
+		return err
+	}
+	if err := o.freeze(ctx, id); err != nil {
+		return fmt.Errorf("container %s: %w", id, err)
+	}
+	return nil
+}
+
+func (o *OCI) freeze(ctx context.Context, id string) error {
+	if _, err := o.run(ctx, runOpts{timeout: resumeTimeout}, "pause", id); err != nil {
+		return fmt.Errorf("freeze: %w", err)
+	}
+	return nil
+}
+
+// Engine is the base name of the OCI runtime's binary.
+func (o *OCI) Engine() string { return filepath.Base(o.cfg.Binary) }
+
 // Thaw runs "<runtime> resume" when the runtime says the container is
 // paused.
 func (o *OCI) Thaw(ctx context.Context, id string) error {
@@ -109,6 +150,10 @@ func (o *OCI) Thaw(ctx context.Context, id string) error {
 	if err != nil || st.Status != "paused" {
 		return err
 	}
+	return o.thaw(ctx, id)
+}
+
+func (o *OCI) thaw(ctx context.Context, id string) error {
 	if _, err := o.run(ctx, runOpts{timeout: resumeTimeout}, "resume", id); err != nil {
 		return fmt.Errorf("thaw container %s: %w", id, err)
 	}

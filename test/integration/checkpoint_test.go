@@ -89,13 +89,63 @@ func TestCheckpointRefusals(t *testing.T) {
 	if code(err) != "InvalidArgument" || !strings.Contains(err.Error(), "restore_from_archives") {
 		t.Errorf("CreateContainer from an archive with restoring off: %v; want InvalidArgument naming restore_from_archives", err)
 	}
-	_, err = d.rs.CheckpointPod(ctx, &runtimeapi.CheckpointPodRequest{PodSandboxId: pod})
-	if code(err) != "InvalidArgument" || !strings.Contains(err.Error(), "output_path") {
-		t.Errorf("CheckpointPod without output_path: %v", err)
+	checkPodCheckpointRefusals(t, d, pod, id, criuWorks)
+	empty := t.TempDir()
+	for _, tc := range []struct {
+		req        *runtimeapi.RestorePodRequest
+		code, want string
+	}{
+		{&runtimeapi.RestorePodRequest{CheckpointPath: out}, "InvalidArgument", "config"},
+		{&runtimeapi.RestorePodRequest{CheckpointPath: "rel", Config: podCfg}, "InvalidArgument", "checkpoint_path"},
+		{&runtimeapi.RestorePodRequest{CheckpointPath: empty, Config: podCfg}, "InvalidArgument", "container_configs"},
+		{&runtimeapi.RestorePodRequest{CheckpointPath: empty, Config: podCfg, ContainerConfigs: []*runtimeapi.ContainerConfig{containerConfig("a", ref), containerConfig("a", ref)}}, "InvalidArgument", "named twice"},
+		{&runtimeapi.RestorePodRequest{CheckpointPath: empty, Config: podCfg, ContainerConfigs: []*runtimeapi.ContainerConfig{containerConfig("a", ref)}, RuntimeHandler: "nope"}, "InvalidArgument", "runtime_handler"},
+		{&runtimeapi.RestorePodRequest{CheckpointPath: empty, Config: podCfg, ContainerConfigs: []*runtimeapi.ContainerConfig{containerConfig("a", ref)}, Options: map[string]string{"k": "v"}}, "InvalidArgument", "options"},
+		{&runtimeapi.RestorePodRequest{CheckpointPath: empty + "/none", Config: podCfg, ContainerConfigs: []*runtimeapi.ContainerConfig{containerConfig("a", ref)}}, "NotFound", "checkpoint_path"},
+		{&runtimeapi.RestorePodRequest{CheckpointPath: empty, Config: podCfg, ContainerConfigs: []*runtimeapi.ContainerConfig{containerConfig("a", ref)}}, "InvalidArgument", "pod-checkpoint.json"},
+	} {
+		_, err := d.rs.RestorePod(ctx, tc.req)
+		if code(err) != tc.code || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("RestorePod(%v): %v; want %s naming %s", tc.req, err, tc.code, tc.want)
+		}
 	}
-	_, err = d.rs.RestorePod(ctx, &runtimeapi.RestorePodRequest{CheckpointPath: out})
-	if want := map[bool]string{true: "Unimplemented", false: "FailedPrecondition"}[criuWorks]; code(err) != want {
-		t.Errorf("RestorePod: %v; want %s", err, want)
+}
+
+// checkPodCheckpointRefusals checks CheckpointPod's refusals of bad
+// requests for pod, whose container id runs; where CRIU does not work the
+// good request is FailedPrecondition. Nothing is written.
+func checkPodCheckpointRefusals(t *testing.T, d *daemon, pod, id string, criuWorks bool) {
+	ctx := ctxT(t)
+	empty, full := t.TempDir(), t.TempDir()
+	if err := os.WriteFile(filepath.Join(full, "x"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		req        *runtimeapi.CheckpointPodRequest
+		code, want string
+	}{
+		{&runtimeapi.CheckpointPodRequest{PodSandboxId: pod, ContainerIds: []string{id}}, "InvalidArgument", "output_path"},
+		{&runtimeapi.CheckpointPodRequest{PodSandboxId: pod, OutputPath: empty + "/none", ContainerIds: []string{id}}, "InvalidArgument", "does not exist"},
+		{&runtimeapi.CheckpointPodRequest{PodSandboxId: pod, OutputPath: full, ContainerIds: []string{id}}, "InvalidArgument", "not empty"},
+		{&runtimeapi.CheckpointPodRequest{PodSandboxId: pod, OutputPath: empty}, "InvalidArgument", "container_ids"},
+		{&runtimeapi.CheckpointPodRequest{PodSandboxId: pod, OutputPath: empty, ContainerIds: []string{id, id}}, "InvalidArgument", "listed twice"},
+		{&runtimeapi.CheckpointPodRequest{PodSandboxId: pod, OutputPath: empty, ContainerIds: []string{strings.Repeat("0e", 32)}}, "NotFound", "container_ids[0]"},
+		{&runtimeapi.CheckpointPodRequest{PodSandboxId: pod, OutputPath: empty, ContainerIds: []string{id}, Options: map[string]string{"k": "v"}}, "InvalidArgument", "options"},
+		{&runtimeapi.CheckpointPodRequest{PodSandboxId: strings.Repeat("0e", 32), OutputPath: empty, ContainerIds: []string{id}}, "NotFound", "0e0e"},
+	} {
+		_, err := d.rs.CheckpointPod(ctx, tc.req)
+		if code(err) != tc.code || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("CheckpointPod(%v): %v; want %s naming %s", tc.req, err, tc.code, tc.want)
+		}
+	}
+	if !criuWorks {
+		_, err := d.rs.CheckpointPod(ctx, &runtimeapi.CheckpointPodRequest{PodSandboxId: pod, OutputPath: empty, ContainerIds: []string{id}})
+		if code(err) != "FailedPrecondition" {
+			t.Errorf("CheckpointPod where CRIU does not work: %v; want FailedPrecondition saying why", err)
+		}
+	}
+	if ents, _ := os.ReadDir(empty); len(ents) != 0 {
+		t.Errorf("refused pod checkpoints wrote %d entries into output_path", len(ents))
 	}
 }
 
