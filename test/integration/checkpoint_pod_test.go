@@ -182,3 +182,53 @@ func (d *daemon) podCount(t *testing.T) int {
 	}
 	return len(l.GetItems())
 }
+
+// ckptMiBEnv, when set to a number of MiB, has TestCheckpointLarge
+// measure the checkpoint and restore of a process holding that much
+// memory (docs/checkpoint.md's figures; not run by default: it takes
+// minutes in the node lane's VM).
+const ckptMiBEnv = "CRIN_TEST_CKPT_MIB"
+
+// TestCheckpointLarge checkpoints a container whose process holds
+// $CRIN_TEST_CKPT_MIB MiB of memory and restores it in a new pod, and
+// logs how long each took and how large the archive is.
+func TestCheckpointLarge(t *testing.T) {
+	mib, err := strconv.Atoi(os.Getenv(ckptMiBEnv))
+	if err != nil || mib <= 0 {
+		t.Skipf("set %s to a number of MiB to measure the checkpoint of a process that large", ckptMiBEnv)
+	}
+	requireCRIU(t)
+	d := startDaemon(t, daemonOptions{restoreArchives: true})
+	ref, _ := busybox(t)
+	d.pull(t, ref)
+	// busybox awk holds a string of n spaces, then counts once a second.
+	script := fmt.Sprintf(`awk -v n=%d 'BEGIN{s=sprintf("%%" n "s",""); i=0; while(1){i++; print i; fflush(); system("sleep 1")}}'`, mib<<20)
+	podCfg := podConfig("ckbig-" + randHex(2))
+	cfg := containerConfig("big", ref, "sh", "-c", script)
+	ownPIDNamespace(podCfg, cfg)
+	pod := d.runPod(t, podCfg)
+	id := d.runContainer(t, pod, podCfg, cfg)
+	waitLog(t, logPath(podCfg, cfg), " stdout F 2\n")
+	rss := d.execOut(t, id, "sh", "-c", "grep VmRSS /proc/$(pidof awk)/status")
+
+	out := filepath.Join(t.TempDir(), "big.tar")
+	start := time.Now()
+	if _, err := d.rs.CheckpointContainer(ctxT(t), &runtimeapi.CheckpointContainerRequest{ContainerId: id, Location: out, Timeout: 1800}); err != nil {
+		t.Fatalf("CheckpointContainer: %v", err)
+	}
+	took := time.Since(start)
+	st, err := os.Stat(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	podCfg2 := podConfig("ckbig-restored-" + randHex(2))
+	cfg2 := containerConfig("big", out, "sh", "-c", script)
+	ownPIDNamespace(podCfg2, cfg2)
+	pod2 := d.runPod(t, podCfg2)
+	start = time.Now()
+	d.runContainer(t, pod2, podCfg2, cfg2)
+	restored := time.Since(start)
+	first := firstCount(t, waitLog(t, logPath(podCfg2, cfg2), " stdout F "))
+	t.Logf("a process of %s (%d MiB asked): checkpoint %v, archive %d MiB, restore (create and start) %v, first count after it %d",
+		strings.TrimSpace(strings.TrimPrefix(rss, "VmRSS:")), mib, took.Round(100*time.Millisecond), st.Size()>>20, restored.Round(100*time.Millisecond), first)
+}

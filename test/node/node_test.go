@@ -33,7 +33,7 @@ const IntegrationRunEnv = "CRIN_NODE_INTEGRATION_RUN"
 // exec, recovery after crind is killed, the CRI metrics, and checkpoints
 // with CRIU 4.1 (which the host's kernel defeats). docs/node-lane.md lists them;
 // the rest run on the host lane.
-const defaultIntegrationRun = "^(TestCgroupDriver|TestCgroupLimits|TestCgroupV2Files|TestExitCodes|TestPodContainerLifecycle|TestCrashRecovery|TestKubeletStats|TestMetricsFigures|TestCheckpointContainer)$"
+const defaultIntegrationRun = "^(TestCgroupDriver|TestCgroupLimits|TestCgroupV2Files|TestExitCodes|TestPodContainerLifecycle|TestCrashRecovery|TestKubeletStats|TestMetricsFigures|TestCheckpointContainer|TestCheckpointPod)$"
 
 // shimv2IntegrationRun is the shorter list run on the shim v2 handler
 // (containerd-shim-runc-v2 with SystemdCgroup): its containers' scopes in
@@ -259,6 +259,9 @@ func TestIntegrationInVM(t *testing.T) {
 			run := integrationRun(h)
 			// CRIU works in the guest: a checkpoint test must not skip.
 			env := "CRIN_TEST_NEED_CRIU=1 "
+			if mib := os.Getenv("CRIN_TEST_CKPT_MIB"); mib != "" {
+				env += "CRIN_TEST_CKPT_MIB=" + shellQuote(mib) + " " // TestCheckpointLarge
+			}
 			if h != "runc" {
 				env += "CRIN_TEST_HANDLER=" + h + " "
 			}
