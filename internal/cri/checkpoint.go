@@ -133,6 +133,11 @@ func (s *Service) CheckpointContainer(ctx context.Context, r *runtimeapi.Checkpo
 		ctx, cancel = context.WithTimeout(ctx, time.Duration(t)*time.Second)
 		defer cancel()
 	}
+	release, err := s.dumping.claim(ref.ID)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	if err := s.checkpointContainer(ctx, c, cp, r.GetLocation()); err != nil {
 		return nil, fmt.Errorf("checkpoint container %s: %w", ref.ID, err)
 	}
@@ -150,4 +155,36 @@ func checkOutputPath(field, p string) error {
 		return fmt.Errorf("%s %q: contains a NUL byte: %w", field, p, errdefs.ErrInvalidArgument)
 	}
 	return nil
+}
+
+// busySet is a set of ids, each claimed by one operation at a time.
+type busySet struct {
+	mu  sync.Mutex
+	ids map[string]bool
+}
+
+// claim adds ids to the set, all or none: one already there is
+// FailedPrecondition (another checkpoint would freeze and thaw the
+// container under this one). release takes them out again.
+func (b *busySet) claim(ids ...string) (release func(), err error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, id := range ids {
+		if b.ids[id] {
+			return nil, fmt.Errorf("container %s: another checkpoint of it is in progress: %w", id, errdefs.ErrFailedPrecondition)
+		}
+	}
+	if b.ids == nil {
+		b.ids = map[string]bool{}
+	}
+	for _, id := range ids {
+		b.ids[id] = true
+	}
+	return func() {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		for _, id := range ids {
+			delete(b.ids, id)
+		}
+	}, nil
 }

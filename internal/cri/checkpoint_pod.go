@@ -55,6 +55,15 @@ func (s *Service) CheckpointPod(ctx context.Context, r *runtimeapi.CheckpointPod
 	if err := s.criu.check(ctx); err != nil {
 		return nil, fmt.Errorf("checkpoint pod %s: %w", sb.rec.ID, err)
 	}
+	ids := make([]string, len(ctrs))
+	for i, c := range ctrs {
+		ids[i] = containerID(c)
+	}
+	release, err := s.dumping.claim(ids...)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	if err := s.checkpointPod(ctx, sb, ctrs, cp, out); err != nil {
 		return nil, fmt.Errorf("checkpoint pod %s: %w", sb.rec.ID, err)
 	}

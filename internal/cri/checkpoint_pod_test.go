@@ -139,8 +139,22 @@ func TestCheckpointPodRefusals(t *testing.T) {
 			t.Errorf("CheckpointPod(%v): %v; want %q", tc.ids, err, tc.want)
 		}
 	}
+	// A container another checkpoint is dumping.
+	release, err := h.dumping.claim(ids[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = h.CheckpointPod(t.Context(), &runtimeapi.CheckpointPodRequest{PodSandboxId: pod, OutputPath: t.TempDir(), ContainerIds: ids})
+	if !errdefs.IsFailedPrecondition(err) || !strings.Contains(err.Error(), "in progress") {
+		t.Errorf("CheckpointPod of a container being checkpointed: %v", err)
+	}
+	release()
 	if len(rt.calls) != 0 {
 		t.Errorf("refused checkpoints called the runtime: %q", rt.calls)
+	}
+	rt.dumps = true
+	if _, err := h.CheckpointPod(t.Context(), &runtimeapi.CheckpointPodRequest{PodSandboxId: pod, OutputPath: t.TempDir(), ContainerIds: ids}); err != nil {
+		t.Errorf("CheckpointPod once the other checkpoint ended: %v", err)
 	}
 }
 

@@ -142,6 +142,8 @@ type Service struct {
 	notReady map[string]error
 	// criu says whether checkpoint and restore can work here.
 	criu *criuProbe
+	// dumping holds the containers a checkpoint is dumping (claimDumps).
+	dumping busySet
 	// usernsErr is why pods cannot have user namespaces on this host
 	// (the start-up probe's finding), or nil; set before serving.
 	usernsErr error

@@ -177,7 +177,9 @@ bin_dirs = ["/usr/lib/cni"]
 	t.Cleanup(func() {
 		d.cleanupAll()
 		if t.Failed() {
-			t.Logf("crind log:\n%s", tail(d.logBuf.String(), 8000))
+			log := d.logBuf.String()
+			t.Logf("crind's warnings and errors:\n%s", tail(logLevels(log, "level=WARN", "level=ERROR"), 8000))
+			t.Logf("crind log:\n%s", tail(log, 8000))
 		}
 		// crind makes its netns dir a mount point of its own (so pins
 		// propagate) and leaves it for the next crind on the same state
@@ -318,4 +320,18 @@ func ctxT(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// logLevels is the lines of log that hold one of levels.
+func logLevels(log string, levels ...string) string {
+	var b strings.Builder
+	for line := range strings.Lines(log) {
+		for _, l := range levels {
+			if strings.Contains(line, l) {
+				b.WriteString(line)
+				break
+			}
+		}
+	}
+	return b.String()
 }

@@ -165,11 +165,9 @@ func (r *Runtime) relayAttachInput(ctx context.Context, c *conn, id, dir string,
 		}
 		_ = f.Close()
 	}
-	// Write-only without blocking: the shim holds the read end from the
-	// task's create on; without it (the shim is gone) the open fails.
-	w, err := os.OpenFile(filepath.Join(dir, stdinFifo), os.O_WRONLY|unix.O_NONBLOCK, 0)
+	w, err := openStdinFifo(ctx, filepath.Join(dir, stdinFifo))
 	if err != nil {
-		r.log.DebugContext(ctx, "open container stdin", "container_id", id, "error", err)
+		r.log.WarnContext(ctx, "attach: the container's stdin cannot be opened; the client's input is dropped", "container_id", id, "error", err)
 		_, _ = io.Copy(io.Discard, in)
 		return
 	}
@@ -185,6 +183,29 @@ func (r *Runtime) relayAttachInput(ctx context.Context, c *conn, id, dir string,
 	defer cancel()
 	if _, err := c.task.CloseIO(cctx, &task.CloseIORequest{ID: id, Stdin: true}); err != nil {
 		r.log.DebugContext(ctx, "close container stdin", "container_id", id, "error", fromShim(err))
+	}
+}
+
+// stdinOpenWait bounds how long an attach waits for the shim's read end of
+// a container's stdin fifo.
+const stdinOpenWait = 10 * time.Second
+
+// openStdinFifo opens the stdin fifo at path for writing without
+// blocking. The shim opens its read end in the background during the
+// task's create, so until it has (ENXIO) the open is tried again, for at
+// most stdinOpenWait; a shim that is gone never opens it.
+func openStdinFifo(ctx context.Context, path string) (*os.File, error) {
+	deadline := time.Now().Add(stdinOpenWait)
+	for {
+		w, err := os.OpenFile(path, os.O_WRONLY|unix.O_NONBLOCK, 0)
+		if err == nil || !errors.Is(err, unix.ENXIO) || time.Now().After(deadline) {
+			return w, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
 	}
 }
 
