@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -69,6 +70,9 @@ func TestCheckpointRefusals(t *testing.T) {
 	}
 
 	criuWorks := exec.Command("criu", "check").Run() == nil
+	if ok, reason, _ := d.checkpointStatus(t); ok != criuWorks || !ok && !strings.Contains(reason, "criu") {
+		t.Errorf("verbose Status says checkpoints available=%v (%q), but criu check works=%v", ok, reason, criuWorks)
+	}
 	if !criuWorks {
 		_, err := d.rs.CheckpointContainer(ctx, &runtimeapi.CheckpointContainerRequest{ContainerId: id, Location: out})
 		if code(err) != "FailedPrecondition" || !strings.Contains(err.Error(), "criu") {
@@ -178,6 +182,9 @@ func requireCRIU(t *testing.T) {
 func TestCheckpointContainer(t *testing.T) {
 	requireCRIU(t)
 	d := startDaemon(t, daemonOptions{restoreArchives: true})
+	if ok, reason, handlers := d.checkpointStatus(t); !ok || len(handlers) == 0 {
+		t.Errorf("verbose Status says checkpoints available=%v (%q) on handlers %v, where criu check works", ok, reason, handlers)
+	}
 	ref, _ := busybox(t)
 	d.pull(t, ref)
 	podCfg := podConfig("ckpt-" + randHex(2))
@@ -198,6 +205,10 @@ func TestCheckpointContainer(t *testing.T) {
 		if _, ok := files[name]; !ok {
 			t.Errorf("the archive has no %s", name)
 		}
+	}
+	// CRIU dumps the tmpfs the spec mounts on /dev with its contents.
+	if !slices.ContainsFunc(keys(files), func(k string) bool { return strings.HasPrefix(k, "checkpoint/tmpfs-dev-") }) {
+		t.Errorf("the archive has no CRIU image of the container's /dev tmpfs (checkpoint/tmpfs-dev-*); entries %v", keys(files))
 	}
 	var conf struct {
 		ID              string `json:"id"`
@@ -366,4 +377,25 @@ func firstCount(t *testing.T, log string) int {
 	}
 	t.Fatalf("no count in log %q", log)
 	return 0
+}
+
+// checkpointStatus is the "checkpoint" part of crind's verbose Status:
+// where checkpoint and restore work.
+func (d *daemon) checkpointStatus(t *testing.T) (available bool, reason string, handlers []string) {
+	t.Helper()
+	st, err := d.rs.Status(ctxT(t), &runtimeapi.StatusRequest{Verbose: true})
+	if err != nil {
+		t.Fatalf("Status: %v", err)
+	}
+	var info struct {
+		Checkpoint *struct {
+			Available bool     `json:"available"`
+			Reason    string   `json:"reason"`
+			Handlers  []string `json:"handlers"`
+		} `json:"checkpoint"`
+	}
+	if err := json.Unmarshal([]byte(st.GetInfo()["config"]), &info); err != nil || info.Checkpoint == nil {
+		t.Fatalf("verbose Status %q (%v) says nothing of checkpoints", st.GetInfo()["config"], err)
+	}
+	return info.Checkpoint.Available, info.Checkpoint.Reason, info.Checkpoint.Handlers
 }
