@@ -271,7 +271,7 @@ func (s *Service) containerSpec(ctx context.Context, sb *sandbox, rec *store.Con
 		Sandbox:   podCfg,
 		Image: oci.ImageConfig{
 			User: img.Config.User, Env: img.Config.Env, Entrypoint: img.Config.Entrypoint,
-			Cmd: img.Config.Cmd, WorkingDir: img.Config.WorkingDir, StopSignal: img.Config.StopSignal,
+			Cmd: img.Config.Cmd, WorkingDir: img.Config.WorkingDir,
 		},
 		Rootfs:             rec.Rootfs,
 		CgroupsPath:        rec.CgroupsPath,
@@ -313,10 +313,12 @@ func (s *Service) containerSpec(ctx context.Context, sb *sandbox, rec *store.Con
 // resources read from it).
 func recordSpec(rec *store.Container, spec *specs.Spec) error {
 	rec.Annotations = spec.Annotations
-	if spec.Linux != nil && spec.Linux.Resources != nil {
-		rec.Resources, _ = json.Marshal(spec.Linux.Resources)
-	}
 	var err error
+	if spec.Linux != nil && spec.Linux.Resources != nil {
+		if rec.Resources, err = json.Marshal(spec.Linux.Resources); err != nil {
+			return fmt.Errorf("encode resources: %w", err)
+		}
+	}
 	if rec.Spec, err = json.Marshal(spec); err != nil {
 		return fmt.Errorf("encode spec: %w", err)
 	}

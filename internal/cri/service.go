@@ -366,25 +366,35 @@ func (s *Service) runtimeFor(handler string) (string, runtime.Runtime, error) {
 // getSandbox finds a visible pod by id or unique id prefix, for the RPCs
 // that only read (status, stats): crictl passes what its user typed.
 func (s *Service) getSandbox(id string) (*sandbox, error) {
-	if id == "" {
-		return nil, fmt.Errorf("pod_sandbox_id: must not be empty: %w", errdefs.ErrInvalidArgument)
-	}
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	if sb, ok := s.sandboxes[id]; ok {
-		return sb, nil
+	return byPrefix(s.sandboxes, "pod_sandbox_id", "pod sandbox", id)
+}
+
+// byPrefix finds id, or the one key it is a prefix of, in held (the map
+// of pods or containers, its lock held). An empty or ambiguous id is
+// InvalidArgument, one that matches nothing NotFound; field and what name
+// them in the error.
+func byPrefix[V any](held map[string]V, field, what, id string) (V, error) {
+	var found V
+	if id == "" {
+		return found, fmt.Errorf("%s: must not be empty: %w", field, errdefs.ErrInvalidArgument)
 	}
-	var found *sandbox
-	for k, sb := range s.sandboxes {
+	if v, ok := held[id]; ok {
+		return v, nil
+	}
+	n := 0
+	for k, v := range held {
 		if strings.HasPrefix(k, id) {
-			if found != nil {
-				return nil, fmt.Errorf("pod_sandbox_id %q: ambiguous prefix: %w", id, errdefs.ErrInvalidArgument)
+			if n++; n > 1 {
+				var zero V
+				return zero, fmt.Errorf("%s %q: ambiguous prefix: %w", field, id, errdefs.ErrInvalidArgument)
 			}
-			found = sb
+			found = v
 		}
 	}
-	if found == nil {
-		return nil, fmt.Errorf("pod sandbox %q: %w", id, errdefs.ErrNotFound)
+	if n == 0 {
+		return found, fmt.Errorf("%s %q: %w", what, id, errdefs.ErrNotFound)
 	}
 	return found, nil
 }
@@ -425,15 +435,21 @@ func checkExactID(field, id string) error {
 // NotFound; anything else that matches nothing is InvalidArgument.
 func (s *Service) getSandboxExact(id string) (*sandbox, error) {
 	s.mu.RLock()
-	sb, ok := s.sandboxes[id]
-	s.mu.RUnlock()
+	defer s.mu.RUnlock()
+	return exact(s.sandboxes, "pod_sandbox_id", "pod sandbox", id)
+}
+
+// exact finds id in held (the map of pods or containers, its lock held):
+// getSandboxExact's rule.
+func exact[V any](held map[string]V, field, what, id string) (V, error) {
+	v, ok := held[id]
 	if ok {
-		return sb, nil
+		return v, nil
 	}
-	if err := checkExactID("pod_sandbox_id", id); err != nil {
-		return nil, err
+	if err := checkExactID(field, id); err != nil {
+		return v, err
 	}
-	return nil, fmt.Errorf("pod sandbox %q: %w", id, errdefs.ErrNotFound)
+	return v, fmt.Errorf("%s %q: %w", what, id, errdefs.ErrNotFound)
 }
 
 // sandboxGone reports whether err, from getSandboxExact(id), means that
@@ -476,40 +492,15 @@ func namesNothing[V any](held map[string]V, id string, err error) bool {
 // getContainerExact is getSandboxExact for containers.
 func (s *Service) getContainerExact(id string) (*container, error) {
 	s.mu.RLock()
-	c, ok := s.containers[id]
-	s.mu.RUnlock()
-	if ok {
-		return c, nil
-	}
-	if err := checkExactID("container_id", id); err != nil {
-		return nil, err
-	}
-	return nil, fmt.Errorf("container %q: %w", id, errdefs.ErrNotFound)
+	defer s.mu.RUnlock()
+	return exact(s.containers, "container_id", "container", id)
 }
 
 // getContainer finds a visible container by id or unique id prefix.
 func (s *Service) getContainer(id string) (*container, error) {
-	if id == "" {
-		return nil, fmt.Errorf("container_id: must not be empty: %w", errdefs.ErrInvalidArgument)
-	}
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	if c, ok := s.containers[id]; ok {
-		return c, nil
-	}
-	var found *container
-	for k, c := range s.containers {
-		if strings.HasPrefix(k, id) {
-			if found != nil {
-				return nil, fmt.Errorf("container_id %q: ambiguous prefix: %w", id, errdefs.ErrInvalidArgument)
-			}
-			found = c
-		}
-	}
-	if found == nil {
-		return nil, fmt.Errorf("container %q: %w", id, errdefs.ErrNotFound)
-	}
-	return found, nil
+	return byPrefix(s.containers, "container_id", "container", id)
 }
 
 // podContainers returns the containers of a pod.

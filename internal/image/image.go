@@ -93,7 +93,7 @@ type Image struct {
 }
 
 // RuntimeConfig is the runtime config of an image (untrusted input).
-// Its first six fields are oci.ImageConfig, the part a container spec
+// Its first five fields are oci.ImageConfig, the part a container spec
 // uses; the cri hub copies them across, as internal/oci does not import
 // this package (spec building stays free of the image store). A field
 // added to one that a spec needs goes into both.

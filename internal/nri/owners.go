@@ -2,7 +2,6 @@ package nri
 
 import (
 	"context"
-	"sort"
 
 	"github.com/containerd/nri/pkg/api"
 )
@@ -54,12 +53,3 @@ func OwnersTable(o *api.OwningPlugins, id string) map[string]string {
 
 func quoteKey(k string) string { return `"` + k + `"` }
 
-// SortedKeys returns m's keys in order, for stable output.
-func SortedKeys(m map[string]string) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
-}

@@ -54,9 +54,11 @@ type AdjustOptions struct {
 	// means no class is configured and asking for one is an error.
 	BlockioClass func(name string) (*specs.LinuxBlockIO, error)
 	RdtClass     func(name string) (*specs.LinuxIntelRdt, error)
-	// PodNamespaces tells which namespaces the container shares with its
-	// pod (for sysctl validation); zero means the usual pod sharing (net,
-	// ipc, uts private to the pod).
+	// HostNetwork and HostIPC say that the container's pod uses the
+	// node's network or IPC namespace: a plugin's net.* or IPC sysctl
+	// would change the node's, and a network device cannot be moved into
+	// the node's own namespace, so those adjustments are refused. Both
+	// false: the pod has namespaces of its own.
 	HostNetwork, HostIPC bool
 
 	// memswFile is probed on cgroup v1 hosts for swap accounting; empty

@@ -84,7 +84,6 @@ type ImageConfig struct {
 	Entrypoint []string
 	Cmd        []string
 	WorkingDir string
-	StopSignal string
 }
 
 // Host describes what the node offers that changes a spec. A nil *Host in
