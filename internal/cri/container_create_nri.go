@@ -33,7 +33,7 @@ func (s *Service) createHook(ctx context.Context, h nriHooks, sb *sandbox, rec *
 	})
 	addPending(s, s.pendingCtrs, id, view, undo)
 
-	res, err := h.CreateContainerOwned(ctx, sb.nriView(), proto.Clone(view).(*api.Container))
+	res, err := h.CreateContainer(ctx, sb.nriView(), proto.Clone(view).(*api.Container))
 	if err != nil {
 		return nil, fmt.Errorf("nri create container %s: %w", id, err)
 	}

@@ -344,14 +344,14 @@ type fakeNRI struct {
 
 	// fail makes the named event return this error.
 	fail map[string]error
-	// claim, when set, fills the owners CreateContainerOwned returns
+	// claim, when set, fills the owners CreateContainer returns
 	// (with an empty adjustment).
 	claim func(o *api.OwningPlugins, id string)
 	// during runs inside the named event, as a plugin's handler would.
 	during map[string]func(pod *api.PodSandbox, ctr *api.Container)
 	// updates is what UpdateContainer and StopContainer return.
 	updates []*api.ContainerUpdate
-	// createUpdates is what CreateContainerOwned returns as updates of
+	// createUpdates is what CreateContainer returns as updates of
 	// other containers (claim may fill their owners).
 	createUpdates []*api.ContainerUpdate
 	// seen keeps the last container view each event carried.
@@ -419,7 +419,7 @@ func (f *fakeNRI) StopPodSandbox(ctx context.Context, pod *api.PodSandbox) error
 func (f *fakeNRI) RemovePodSandbox(ctx context.Context, pod *api.PodSandbox) error {
 	return f.event("RemovePodSandbox", pod, nil)
 }
-func (f *fakeNRI) CreateContainerOwned(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) (*nri.CreateResult, error) {
+func (f *fakeNRI) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) (*nri.CreateResult, error) {
 	if err := f.event("CreateContainer", pod, ctr); err != nil {
 		return nil, err
 	}

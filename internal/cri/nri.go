@@ -84,7 +84,7 @@ type nriHooks interface {
 	PostUpdatePodSandbox(ctx context.Context, pod *api.PodSandbox) error
 	StopPodSandbox(ctx context.Context, pod *api.PodSandbox) error
 	RemovePodSandbox(ctx context.Context, pod *api.PodSandbox) error
-	CreateContainerOwned(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) (*nri.CreateResult, error)
+	CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) (*nri.CreateResult, error)
 	PostCreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) error
 	StartContainer(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) error
 	PostStartContainer(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) error

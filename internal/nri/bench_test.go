@@ -274,7 +274,7 @@ func benchCrin(b *testing.B, plugins, callers int, work time.Duration) {
 	waitPlugins(b, a, plugins)
 	measure(b, callers, func(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) error {
 		// What the hub calls: the owners come with the result.
-		_, err := a.CreateContainerOwned(ctx, pod, ctr)
+		_, err := a.CreateContainer(ctx, pod, ctr)
 		return err
 	})
 	stop()

@@ -229,18 +229,21 @@ func (a *Adaptation) broadcast(ctx context.Context, ev api.Event, pod *api.PodSa
 // CreateContainer asks the plugins, in index order, for adjustments to the
 // container being created and for updates to other containers; each plugin
 // sees the container as adjusted by the earlier ones. The validators then
-// check the merged result. It returns the merged adjustment (never nil) and
-// updates; any plugin error, merge conflict or rejection fails it.
-func (a *Adaptation) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
-	adj, upds, _, err := a.createContainer(ctx, pod, ctr, false)
-	return adj, upds, err
+// check the merged result. It returns the merged adjustment (never nil),
+// the updates and the plugin that set each adjusted field (never nil); any
+// plugin error, merge conflict or rejection fails it.
+func (a *Adaptation) CreateContainer(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) (*CreateResult, error) {
+	adj, upds, owners, err := a.createContainer(ctx, pod, ctr)
+	if err != nil {
+		return nil, err
+	}
+	return &CreateResult{Adjust: adj, Update: upds, Owners: owners}, nil
 }
 
-// createContainer is CreateContainer; the owners are returned when
-// wantOwners, else only computed for validators.
-func (a *Adaptation) createContainer(ctx context.Context, pod *api.PodSandbox, ctr *api.Container, wantOwners bool) (*api.ContainerAdjustment, []*api.ContainerUpdate, *api.OwningPlugins, error) {
+// createContainer is CreateContainer.
+func (a *Adaptation) createContainer(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, *api.OwningPlugins, error) {
 	if !a.active() {
-		return &api.ContainerAdjustment{}, nil, nil, nil
+		return &api.ContainerAdjustment{}, nil, api.NewOwningPlugins(), nil
 	}
 	ps, in, err := a.enter(ctx, pod)
 	if err != nil {
@@ -293,9 +296,7 @@ func (a *Adaptation) createContainer(ctx context.Context, pod *api.PodSandbox, c
 		evicts = append(evicts, rsp.GetEvict()...)
 	}
 	adj, upds, owners := m.result()
-	if !wantOwners && len(vs) == 0 {
-		owners = nil
-	} else if owners == nil {
+	if owners == nil {
 		owners = api.NewOwningPlugins()
 	}
 	if len(vs) > 0 {

@@ -1,8 +1,6 @@
 package nri
 
 import (
-	"context"
-
 	"github.com/containerd/nri/pkg/api"
 )
 
@@ -15,19 +13,6 @@ type CreateResult struct {
 	// Owners tells which plugin set which field of Adjust (and of Update);
 	// never nil.
 	Owners *api.OwningPlugins
-}
-
-// CreateContainerOwned is CreateContainer that also returns the owner of
-// every adjusted field, for error messages and introspection.
-func (a *Adaptation) CreateContainerOwned(ctx context.Context, pod *api.PodSandbox, ctr *api.Container) (*CreateResult, error) {
-	adj, upds, owners, err := a.createContainer(ctx, pod, ctr, true)
-	if err != nil {
-		return nil, err
-	}
-	if owners == nil {
-		owners = api.NewOwningPlugins()
-	}
-	return &CreateResult{Adjust: adj, Update: upds, Owners: owners}, nil
 }
 
 // OwnersTable flattens the owners of container id's fields into a readable
@@ -52,4 +37,3 @@ func OwnersTable(o *api.OwningPlugins, id string) map[string]string {
 }
 
 func quoteKey(k string) string { return `"` + k + `"` }
-

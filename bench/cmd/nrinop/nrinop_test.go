@@ -188,7 +188,7 @@ func sendEveryEvent(ctx context.Context, t *testing.T, a *nri.Adaptation) {
 	check("RunPodSandbox", a.RunPodSandbox(ctx, pod))
 	check("UpdatePodSandbox", a.UpdatePodSandbox(ctx, pod, res, res))
 	check("PostUpdatePodSandbox", a.PostUpdatePodSandbox(ctx, pod))
-	_, _, err := a.CreateContainer(ctx, pod, ctr)
+	_, err := a.CreateContainer(ctx, pod, ctr)
 	check("CreateContainer", err)
 	check("PostCreateContainer", a.PostCreateContainer(ctx, pod, ctr))
 	ctr.State = api.ContainerState_CONTAINER_RUNNING
