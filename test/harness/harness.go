@@ -43,15 +43,14 @@ var (
 // leaves that dir alone.
 const BinDirEnv = "CRIN_TEST_BIN_DIR"
 
-// builtBinaries are the binaries Build makes, or finds in BinDirEnv.
-var builtBinaries = []struct{ name, pkg string }{
-	{"crind", "./cmd/crind"}, {"crin-shim", "./cmd/crin-shim"}, {"crin-pause", "./cmd/crin-pause"},
-	{"crin-logger", "./cmd/crin-logger"},
-}
+// builtBinaries are the binaries Build needs, made by the Makefile's build
+// target or found in BinDirEnv.
+var builtBinaries = []string{"crind", "crin-shim", "crin-pause", "crin-logger"}
 
-// Build builds crind, crin-shim, crin-pause and crin-logger once for the
-// run and returns the dir holding them, or returns $CRIN_TEST_BIN_DIR when
-// set, after checking it holds them all. It skips the test when not root:
+// Build builds crind, crinctl, crin-shim, crin-pause and crin-logger once
+// for the run, as "make build" does, and returns the dir holding them, or
+// returns $CRIN_TEST_BIN_DIR when set, after checking it holds the four
+// the daemon needs. It skips the test when not root:
 // every test that runs crind needs root.
 func Build(t testing.TB) string {
 	t.Helper()
@@ -60,7 +59,7 @@ func Build(t testing.TB) string {
 	}
 	if dir := os.Getenv(BinDirEnv); dir != "" {
 		for _, b := range builtBinaries {
-			if _, err := exec.LookPath(filepath.Join(dir, b.name)); err != nil {
+			if _, err := exec.LookPath(filepath.Join(dir, b)); err != nil {
 				t.Fatalf("%s=%s: %v", BinDirEnv, dir, err)
 			}
 		}
@@ -71,14 +70,12 @@ func Build(t testing.TB) string {
 		if binErr != nil {
 			return
 		}
-		for _, b := range builtBinaries {
-			cmd := exec.Command("go", "build", "-o", filepath.Join(binDir, b.name), b.pkg)
-			cmd.Dir = RepoRoot()
-			cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-			if out, err := cmd.CombinedOutput(); err != nil {
-				binErr = fmt.Errorf("build %s: %w\n%s", b.name, err, out)
-				return
-			}
+		// The Makefile's own build, flags and all: the suites test the
+		// binaries "make build" ships.
+		cmd := exec.Command("make", "-s", "build", "BINDIR="+binDir)
+		cmd.Dir = RepoRoot()
+		if out, err := cmd.CombinedOutput(); err != nil {
+			binErr = fmt.Errorf("make build BINDIR=%s: %w\n%s", binDir, err, out)
 		}
 	})
 	if binErr != nil {
