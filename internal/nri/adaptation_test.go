@@ -30,7 +30,7 @@ func lifecycle(t *testing.T, a *Adaptation, podID, ctrID string) *api.ContainerA
 	must(a.RunPodSandbox(ctx, pod))
 	must(a.UpdatePodSandbox(ctx, pod, nil, &api.LinuxResources{}))
 	must(a.PostUpdatePodSandbox(ctx, pod))
-	adj, _, err := createIn(a, ctx, pod, ctr)
+	adj, _, err := createIn(ctx, a, pod, ctr)
 	must(err)
 	must(a.PostCreateContainer(ctx, pod, ctr))
 	must(a.StartContainer(ctx, pod, ctr))
@@ -180,7 +180,7 @@ func TestOldStubPlugin(t *testing.T) {
 			if err := e.a.RunPodSandbox(ctx, pod); err != nil {
 				t.Fatal(err)
 			}
-			adj, _, err := createIn(e.a, ctx, pod, ctr)
+			adj, _, err := createIn(ctx, e.a, pod, ctr)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -242,7 +242,7 @@ func TestPluginFailures(t *testing.T) {
 				t.Fatal(err)
 			}
 			start := time.Now()
-			adj, _, err := createIn(e.a, ctx, pod, testCtr("pod1", "ctr1"))
+			adj, _, err := createIn(ctx, e.a, pod, testCtr("pod1", "ctr1"))
 			if took := time.Since(start); took > 5*time.Second {
 				t.Errorf("CreateContainer took %s", took)
 			}
@@ -289,7 +289,7 @@ func TestPreinstalledPluginRestartsAndResyncs(t *testing.T) {
 	if err := e.a.RunPodSandbox(ctx, pod); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := createIn(e.a, ctx, pod, ctr); err != nil {
+	if _, _, err := createIn(ctx, e.a, pod, ctr); err != nil {
 		t.Fatal(err)
 	}
 	e.eng.mu.Lock()
@@ -373,7 +373,7 @@ func TestConflictingAdjustments(t *testing.T) {
 	}
 	waitPlugin(t, e.a, "10-first", StateReady)
 	waitPlugin(t, e.a, "20-second", StateReady)
-	_, _, err := createIn(e.a, context.Background(), testPod("pod1"), testCtr("pod1", "ctr1"))
+	_, _, err := createIn(context.Background(), e.a, testPod("pod1"), testCtr("pod1", "ctr1"))
 	if err == nil || !strings.Contains(err.Error(), "10-first") || !strings.Contains(err.Error(), "20-second") {
 		t.Fatalf("CreateContainer error = %v, want a conflict naming 10-first and 20-second", err)
 	}
@@ -418,7 +418,7 @@ func TestValidators(t *testing.T) {
 			waitPlugin(t, e.a, "10-mutator", StateReady)
 			waitPlugin(t, e.a, "05-validator", StateReady)
 			ctr := testCtr("pod1", "ctr1")
-			_, _, err := createIn(e.a, context.Background(), testPod("pod1"), ctr)
+			_, _, err := createIn(context.Background(), e.a, testPod("pod1"), ctr)
 			if tc.verdict != nil {
 				if !errors.Is(err, ErrRejected) || !strings.Contains(err.Error(), "no env for you") {
 					t.Fatalf("CreateContainer error = %v, want rejection with reason", err)
@@ -469,7 +469,7 @@ func TestUpdateContainersFromCreateHandler(t *testing.T) {
 	waitPlugin(t, e.a, "10-updater", StateReady)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if _, _, err := createIn(e.a, ctx, testPod("pod1"), testCtr("pod1", "ctr1")); err != nil {
+	if _, _, err := createIn(ctx, e.a, testPod("pod1"), testCtr("pod1", "ctr1")); err != nil {
 		t.Fatalf("CreateContainer: %v", err)
 	}
 	// The update of the container being created is refused, the other applied.
@@ -529,7 +529,7 @@ func TestEventsDuringSyncAreQueued(t *testing.T) {
 	if err := e.a.RunPodSandbox(ctx, testPod("pod2")); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := createIn(e.a, ctx, pod, testCtr("pod1", "ctr2")); err != nil {
+	if _, _, err := createIn(ctx, e.a, pod, testCtr("pod1", "ctr2")); err != nil {
 		t.Fatal(err)
 	}
 	if got := r.seen(); count(got, "Synchronized") != 0 || len(got) != 1 {
@@ -582,7 +582,7 @@ func TestFailurePolicyFromPlugin(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitPlugin(t, e.a, "10-strict", StateReady)
-	_, _, err := createIn(e.a, context.Background(), testPod("pod1"), testCtr("pod1", "ctr1"))
+	_, _, err := createIn(context.Background(), e.a, testPod("pod1"), testCtr("pod1", "ctr1"))
 	if !errors.Is(err, ErrPluginTimeout) {
 		t.Fatalf("CreateContainer error = %v, want %v", err, ErrPluginTimeout)
 	}
@@ -594,7 +594,7 @@ func TestDisabled(t *testing.T) {
 	e := newEnv(t, func(c *Config) { c.Enable = false })
 	e.install(pluginBin, "10-never", "out="+e.outFile("never"))
 	e.start()
-	adj, upds, err := createIn(e.a, context.Background(), testPod("p"), testCtr("p", "c"))
+	adj, upds, err := createIn(context.Background(), e.a, testPod("p"), testCtr("p", "c"))
 	if err != nil || adj == nil || upds != nil {
 		t.Errorf("CreateContainer = %v, %v, %v; want empty adjustment", adj, upds, err)
 	}

@@ -8,7 +8,7 @@ import (
 
 // createIn is a.CreateContainer with its result taken apart, as most
 // tests want it.
-func createIn(a *Adaptation, ctx context.Context, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
+func createIn(ctx context.Context, a *Adaptation, pod *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
 	r, err := a.CreateContainer(ctx, pod, ctr)
 	if err != nil {
 		return nil, nil, err

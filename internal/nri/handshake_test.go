@@ -27,7 +27,7 @@ func TestUnknownEventBitsAccepted(t *testing.T) {
 	if err := e.a.RunPodSandbox(ctx, pod); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := createIn(e.a, ctx, pod, ctr); err != nil {
+	if _, _, err := createIn(ctx, e.a, pod, ctr); err != nil {
 		t.Fatal(err)
 	}
 	if err := e.a.RemoveContainer(ctx, pod, ctr); err != nil {
@@ -58,7 +58,7 @@ func TestSyncedCreationNotRepeated(t *testing.T) {
 	if err := e.a.RunPodSandbox(ctx, pod); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := createIn(e.a, ctx, pod, ctr); err != nil {
+	if _, _, err := createIn(ctx, e.a, pod, ctr); err != nil {
 		t.Fatal(err)
 	}
 	if err := e.a.RemoveContainer(ctx, pod, ctr); err != nil {
@@ -66,7 +66,7 @@ func TestSyncedCreationNotRepeated(t *testing.T) {
 	}
 	// The same id again (a test shortcut for a new container): it was
 	// removed, so its creation is news.
-	if _, _, err := createIn(e.a, ctx, pod, ctr); err != nil {
+	if _, _, err := createIn(ctx, e.a, pod, ctr); err != nil {
 		t.Fatal(err)
 	}
 	p.rec.waitSeen(t, "Synchronized", "RemoveContainer ctr1", "CreateContainer ctr1")

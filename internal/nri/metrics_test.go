@@ -90,7 +90,7 @@ func TestPrometheusMetrics(t *testing.T) {
 	if err := e.a.StopPodSandbox(ctx, pod); err == nil {
 		t.Fatal("StopPodSandbox succeeded, want the plugin's error")
 	}
-	if _, _, err := createIn(e.a, ctx, pod, testCtr("pod1", "ctr1")); err != nil {
+	if _, _, err := createIn(ctx, e.a, pod, testCtr("pod1", "ctr1")); err != nil {
 		t.Fatalf("CreateContainer with a timed-out optional plugin: %v", err)
 	}
 

@@ -49,7 +49,7 @@ func TestPluginEvictions(t *testing.T) {
 		{
 			name: "from CreateContainer answer",
 			ask: func(ctx context.Context, e *env, p *rawPlugin) error {
-				_, _, err := createIn(e.a, ctx, testPod("pod1"), testCtr("pod1", "ctr1"))
+				_, _, err := createIn(ctx, e.a, testPod("pod1"), testCtr("pod1", "ctr1"))
 				return err
 			},
 			wantEvicted: []string{"victim: make room for victim", "bystander: make room for bystander"},
@@ -65,7 +65,7 @@ func TestPluginEvictions(t *testing.T) {
 		{
 			name: "from CreateContainer answer, engine fails",
 			ask: func(ctx context.Context, e *env, p *rawPlugin) error {
-				_, _, err := createIn(e.a, ctx, testPod("pod1"), testCtr("pod1", "ctr1"))
+				_, _, err := createIn(ctx, e.a, testPod("pod1"), testCtr("pod1", "ctr1"))
 				return err
 			},
 			evictErr:    map[string]error{"victim": errors.New("victim is protected")},

@@ -37,7 +37,7 @@ func TestSynchronizeHangDelaysNothing(t *testing.T) {
 		if err := e.a.RunPodSandbox(ctx, pod); err != nil {
 			t.Error(err)
 		}
-		if _, _, err := createIn(e.a, ctx, pod, ctr); err != nil {
+		if _, _, err := createIn(ctx, e.a, pod, ctr); err != nil {
 			t.Error(err)
 		}
 		if _, err := e.a.UpdateContainer(ctx, pod, ctr, nil); err != nil {
