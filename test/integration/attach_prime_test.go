@@ -17,6 +17,7 @@ import (
 // created, started and exec'd in, the shim is in the cgroups it started
 // in, and the containers run in theirs.
 func TestAttachPriming(t *testing.T) {
+	runsOn(t, oci)
 	d := startDaemon(t, daemonOptions{})
 	ref, _ := busybox(t)
 	d.pull(t, ref)

@@ -33,6 +33,7 @@ func memoryDir(rel string) (dir, limitFile string) {
 // hold the container's cgroup with its limit, which stats read, and
 // removing the pod removes the cgroups crind or the runtime made.
 func TestCgroupDriver(t *testing.T) {
+	runsOn(t, oci)
 	d := startDaemon(t, daemonOptions{})
 	l := cgroup.Layout{Driver: cgroup.Detect(), Parent: d.cgroup}
 	rc, err := d.rs.RuntimeConfig(ctxT(t), &runtimeapi.RuntimeConfigRequest{})

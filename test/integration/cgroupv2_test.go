@@ -36,6 +36,7 @@ import (
 // running container, and UpdatePodSandboxResources changes the limits of
 // the pod's infra container.
 func TestCgroupV2Files(t *testing.T) {
+	runsOn(t, oci)
 	if !cgroupV2() {
 		t.Skip("cgroup v2 only: this host is cgroup v1 or hybrid, where io.weight, io.max, memory.high, memory.swap.max and hugetlb.<size>.max do not exist")
 	}

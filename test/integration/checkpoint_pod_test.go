@@ -24,6 +24,7 @@ import (
 // once started, continue from their checkpointed counts, and the
 // checkpoint dir is as CheckpointPod left it.
 func TestCheckpointPod(t *testing.T) {
+	runsOn(t, oci)
 	requireCRIU(t)
 	d := startDaemon(t, daemonOptions{})
 	ref, _ := busybox(t)
@@ -193,6 +194,7 @@ const ckptMiBEnv = "CRIN_TEST_CKPT_MIB"
 // $CRIN_TEST_CKPT_MIB MiB of memory and restores it in a new pod, and
 // logs how long each took and how large the archive is.
 func TestCheckpointLarge(t *testing.T) {
+	runsOn(t, oci)
 	mib, err := strconv.Atoi(os.Getenv(ckptMiBEnv))
 	if err != nil || mib <= 0 {
 		t.Skipf("set %s to a number of MiB to measure the checkpoint of a process that large", ckptMiBEnv)

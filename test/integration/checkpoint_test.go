@@ -30,6 +30,7 @@ import (
 // nothing is written. Where CRIU works, TestCheckpointContainer checks the
 // checkpoint itself.
 func TestCheckpointRefusals(t *testing.T) {
+	runsOn(t, oci)
 	d := startDaemon(t, daemonOptions{})
 	ctx := ctxT(t)
 	ref, _ := busybox(t)
@@ -180,6 +181,7 @@ func requireCRIU(t *testing.T) {
 // continues from the checkpointed count, in its own cgroup and log, while
 // the original counts on.
 func TestCheckpointContainer(t *testing.T) {
+	runsOn(t, oci)
 	requireCRIU(t)
 	d := startDaemon(t, daemonOptions{restoreArchives: true})
 	if ok, reason, handlers := d.checkpointStatus(t); !ok || len(handlers) == 0 {

@@ -18,6 +18,7 @@ import (
 // advertises no features for it and refuses its pods with
 // FailedPrecondition saying why; elsewhere a crun pod runs.
 func TestCrunReadiness(t *testing.T) {
+	runsOn(t, oci)
 	d := startDaemon(t, daemonOptions{})
 	ctx := ctxT(t)
 	st, err := d.rs.Status(ctx, &runtimeapi.StatusRequest{})

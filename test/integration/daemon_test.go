@@ -20,6 +20,7 @@ import (
 // parse back as a valid config) and that a bad config stops crind with the
 // key and the value.
 func TestCommands(t *testing.T) {
+	runsOn(t, oci)
 	bin := filepath.Join(buildBinaries(t), "crind")
 	out, err := exec.Command(bin, "--version").CombinedOutput()
 	if err != nil || !strings.HasPrefix(string(out), "crind ") {
@@ -45,6 +46,7 @@ func TestCommands(t *testing.T) {
 // TestMetrics checks the Prometheus endpoint reports per-RPC latency and
 // errors.
 func TestMetrics(t *testing.T) {
+	runsOn(t, oci)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -76,6 +78,7 @@ func TestMetrics(t *testing.T) {
 // TestNRIMetrics checks NRI plugin calls show on the metrics endpoint, per
 // plugin and event.
 func TestNRIMetrics(t *testing.T) {
+	runsOn(t, oci)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -78,6 +78,7 @@ func (d *daemon) loseContainerRecord(t *testing.T, id string) {
 // its pod, its rootfs, the image it runs) survives, and a name the sweep
 // cannot place is left alone.
 func TestSweepDiskOrphans(t *testing.T) {
+	runsOn(t, oci)
 	d := startDaemon(t, daemonOptions{})
 	ref, _ := busybox(t)
 	d.pull(t, ref)
@@ -131,6 +132,7 @@ func TestSweepDiskOrphans(t *testing.T) {
 // dir (within 1%), so nothing the store no longer owns is left on disk
 // uncounted, and nothing counted is gone.
 func TestImageFsInfoAgreesWithDu(t *testing.T) {
+	runsOn(t, oci)
 	d := startDaemon(t, daemonOptions{})
 	ref, _ := busybox(t)
 	host := strings.SplitN(ref, "/", 2)[0]
@@ -192,6 +194,7 @@ func entries(t *testing.T, dir string) map[string]bool {
 // partial download, a layer and blobs no image uses; the restarted crind
 // removes them all and keeps the image it had, and the pull works again.
 func TestSweepAfterKillMidPull(t *testing.T) {
+	runsOn(t, oci)
 	d := startDaemon(t, daemonOptions{})
 	faults := &imagetest.Faults{}
 	host := imagetest.StartRegistryWithOptions(t, imagetest.RegistryOptions{Faults: faults})

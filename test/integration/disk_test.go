@@ -176,6 +176,7 @@ func namedNoiseImage(t *testing.T, host, name string) string {
 // PullImage fail ResourceExhausted naming the disk and leave nothing;
 // once there is room again pods run (issue 23).
 func TestFullDiskStopRemove(t *testing.T) {
+	runsOn(t, oci)
 	d := startDaemon(t, daemonOptions{diskBytes: 64 << 20, diskInodes: 8192})
 	host := imagetest.StartRegistry(t)
 	ref := host + "/library/busybox:latest"

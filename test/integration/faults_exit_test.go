@@ -106,6 +106,7 @@ func killPid(t *testing.T, pid int) {
 // namespaces) stays READY and its next container gets a new shim;
 // removing the pod leaves nothing (cleanupAll).
 func TestShimKilled(t *testing.T) {
+	runsOn(t, oci)
 	d := startDaemon(t, daemonOptions{})
 	ref, _ := busybox(t)
 	d.pull(t, ref)
@@ -161,6 +162,7 @@ func TestShimKilled(t *testing.T) {
 // the restarted crind records exit 255, reason ShimDied, and kills the
 // container.
 func TestShimKilledWhileDown(t *testing.T) {
+	runsOn(t, oci)
 	d := startDaemon(t, daemonOptions{})
 	ref, _ := busybox(t)
 	d.pull(t, ref)
@@ -188,6 +190,7 @@ func TestShimKilledWhileDown(t *testing.T) {
 // CreateContainer in it is FailedPrecondition, the pod's next attempt
 // runs, and stopping and removing the dead pod leaves nothing.
 func TestInfraKilled(t *testing.T) {
+	runsOn(t, oci, shimv2)
 	d := startDaemon(t, daemonOptions{})
 	ref, _ := busybox(t)
 	d.pull(t, ref)
@@ -244,6 +247,7 @@ func nsInode(t *testing.T, path string) uint64 {
 // pinned under the state dir (not merely in its infra process's), that
 // the pins outlive the infra process, and that they are gone with the pod.
 func TestPinnedNamespaces(t *testing.T) {
+	runsOn(t, oci, shimv2)
 	d := startDaemon(t, daemonOptions{})
 	ref, _ := busybox(t)
 	d.pull(t, ref)
@@ -268,6 +272,7 @@ func TestPinnedNamespaces(t *testing.T) {
 // TestInfraShimKilled kills the shim of a pod's infra container: the
 // infra process is killed with it and the pod turns NOTREADY.
 func TestInfraShimKilled(t *testing.T) {
+	runsOn(t, oci)
 	d := startDaemon(t, daemonOptions{})
 	podCfg := podConfig("infrashim")
 	pod := d.runPod(t, podCfg)

@@ -69,6 +69,7 @@ func procStatusKB(t *testing.T, pid int, key string) int {
 // code naming the host, and crind keeps serving (it used to crash on every
 // one of them).
 func TestImageFaultsUnreachableHosts(t *testing.T) {
+	runsOn(t, oci)
 	mirror := imagetest.StartRegistry(t) // has nothing: answers 404
 	faults := &imagetest.Faults{}
 	redirecting := imagetest.StartRegistryWithOptions(t, imagetest.RegistryOptions{Faults: faults})
@@ -120,6 +121,7 @@ endpoints = ["http://%s"]
 // before crind reads more than the cap, so its peak RSS barely moves (it
 // used to read and parse the whole body: 35 → 322 MB).
 func TestImageFaultHugeManifest(t *testing.T) {
+	runsOn(t, oci)
 	faults := &imagetest.Faults{}
 	host := imagetest.StartRegistryWithOptions(t, imagetest.RegistryOptions{Faults: faults})
 	imagetest.Push(t, host, "library/busybox:latest", imagetest.Busybox(t))
@@ -148,6 +150,7 @@ func TestImageFaultHugeManifest(t *testing.T) {
 // 30 min pull timeout), no partial blob stays, and the same image pulls
 // once the registry behaves.
 func TestImageFaultStalledRegistry(t *testing.T) {
+	runsOn(t, oci)
 	faults := &imagetest.Faults{}
 	host := imagetest.StartRegistryWithOptions(t, imagetest.RegistryOptions{Faults: faults})
 	img := imagetest.Busybox(t)

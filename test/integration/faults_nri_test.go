@@ -27,6 +27,7 @@ import (
 // timeout: the hang, not a speed, is what is measured), and the plugin is
 // launched again with a growing backoff that `crinctl plugins` shows.
 func TestNRIFaultSyncHang(t *testing.T) {
+	runsOn(t, oci)
 	const syncTimeout = 12 * time.Second
 	n := newNRISetup(t)
 	n.install(t, "10", "stuck", pluginConfig{
@@ -105,6 +106,7 @@ plugin_startup_wait = "1s"
 // host after StopPodSandbox: crind delivers the event before it tears the
 // network down and releases the namespace, which would destroy the device.
 func TestNRIFaultNetdevRoundTrip(t *testing.T) {
+	runsOn(t, oci)
 	n := newNRISetup(t)
 	// A veth pair on the host; the plugin moves its peer end.
 	host, peer := "crnd"+randHex(4)+"h", "crnd"+randHex(4)+"p"
@@ -229,6 +231,7 @@ func waitFileLine(t *testing.T, path string, prefixes ...string) string {
 // unknown container and a real one evicts the real one, succeeds, and
 // reports the unknown one alone as failed.
 func TestNRIFaultEvictionBatch(t *testing.T) {
+	runsOn(t, oci)
 	n := newNRISetup(t)
 	d := nriDaemon(t, n, "")
 	ref, _ := busybox(t)
@@ -263,6 +266,7 @@ func TestNRIFaultEvictionBatch(t *testing.T) {
 // not exist fails CreateContainer with NotFound naming the plugin and the
 // field, not with the runtime's message about some mount.
 func TestNRIFaultMissingMountSource(t *testing.T) {
+	runsOn(t, oci)
 	n := newNRISetup(t)
 	missing := filepath.Join(n.Dir, "no-such-dir")
 	n.install(t, "10", "mounter", pluginConfig{Rules: []pluginRule{{
@@ -292,6 +296,7 @@ func TestNRIFaultMissingMountSource(t *testing.T) {
 // TestUTSSysctlAccepted: kernel.domainname, a sysctl of the UTS namespace,
 // is accepted for a pod with its own UTS namespace and set in it.
 func TestUTSSysctlAccepted(t *testing.T) {
+	runsOn(t, oci)
 	d := startDaemon(t, daemonOptions{})
 	ref, _ := busybox(t)
 	d.pull(t, ref)

@@ -49,6 +49,7 @@ exec runc "$@"
 // left, neither while crind runs (failed cleanup steps are retried) nor
 // after a restart (the start-up sweep).
 func TestRuntimeKilledDuringCreateAndDelete(t *testing.T) {
+	runsOn(t, oci)
 	dir, err := os.MkdirTemp("", "crinkill")
 	if err != nil {
 		t.Fatal(err)
@@ -353,6 +354,7 @@ func (d *daemon) waitNoRuntimeLeaks(t *testing.T, when string) {
 // stop_signal is honoured (also after a restart), and an undefined CDI
 // device fails CreateContainer.
 func TestRequestsAnswerTruthfully(t *testing.T) {
+	runsOn(t, oci, shimv2)
 	d := startDaemon(t, daemonOptions{})
 	ref, _ := busybox(t)
 	d.pull(t, ref)

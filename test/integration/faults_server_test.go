@@ -30,6 +30,7 @@ func (d *daemon) alive(t *testing.T, after string) {
 // gRPC code (the error chain holds a *net.DNSError whose Unwrap is nil,
 // which used to panic crind), and crind keeps serving: a pod runs after.
 func TestFaultUnresolvableRegistry(t *testing.T) {
+	runsOn(t, oci)
 	d := startDaemon(t, daemonOptions{})
 	for i := range 3 {
 		_, err := d.is.PullImage(ctxT(t), &runtimeapi.PullImageRequest{Image: &runtimeapi.ImageSpec{Image: "nosuchhost.invalid/foo:1"}})
@@ -60,6 +61,7 @@ func TestFaultUnresolvableRegistry(t *testing.T) {
 // and the daemon's log line for a request with a 1 MB name stays small
 // and carries the request id.
 func TestFaultBadRequests(t *testing.T) {
+	runsOn(t, oci)
 	d := startDaemon(t, daemonOptions{})
 	ref, _ := busybox(t)
 	d.pull(t, ref)
@@ -115,6 +117,7 @@ func TestFaultBadRequests(t *testing.T) {
 // that large): crind must wait, not kill at once because the grace period
 // in nanoseconds overflowed to a negative duration.
 func TestFaultHugeStopTimeout(t *testing.T) {
+	runsOn(t, oci)
 	d := startDaemon(t, daemonOptions{})
 	ref, _ := busybox(t)
 	d.pull(t, ref)

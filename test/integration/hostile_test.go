@@ -44,6 +44,7 @@ func wantRefusal(t *testing.T, what string, err error, code string, mentions ...
 // On the shim v2 handler crin-logger opens the log at create, so the link
 // planted before start has nothing to catch there.
 func TestHostileLogSymlinks(t *testing.T) {
+	runsOn(t, oci)
 	t.Run("runc", func(t *testing.T) { hostileLogSymlinks(t, startDaemon(t, daemonOptions{}), "") })
 	t.Run(shimv2Handler, func(t *testing.T) { hostileLogSymlinks(t, shimv2Daemon(t), shimv2Handler) })
 }
@@ -145,6 +146,7 @@ func hostileLogSymlinks(t *testing.T, d *daemon, handler string) {
 // InvalidArgument naming the field and the value, and act on nothing;
 // reads still resolve prefixes (crictl inspect passes what was typed).
 func TestHostileIDPrefixes(t *testing.T) {
+	runsOn(t, oci)
 	d := startDaemon(t, daemonOptions{})
 	ref, _ := busybox(t)
 	d.pull(t, ref)
@@ -197,6 +199,7 @@ func TestHostileIDPrefixes(t *testing.T) {
 // works; a larger request is ResourceExhausted; list filters are capped
 // (InvalidArgument naming the field), also when many come at once.
 func TestHostileRequestSizes(t *testing.T) {
+	runsOn(t, oci)
 	d := startDaemon(t, daemonOptions{})
 	ref, _ := busybox(t)
 	d.pull(t, ref)
@@ -248,6 +251,7 @@ func TestHostileRequestSizes(t *testing.T) {
 // a request (an image, a plugin): layer entries no file system can hold,
 // a registry port out of range, and an NRI plugin's empty update entries.
 func TestHostileInputs(t *testing.T) {
+	runsOn(t, oci)
 	host := imagetest.StartRegistry(t)
 	imagetest.Push(t, host, "whiteout:v1", imagetest.Image(t, v1.Config{},
 		imagetest.Layer(t, imagetest.File("ok", "fine", 0o644), imagetest.File("a/.wh..", "", 0o644))))

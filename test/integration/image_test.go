@@ -19,6 +19,7 @@ import (
 // through a configured mirror (docker.io itself is unreachable here), checks
 // ImageStatus/ListImages, runs it, and removes it by tag, digest and id.
 func TestPullThroughMirror(t *testing.T) {
+	runsOn(t, oci)
 	host := imagetest.StartRegistry(t)
 	digest := imagetest.Push(t, host, "cache/library/busybox:latest", imagetest.Busybox(t))
 	d := startDaemon(t, daemonOptions{extraConfig: fmt.Sprintf(`
@@ -87,6 +88,7 @@ endpoints = ["http://%s/cache"]
 // root with "..", absolute paths, symlinks and hard links; each pull is
 // refused and writes nothing outside.
 func TestMaliciousLayersRefused(t *testing.T) {
+	runsOn(t, oci)
 	d := startDaemon(t, daemonOptions{})
 	host := imagetest.StartRegistry(t)
 	outside, err := os.MkdirTemp("", "crinoutside")

@@ -65,6 +65,7 @@ func volumeMount(path, image, sub string) *runtimeapi.Mount {
 // directory, bad requests are refused naming the field, the image cannot
 // be removed while mounted, and RemoveContainer leaves nothing mounted.
 func TestImageVolume(t *testing.T) {
+	runsOn(t, oci)
 	d := startDaemon(t, daemonOptions{})
 	ctx := ctxT(t)
 	bb, data, _ := volumeImage(t)
@@ -161,6 +162,7 @@ func TestImageVolume(t *testing.T) {
 // nothing mounted. A view no record owns (crind died before recording
 // it) is swept at start-up.
 func TestImageVolumeCrindKilled(t *testing.T) {
+	runsOn(t, oci)
 	d := startDaemon(t, daemonOptions{})
 	ctx := ctxT(t)
 	bb, data, _ := volumeImage(t)

@@ -15,6 +15,7 @@ import (
 // runtime: the Go collector on the metrics endpoint reports the GC target
 // and the soft memory limit the config set (docs/memory.md).
 func TestGoRuntimeSettings(t *testing.T) {
+	runsOn(t, oci)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -154,6 +154,7 @@ func cgroupKV(t *testing.T, path string) map[string]uint64 {
 // holding a known set of files and a listening socket, a process killed
 // for memory, and a file written to disk.
 func TestMetricsFigures(t *testing.T) {
+	runsOn(t, oci)
 	d := startDaemon(t, daemonOptions{})
 	withStatsPeriod(t, d, "1s")
 	ref, _ := busybox(t)

@@ -20,6 +20,7 @@ import (
 // TestPodNetwork checks that a pod gets an IP from CNI, shown by
 // PodSandboxStatus, and that a server in the pod is reachable from the host.
 func TestPodNetwork(t *testing.T) {
+	runsOn(t, oci, shimv2)
 	d := startDaemon(t, daemonOptions{})
 	ref, _ := busybox(t)
 	d.pull(t, ref)
@@ -82,6 +83,7 @@ func TestPodNetwork(t *testing.T) {
 
 // TestHostNetwork runs a host-network pod: no netns, the host's interfaces.
 func TestHostNetwork(t *testing.T) {
+	runsOn(t, oci, shimv2)
 	d := startDaemon(t, daemonOptions{})
 	ref, _ := busybox(t)
 	d.pull(t, ref)
@@ -110,6 +112,7 @@ func TestHostNetwork(t *testing.T) {
 // TestNetworkNotReady checks the network condition while no CNI config is
 // loaded.
 func TestNetworkNotReady(t *testing.T) {
+	runsOn(t, oci)
 	d := startDaemon(t, daemonOptions{noCNI: true})
 	st, err := d.rs.Status(ctxT(t), &runtimeapi.StatusRequest{})
 	if err != nil {

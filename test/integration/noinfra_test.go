@@ -131,6 +131,7 @@ func nsLink(t *testing.T, kind, pin string) string {
 // hostname), its IP serves, it stays READY across a crind killed with
 // SIGKILL and its containers keep joining it, and removal leaves no pins.
 func TestNoInfraPod(t *testing.T) {
+	runsOn(t, oci)
 	d := startDaemon(t, daemonOptions{})
 	ref, _ := busybox(t)
 	d.pull(t, ref)
@@ -228,6 +229,7 @@ func getPod(t *testing.T, ip, want string) {
 // TestSharedPIDPodHasInfra: a pod that shares its PID namespace still has
 // crin-pause as the PID 1 its containers see.
 func TestSharedPIDPodHasInfra(t *testing.T) {
+	runsOn(t, oci)
 	d := startDaemon(t, daemonOptions{})
 	ref, _ := busybox(t)
 	d.pull(t, ref)
@@ -249,6 +251,7 @@ func TestSharedPIDPodHasInfra(t *testing.T) {
 // is set inside and the container may change its hostname), and removal
 // leaves no pins.
 func TestNoInfraUserNamespacePod(t *testing.T) {
+	runsOn(t, oci)
 	d := usernsDaemon(t)
 	ref, _ := busybox(t)
 	d.pull(t, ref)

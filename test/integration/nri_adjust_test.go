@@ -88,6 +88,7 @@ func (d *daemon) waitFiles(t *testing.T, id string, want map[string]string) {
 // mount, an rlimit, a device node, an annotation, memory and CPU limits;
 // and that crinctl shows both plugins and who owns what.
 func TestNRIAdjustInContainer(t *testing.T) {
+	runsOn(t, oci, shimv2)
 	n := newNRISetup(t)
 	data := filepath.Join(n.Dir, "data.txt")
 	if err := os.WriteFile(data, []byte("mounted by nri\n"), 0o644); err != nil {
@@ -217,6 +218,7 @@ func hookScript(t *testing.T, n *nriSetup, marker string) string {
 // the default validator allows it, and that by default the validator
 // refuses it with an error naming the plugin, leaving nothing behind.
 func TestNRIHookAdjustment(t *testing.T) {
+	runsOn(t, oci, shimv2)
 	ref, _ := busybox(t)
 	setup := func(t *testing.T, extra string) (d *daemon, marker string) {
 		n := newNRISetup(t)
@@ -271,6 +273,7 @@ func TestNRIHookAdjustment(t *testing.T) {
 // container's CPU and memory while another container is created, in its
 // answer and with an unsolicited update.
 func TestNRIUpdateOtherContainer(t *testing.T) {
+	runsOn(t, oci, shimv2)
 	n := newNRISetup(t)
 	res := func(mem, quota int64) json.RawMessage {
 		return protoJSON(t, &api.LinuxResources{
@@ -317,6 +320,7 @@ func TestNRIUpdateOtherContainer(t *testing.T) {
 // gets exactly one StopContainer for it (also when CRI stops and removes it
 // afterwards), and that nothing else is touched.
 func TestNRIEviction(t *testing.T) {
+	runsOn(t, oci, shimv2)
 	n := newNRISetup(t)
 	n.install(t, "10", "obs", pluginConfig{})
 	d := nriDaemon(t, n, "")
@@ -378,6 +382,7 @@ func TestNRIEviction(t *testing.T) {
 // cannot honour (scheduler, I/O priority) fail CreateContainer with an
 // error naming the plugin and the field, and that the pod stays usable.
 func TestNRIUnsupportedAdjustment(t *testing.T) {
+	runsOn(t, oci)
 	out, err := exec.Command("runc", "--version").Output()
 	if err != nil || !strings.HasPrefix(string(out), "runc version 1.1.") {
 		t.Skipf("needs runc 1.1.x (no scheduler, no ioPriority): %q %v", out, err)

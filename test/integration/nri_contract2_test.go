@@ -36,6 +36,7 @@ func contractSessions(evs []pluginEvent) [][]pluginEvent {
 // naming both, that a validator's rejection fails it with the validator's
 // reason, and that neither leaves anything behind.
 func TestNRIContractConflicts(t *testing.T) {
+	runsOn(t, oci)
 	n := newNRISetup(t)
 	env := func(v string) json.RawMessage {
 		return protoJSON(t, &api.ContainerAdjustment{Env: []*api.KeyValue{{Key: "FOO", Value: v}}})
@@ -110,6 +111,7 @@ func TestNRIContractConflicts(t *testing.T) {
 // plugin that connects afterwards sees it stopped in its Synchronize, and
 // a second restart delivers no StopContainer again.
 func TestNRIContractRestart(t *testing.T) {
+	runsOn(t, oci)
 	n := newNRISetup(t)
 	n.install(t, "10", "pre", pluginConfig{})
 	d := nriDaemon(t, n, "")

@@ -15,6 +15,7 @@ import (
 // runs its containers are already stopped (and their StopContainer
 // delivered before it), and the pod can still be queried.
 func TestNRIContractStopPodHook(t *testing.T) {
+	runsOn(t, oci)
 	n := newNRISetup(t)
 	gate := newHookGate(t)
 	defer gate.open(t)
@@ -78,6 +79,7 @@ func TestNRIContractStopPodHook(t *testing.T) {
 // it later), one stopped by CRI twice, one that exited before its pod was
 // stopped and one stopped with its pod.
 func TestNRIContractStopOnce(t *testing.T) {
+	runsOn(t, oci)
 	n := newNRISetup(t)
 	n.install(t, "10", "obs", pluginConfig{})
 	d := nriDaemon(t, n, "")

@@ -30,6 +30,7 @@ import (
 // Then under load: a plugin connects while four clients create and start
 // pods and containers.
 func TestNRIContractSyncUnderLoad(t *testing.T) {
+	runsOn(t, oci)
 	const workers, maxRounds = 4, 6
 	n := newNRISetup(t)
 	gate := newHookGate(t)

@@ -184,6 +184,7 @@ func contractHasKV(m, want map[string]string) bool {
 // container that exits by itself at once (its StopContainer after its
 // PostStartContainer and before its RemoveContainer, with its exit code).
 func TestNRIContractHookOrder(t *testing.T) {
+	runsOn(t, oci)
 	n := newNRISetup(t)
 	n.install(t, "10", "obs", pluginConfig{})
 	d := nriDaemon(t, n, "")
@@ -400,6 +401,7 @@ func contractCheckWorker(t *testing.T, e pluginEvent, id, pod, hostDir string, c
 // to the failing plugin, which saw the create, and to a later plugin, which
 // never did.
 func TestNRIContractFailingHooks(t *testing.T) {
+	runsOn(t, oci)
 	n := newNRISetup(t)
 	n.install(t, "10", "fail", pluginConfig{Rules: []pluginRule{
 		{Event: "RunPodSandbox", Pod: "bad", Once: true, Fail: "contract refuses pod bad"},
@@ -504,6 +506,7 @@ func TestNRIContractFailingHooks(t *testing.T) {
 // container can be created in it: workloads cannot start before the hook
 // ends.
 func TestNRIContractPodHiddenDuringRunHook(t *testing.T) {
+	runsOn(t, oci)
 	n := newNRISetup(t)
 	gate := newHookGate(t)
 	defer gate.open(t)

@@ -17,6 +17,7 @@ import (
 // reject, the event mask, unsolicited updates of unknown containers,
 // Synchronize lines of a late plugin, and Shutdown.
 func TestNRIPluginSpec(t *testing.T) {
+	runsOn(t, oci)
 	n := newNRISetup(t)
 	obs, val := n.eventLog("10", "obs"), n.eventLog("90", "val")
 	n.install(t, "10", "obs", pluginConfig{Rules: []pluginRule{

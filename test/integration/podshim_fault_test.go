@@ -21,6 +21,7 @@ import (
 // The restarted crind undoes the pod and its shim goes too: no process,
 // dir, pod or leak is left (cleanupAll checks the rest).
 func TestPodShimCrindKilledDuringRun(t *testing.T) {
+	runsOn(t, oci)
 	n := newNRISetup(t)
 	gate := newHookGate(t)
 	defer gate.open(t)

@@ -41,6 +41,7 @@ func (d *daemon) podShims(pod string) []string {
 // without an infra process, a few rounds each: the race needs an unlucky
 // interleaving, which load makes likely.
 func TestPodShimStartStopRemoveRace(t *testing.T) {
+	runsOn(t, oci)
 	d := startDaemon(t, daemonOptions{})
 	ref, _ := busybox(t)
 	d.pull(t, ref)

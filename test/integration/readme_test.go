@@ -24,6 +24,7 @@ import (
 // built-in defaults, no config file) and drives a pod and a container made
 // from busybox pulled from a registry on 127.0.0.1 through its whole life.
 func TestReadmeRunCommand(t *testing.T) {
+	runsOn(t, oci)
 	buildBinaries(t)
 	const socket = "/run/crin/crin.sock"
 	if _, err := os.Stat("/etc/crin/crin.toml"); err == nil {

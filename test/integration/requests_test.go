@@ -12,6 +12,7 @@ import (
 // TestNameConflicts checks that pod and container names are reserved and
 // the conflict names the holder.
 func TestNameConflicts(t *testing.T) {
+	runsOn(t, oci)
 	d := startDaemon(t, daemonOptions{})
 	ref, _ := busybox(t)
 	d.pull(t, ref)
@@ -37,6 +38,7 @@ func TestNameConflicts(t *testing.T) {
 // TestIdempotentStopRemove checks that stopping and removing unknown or
 // already removed pods and containers succeeds, as the CRI contract says.
 func TestIdempotentStopRemove(t *testing.T) {
+	runsOn(t, oci, shimv2)
 	d := startDaemon(t, daemonOptions{})
 	ref, _ := busybox(t)
 	d.pull(t, ref)
@@ -92,6 +94,7 @@ func TestIdempotentStopRemove(t *testing.T) {
 // TestBadRequests checks codes and messages of invalid requests, and that
 // they leave nothing behind.
 func TestBadRequests(t *testing.T) {
+	runsOn(t, oci)
 	d := startDaemon(t, daemonOptions{})
 	ref, _ := busybox(t)
 	d.pull(t, ref)

@@ -15,6 +15,7 @@ import (
 // stderr, exit code; a terminal whose size follows the client) and attach
 // on the shim v2 handler, as kubectl exec and attach do.
 func TestShimV2Streaming(t *testing.T) {
+	runsOn(t, oci)
 	d := shimv2Daemon(t)
 	ref, _ := busybox(t)
 	d.pull(t, ref)

@@ -103,6 +103,7 @@ func (d *daemon) runPodWith(t *testing.T, cfg *runtimeapi.PodSandboxConfig, hand
 // with nothing left (cleanupAll's leak check covers the shim processes:
 // their command line names crind's state dir).
 func TestShimV2Lifecycle(t *testing.T) {
+	runsOn(t, oci)
 	d := shimv2Daemon(t)
 	ref, _ := busybox(t)
 	d.pull(t, ref)
@@ -234,6 +235,7 @@ func TestShimV2Lifecycle(t *testing.T) {
 // under the same shim: the shim stays for the others and keeps serving
 // them; removing the pod then stops it and leaves no socket behind.
 func TestShimV2SharedShim(t *testing.T) {
+	runsOn(t, oci)
 	d := shimv2Daemon(t)
 	ref, _ := busybox(t)
 	d.pull(t, ref)
@@ -260,6 +262,7 @@ func TestShimV2SharedShim(t *testing.T) {
 // TestShimV2ExitCodes checks the exit code and reason of containers that
 // exit by themselves on the shim v2 handler, an OOM kill included.
 func TestShimV2ExitCodes(t *testing.T) {
+	runsOn(t, oci)
 	d := shimv2Daemon(t)
 	ref, _ := busybox(t)
 	d.pull(t, ref)
@@ -290,6 +293,7 @@ func TestShimV2ExitCodes(t *testing.T) {
 // container is recorded as exited with 255 and reason ShimDied, its
 // process does not survive, and the pod is removed with nothing left.
 func TestShimV2ShimKilled(t *testing.T) {
+	runsOn(t, oci)
 	d := shimv2Daemon(t)
 	ref, _ := busybox(t)
 	d.pull(t, ref)

@@ -125,6 +125,7 @@ func checkAttachOutput(t *testing.T, d *daemon, ctr string) {
 // reaches the command, stdout and stderr come back apart, and the exit code
 // reaches the client; with a tty, the terminal's size follows the client.
 func TestExecStream(t *testing.T) {
+	runsOn(t, oci, shimv2)
 	d := startDaemon(t, daemonOptions{})
 	ref, _ := busybox(t)
 	d.pull(t, ref)
@@ -182,6 +183,7 @@ func TestExecStream(t *testing.T) {
 // TestPortForward fetches a page from an httpd listening only on the pod's
 // loopback, through the PortForward URL.
 func TestPortForward(t *testing.T) {
+	runsOn(t, oci)
 	d := startDaemon(t, daemonOptions{})
 	ref, _ := busybox(t)
 	d.pull(t, ref)
@@ -227,6 +229,7 @@ func TestPortForward(t *testing.T) {
 // attaching arrive on stdout and stderr apart, and the session ends when
 // the container exits.
 func TestAttach(t *testing.T) {
+	runsOn(t, oci, shimv2)
 	d := startDaemon(t, daemonOptions{})
 	ref, _ := busybox(t)
 	d.pull(t, ref)
@@ -246,6 +249,7 @@ func TestAttach(t *testing.T) {
 // TestAttachDetach attaches to a container that keeps writing, leaves, and
 // attaches again: leaving must not disturb the container or its shim.
 func TestAttachDetach(t *testing.T) {
+	runsOn(t, oci, shimv2)
 	d := startDaemon(t, daemonOptions{})
 	ref, _ := busybox(t)
 	d.pull(t, ref)
@@ -268,6 +272,7 @@ func TestAttachDetach(t *testing.T) {
 // TestExecStreamShutdown stops crind while an exec session runs: crind
 // must stop promptly and take the exec'd process with it.
 func TestExecStreamShutdown(t *testing.T) {
+	runsOn(t, oci)
 	d := startDaemon(t, daemonOptions{})
 	ref, _ := busybox(t)
 	d.pull(t, ref)

@@ -55,6 +55,7 @@ func usernsOptions(host uint32) *runtimeapi.UserNamespace {
 // user namespace: sysctls and sysfs work) is reachable, and nothing is
 // left after removal.
 func TestUserNamespacePod(t *testing.T) {
+	runsOn(t, oci)
 	d := usernsDaemon(t)
 	ctx := ctxT(t)
 	st, err := d.rs.Status(ctx, &runtimeapi.StatusRequest{})
@@ -314,6 +315,7 @@ func httpGetEventually(t *testing.T, url string) string {
 // dir) does not advertise user namespaces and refuses such pods with
 // FailedPrecondition saying why, while other pods run.
 func TestUserNamespaceUnavailable(t *testing.T) {
+	runsOn(t, oci)
 	d := startDaemon(t, daemonOptions{})
 	ctx := ctxT(t)
 	st, err := d.rs.Status(ctx, &runtimeapi.StatusRequest{})
@@ -338,6 +340,7 @@ func TestUserNamespaceUnavailable(t *testing.T) {
 // TestUserNamespaceRefused checks that bad user namespace options are
 // InvalidArgument naming the field, and that nothing is left of them.
 func TestUserNamespaceRefused(t *testing.T) {
+	runsOn(t, oci)
 	d := usernsDaemon(t)
 	ctx := ctxT(t)
 	m := func(host, ctr, n uint32) []*runtimeapi.IDMapping {

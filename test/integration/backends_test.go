@@ -1,0 +1,87 @@
+//go:build integration
+
+package integration
+
+import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// backend is a runtime backend of crind the suite can run on (handlerEnv
+// picks it).
+type backend string
+
+const (
+	// oci is runc or crun under crin-shim: the default, and
+	// CRIN_TEST_HANDLER=crun.
+	oci backend = "oci"
+	// shimv2 is a containerd shim v2: CRIN_TEST_HANDLER=runc-v2.
+	shimv2 backend = "shimv2"
+)
+
+// currentBackend is the backend handlerEnv selects.
+func currentBackend() backend {
+	if os.Getenv(handlerEnv) == shimv2Handler {
+		return shimv2
+	}
+	return oci
+}
+
+// runsOn says which backends a test runs on; on any other it skips. Every
+// test of the suite calls it first (TestEveryTestSaysItsBackends), so the
+// matrix is written beside each test: "make integration-shimv2" runs the
+// whole suite on the shim v2 backend, and what is not for it skips.
+func runsOn(t *testing.T, bs ...backend) {
+	t.Helper()
+	if cur := currentBackend(); !slices.Contains(bs, cur) {
+		t.Skipf("runs on %v, not on the %s backend (%s=%q)", bs, cur, handlerEnv, os.Getenv(handlerEnv))
+	}
+}
+
+// TestEveryTestSaysItsBackends: every Test function of this suite starts
+// with runsOn.
+func TestEveryTestSaysItsBackends(t *testing.T) {
+	runsOn(t, oci, shimv2)
+	files, err := filepath.Glob("*_test.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fset := token.NewFileSet()
+	for _, f := range files {
+		af, err := parser.ParseFile(fset, f, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range af.Decls {
+			fd, ok := d.(*ast.FuncDecl)
+			if !ok || fd.Recv != nil || !strings.HasPrefix(fd.Name.Name, "Test") || fd.Name.Name == "TestMain" {
+				continue
+			}
+			if !startsWithRunsOn(fd) {
+				t.Errorf("%s (%s) does not start with runsOn(t, ...): say which backends it runs on", fd.Name.Name, f)
+			}
+		}
+	}
+}
+
+func startsWithRunsOn(fd *ast.FuncDecl) bool {
+	if fd.Body == nil || len(fd.Body.List) == 0 {
+		return false
+	}
+	es, ok := fd.Body.List[0].(*ast.ExprStmt)
+	if !ok {
+		return false
+	}
+	call, ok := es.X.(*ast.CallExpr)
+	if !ok {
+		return false
+	}
+	id, ok := call.Fun.(*ast.Ident)
+	return ok && id.Name == "runsOn"
+}
