@@ -88,11 +88,11 @@ func TestCitedTestsExist(t *testing.T) {
 	}
 }
 
-// docs are README.md, bench/README.md and the Markdown files of docs/,
+// docs are README.md, STYLE.md, bench/README.md and the Markdown files of docs/,
 // relative to here.
 func docs(t *testing.T) []string {
 	t.Helper()
-	out := []string{filepath.Join("..", "README.md"), filepath.Join("..", "bench", "README.md")}
+	out := []string{filepath.Join("..", "README.md"), filepath.Join("..", "STYLE.md"), filepath.Join("..", "bench", "README.md")}
 	ents, err := os.ReadDir(".")
 	if err != nil {
 		t.Fatal(err)
