@@ -88,11 +88,16 @@ func TestCitedTestsExist(t *testing.T) {
 	}
 }
 
-// docs are README.md, STYLE.md, bench/README.md and the Markdown files of docs/,
-// relative to here.
+// docs are README.md, STYLE.md, bench/README.md, the dated runs in
+// bench/results and the Markdown files of docs/, relative to here.
 func docs(t *testing.T) []string {
 	t.Helper()
 	out := []string{filepath.Join("..", "README.md"), filepath.Join("..", "STYLE.md"), filepath.Join("..", "bench", "README.md")}
+	results, err := filepath.Glob(filepath.Join("..", "bench", "results", "*.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out = append(out, results...)
 	ents, err := os.ReadDir(".")
 	if err != nil {
 		t.Fatal(err)
