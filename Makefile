@@ -9,7 +9,7 @@ LDFLAGS := -X main.version=$(VERSION)
 # links text/template, whose reflection keeps every exported method in the
 # binary): about 7 MiB less mapped binary, see docs/memory.md.
 # No inlining outside the runtime's own packages: about 1 MiB less mapped
-# binary, so 1 MiB less RSS (docs/memory.md, "Fourth round").
+# binary, so 1 MiB less RSS (bench/results/2026-11-24-memory-rounds.md, "Fourth round").
 CRIND_GCFLAGS := -gcflags=all=-l -gcflags=runtime= -gcflags=sync/...= \
 	-gcflags=internal/...= -gcflags=syscall= -gcflags=golang.org/x/sys/...=
 CRIND_BUILD := CGO_ENABLED=0 $(GO) build -tags grpcnotrace $(CRIND_GCFLAGS)
