@@ -227,7 +227,7 @@ func (s *Service) createInRuntime(ctx context.Context, rt runtime.Runtime, handl
 	defer trace.Mark(ctx, "runtime_create")
 	id := rec.ID
 	if err := rt.Create(ctx, runtime.CreateRequest{
-		ID: id, Spec: spec, SpecJSON: rec.Spec, LogPath: rec.LogPath, LogRoot: rec.LogRoot,
+		ID: id, PodID: rec.SandboxID, Spec: spec, SpecJSON: rec.Spec, LogPath: rec.LogPath, LogRoot: rec.LogRoot,
 		Stdin: cfg.GetStdin(), StdinOnce: cfg.GetStdinOnce(), RestoreFrom: restoreImages(rec),
 	}); err != nil {
 		return fmt.Errorf("create container: %w", err)

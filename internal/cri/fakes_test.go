@@ -84,7 +84,7 @@ type fakeCtr struct {
 	st   runtime.Status
 	exit chan struct{}
 	res  *specs.LinuxResources
-	pod  string // the spec's runtime.SandboxIDAnnotation
+	pod  string // CreateRequest.PodID
 }
 
 var _ runtime.Runtime = (*fakeRuntime)(nil)
@@ -107,7 +107,7 @@ func (f *fakeRuntime) Create(ctx context.Context, req runtime.CreateRequest) err
 	}
 	c := &fakeCtr{st: runtime.Status{State: runtime.StateCreated}, exit: make(chan struct{})}
 	if req.Spec != nil {
-		c.pod = req.Spec.Annotations[runtime.SandboxIDAnnotation]
+		c.pod = req.PodID
 	}
 	f.ctrs[req.ID] = c
 	return nil

@@ -291,7 +291,7 @@ func (s *Service) idmapSandboxSpec(id string, spec *specs.Spec, userns *oci.User
 func (s *Service) startInfra(ctx context.Context, rt runtime.Runtime, rec *store.Sandbox, spec *specs.Spec, undo *rollback) error {
 	id, handler := rec.ID, rec.RuntimeHandler
 	undo.add("remove pod cgroup", func(context.Context) error { return s.removePodCgroup(rec) })
-	if err := rt.Create(ctx, runtime.CreateRequest{ID: id, Spec: spec}); err != nil {
+	if err := rt.Create(ctx, runtime.CreateRequest{ID: id, PodID: id, Spec: spec}); err != nil {
 		return fmt.Errorf("create infra container: %w", err)
 	}
 	undo.add("delete infra", func(ctx context.Context) error { return s.deleteFromRuntime(ctx, handler, id) })

@@ -20,11 +20,6 @@ import (
 	"github.com/crin-dev/crin/internal/runtime/shim"
 )
 
-// SandboxIDAnnotation is the spec annotation naming a container's pod:
-// the oci backend runs one shim for all the containers that carry the
-// same value (a container without it gets a shim of its own).
-const SandboxIDAnnotation = "io.kubernetes.cri.sandbox-id"
-
 // shimDirPrefix starts the name of a pod shim's dir in StateDir; no
 // container id starts with '.', so it never meets a container's dir.
 const shimDirPrefix = ".pod-"
@@ -70,7 +65,7 @@ func (p *podLocks) lock(key string) func() {
 
 // shimDirOf is the dir of the shim of the pod req's container belongs to.
 func (o *OCI) shimDirOf(req CreateRequest) string {
-	pod := req.Spec.Annotations[SandboxIDAnnotation]
+	pod := req.PodID
 	if CheckID(pod) != nil {
 		pod = req.ID
 	}

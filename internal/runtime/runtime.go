@@ -9,8 +9,8 @@
 //
 // OCI keeps nothing in memory but per-pod locks. Each container has a
 // state dir, StateDir/<id>, which is also its bundle (config.json); each
-// pod's shim has a dir, StateDir/.pod-<pod id> (the pod is the spec's
-// SandboxIDAnnotation; a container without one gets a shim of its own).
+// pod's shim has a dir, StateDir/.pod-<pod id> (the pod is the create
+// request's PodID; a container without one gets a shim of its own).
 // The container's dir names its shim's dir and pid, and the shim keeps the
 // init pid, the runtime's JSON log and, once the container exited, the
 // exit record there (see package shim for the files and the control
@@ -131,6 +131,10 @@ var _ PodShims = (*OCI)(nil)
 // CreateRequest describes a container to create.
 type CreateRequest struct {
 	ID string
+	// PodID is the pod the container belongs to: the oci backend runs one
+	// crin-shim for a pod's containers, and the shimv2 backend places the
+	// pod's shim by it. Empty gives the container a shim of its own.
+	PodID string
 	// Spec is written as config.json in the bundle. Spec.Root.Path must be
 	// an absolute path to a prepared rootfs.
 	Spec *specs.Spec

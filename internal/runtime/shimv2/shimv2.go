@@ -389,7 +389,7 @@ func (r *Runtime) placeShim(ctx context.Context, req runtime.CreateRequest, addr
 		return
 	}
 	name := req.ID
-	if pod := req.Spec.Annotations[runtime.SandboxIDAnnotation]; pod != "" {
+	if pod := req.PodID; pod != "" {
 		name = pod
 	}
 	if err := r.cfg.PlaceShim(ctx, "v2-"+name, pid); err != nil {
