@@ -324,9 +324,6 @@ func (o *OCI) dropFromShim(ctx context.Context, id, dir string) error {
 				o.log.WarnContext(ctx, "delete: the pod's shim is slow to exit after its last container", "container_id", id, "shim_pid", pid)
 			}
 			return nil
-		case shimDir == dir && errdefs.IsInvalidArgument(err):
-			// A shim from before OpDelete serves this container alone.
-			return o.dropLegacy(ctx, id, dir, pid)
 		case err != nil && !errors.Is(err, shim.ErrShimGone) && !errdefs.IsNotFound(err):
 			o.log.WarnContext(ctx, "delete: shim", "container_id", id, "error", err)
 		}
@@ -417,22 +414,4 @@ func (o *OCI) removeLeftovers() {
 			_ = os.Remove(filepath.Join(o.cfg.StateDir, name))
 		}
 	}
-}
-
-// dropLegacy removes a container whose shim serves it alone.
-func (o *OCI) dropLegacy(ctx context.Context, id, dir string, pid int) error {
-	if _, err := o.run(ctx, runOpts{}, "delete", "--force", id); err != nil && !isRuntimeNotExist(err) {
-		return err
-	}
-	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	_, err := shim.Call(sctx, shim.SocketPath(dir), id, shim.OpShutdown)
-	cancel()
-	if err != nil && !errors.Is(err, shim.ErrShimGone) {
-		o.log.WarnContext(ctx, "delete: shim shutdown", "container_id", id, "error", err)
-	}
-	o.stopShim(ctx, pid)
-	if sock := shim.SocketPath(dir); !strings.HasPrefix(sock, dir+string(filepath.Separator)) {
-		_ = os.Remove(sock)
-	}
-	return nil
 }
