@@ -5,6 +5,8 @@ import (
 
 	"github.com/containerd/nri/pkg/api"
 	"google.golang.org/protobuf/reflect/protoreflect"
+
+	"github.com/crin-dev/crin/internal/nri/fields"
 )
 
 // TestMergerKeepsEveryField walks every field of NRI's ContainerAdjustment
@@ -14,14 +16,8 @@ import (
 // and validators see). A field the merger drops fails here until it is
 // merged.
 func TestMergerKeepsEveryField(t *testing.T) {
-	for _, l := range adjustmentLeaves((&api.ContainerAdjustment{}).ProtoReflect().Descriptor(), nil) {
-		name := ""
-		for i, f := range l {
-			if i > 0 {
-				name += "."
-			}
-			name += string(f.Name())
-		}
+	for _, leaf := range fields.Leaves((&api.ContainerAdjustment{}).ProtoReflect().Descriptor()) {
+		name, l := leaf.Path, leaf.Fields
 		t.Run(name, func(t *testing.T) {
 			adj := &api.ContainerAdjustment{}
 			fill(adj.ProtoReflect(), l)
@@ -53,27 +49,6 @@ var ownerless = map[string]string{
 	"linux.resources.devices": "device cgroup rules (NRI v1 emulation): api.Field has none",
 }
 
-// adjustmentLeaves lists the paths to the fields of md, going into message
-// fields other than NRI's Optional* wrappers.
-func adjustmentLeaves(md protoreflect.MessageDescriptor, prefix []protoreflect.FieldDescriptor) [][]protoreflect.FieldDescriptor {
-	var out [][]protoreflect.FieldDescriptor
-	fs := md.Fields()
-	for i := 0; i < fs.Len(); i++ {
-		f := fs.Get(i)
-		path := append(append([]protoreflect.FieldDescriptor{}, prefix...), f)
-		if f.Kind() == protoreflect.MessageKind && !f.IsList() && !f.IsMap() && !isWrapper(f.Message()) {
-			out = append(out, adjustmentLeaves(f.Message(), path)...)
-			continue
-		}
-		out = append(out, path)
-	}
-	return out
-}
-
-func isWrapper(md protoreflect.MessageDescriptor) bool {
-	return len(md.Name()) > 8 && md.Name()[:8] == "Optional" && md.Fields().Len() == 1
-}
-
 // fill sets the field at path in m to a non-zero value (one entry, under
 // key "k1", for lists and maps).
 func fill(m protoreflect.Message, path []protoreflect.FieldDescriptor) {
@@ -97,28 +72,8 @@ func fill(m protoreflect.Message, path []protoreflect.FieldDescriptor) {
 // scalar is a non-zero value of f's kind; a message gets its first scalar
 // field set (a string "v1" or the number 3), or is left empty.
 func scalar(f protoreflect.FieldDescriptor, newMsg func() protoreflect.Value) protoreflect.Value {
-	switch f.Kind() {
-	case protoreflect.StringKind:
-		return protoreflect.ValueOfString("v1")
-	case protoreflect.BoolKind:
-		return protoreflect.ValueOfBool(true)
-	case protoreflect.Int32Kind, protoreflect.Sint32Kind, protoreflect.Sfixed32Kind:
-		return protoreflect.ValueOfInt32(3)
-	case protoreflect.Int64Kind, protoreflect.Sint64Kind, protoreflect.Sfixed64Kind:
-		return protoreflect.ValueOfInt64(3)
-	case protoreflect.Uint32Kind, protoreflect.Fixed32Kind:
-		return protoreflect.ValueOfUint32(3)
-	case protoreflect.Uint64Kind, protoreflect.Fixed64Kind:
-		return protoreflect.ValueOfUint64(3)
-	case protoreflect.EnumKind:
-		vs := f.Enum().Values()
-		return protoreflect.ValueOfEnum(vs.Get(vs.Len() - 1).Number())
-	case protoreflect.BytesKind:
-		return protoreflect.ValueOfBytes([]byte("v1"))
-	case protoreflect.DoubleKind:
-		return protoreflect.ValueOfFloat64(3)
-	case protoreflect.FloatKind:
-		return protoreflect.ValueOfFloat32(3)
+	if v, ok := fields.Scalar(f); ok {
+		return v
 	}
 	v := newMsg()
 	fs := v.Message().Descriptor().Fields()

@@ -9,6 +9,8 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
+
+	"github.com/crin-dev/crin/internal/nri/fields"
 )
 
 // TestEveryAdjustmentFieldIsHandled walks every field of NRI's
@@ -31,22 +33,22 @@ func TestEveryAdjustmentFieldIsHandled(t *testing.T) {
 		b, _ := json.Marshal(s)
 		return string(b)
 	}
-	for _, leaf := range leaves((&api.ContainerAdjustment{}).ProtoReflect().Descriptor(), "") {
-		t.Run(leaf.path, func(t *testing.T) {
-			c := companionOf(adjustmentCompanions, leaf.path)
+	for _, leaf := range fields.Leaves((&api.ContainerAdjustment{}).ProtoReflect().Descriptor()) {
+		t.Run(leaf.Path, func(t *testing.T) {
+			c := companionOf(adjustmentCompanions, leaf.Path)
 			base := &api.ContainerAdjustment{}
 			if c.set != nil {
 				c.set(base.ProtoReflect())
 			}
 			was := outcome(base, c.spec)
-			for _, v := range candidates(leaf.fields[len(leaf.fields)-1]) {
+			for _, v := range candidates(leaf.Fields[len(leaf.Fields)-1]) {
 				adj := proto.Clone(base).(*api.ContainerAdjustment)
-				setLeaf(adj.ProtoReflect(), leaf.fields, v)
+				setLeaf(adj.ProtoReflect(), leaf.Fields, v)
 				if outcome(adj, c.spec) != was {
 					return
 				}
 			}
-			t.Errorf("%s: no value of it changes the adjusted spec or is refused: the field is dropped", leaf.path)
+			t.Errorf("%s: no value of it changes the adjusted spec or is refused: the field is dropped", leaf.Path)
 		})
 	}
 }
@@ -64,16 +66,16 @@ func TestEveryUpdateFieldIsHandled(t *testing.T) {
 		return string(b)
 	}
 	was := outcome(&api.LinuxResources{})
-	for _, leaf := range leaves((&api.LinuxResources{}).ProtoReflect().Descriptor(), "") {
-		t.Run(leaf.path, func(t *testing.T) {
-			for _, v := range candidates(leaf.fields[len(leaf.fields)-1]) {
+	for _, leaf := range fields.Leaves((&api.LinuxResources{}).ProtoReflect().Descriptor()) {
+		t.Run(leaf.Path, func(t *testing.T) {
+			for _, v := range candidates(leaf.Fields[len(leaf.Fields)-1]) {
 				res := &api.LinuxResources{}
-				setLeaf(res.ProtoReflect(), leaf.fields, v)
+				setLeaf(res.ProtoReflect(), leaf.Fields, v)
 				if outcome(res) != was {
 					return
 				}
 			}
-			t.Errorf("%s: no value of it changes the resources or is refused: the field is dropped", leaf.path)
+			t.Errorf("%s: no value of it changes the resources or is refused: the field is dropped", leaf.Path)
 		})
 	}
 }
@@ -112,36 +114,6 @@ func companionOf(m map[string]companion, path string) companion {
 	return companion{}
 }
 
-// leaf is a settable field, reached from the top message through fields.
-type leaf struct {
-	path   string
-	fields []protoreflect.FieldDescriptor
-}
-
-// leaves lists the fields of md, going into message fields (not into
-// NRI's Optional* wrappers, whose one value is set as the leaf).
-func leaves(md protoreflect.MessageDescriptor, prefix string) []leaf {
-	var out []leaf
-	fs := md.Fields()
-	for i := 0; i < fs.Len(); i++ {
-		f := fs.Get(i)
-		path := prefix + string(f.Name())
-		if f.Kind() == protoreflect.MessageKind && !f.IsList() && !f.IsMap() && !wrapper(f.Message()) {
-			for _, l := range leaves(f.Message(), path+".") {
-				out = append(out, leaf{path: l.path, fields: append([]protoreflect.FieldDescriptor{f}, l.fields...)})
-			}
-			continue
-		}
-		out = append(out, leaf{path: path, fields: []protoreflect.FieldDescriptor{f}})
-	}
-	return out
-}
-
-// wrapper reports whether md is one of NRI's Optional* value wrappers.
-func wrapper(md protoreflect.MessageDescriptor) bool {
-	return strings.HasPrefix(string(md.Name()), "Optional") && md.Fields().Len() == 1
-}
-
 // setLeaf sets the field path fields leads to in m to v (an element or a
 // map value for lists and maps, under key "k1"), making the messages on
 // the way.
@@ -171,7 +143,7 @@ func candidates(f protoreflect.FieldDescriptor) []func(func() protoreflect.Value
 		inner = f.MapValue()
 		kind = inner
 	}
-	if kind.Kind() == protoreflect.MessageKind && wrapper(kind.Message()) {
+	if kind.Kind() == protoreflect.MessageKind && fields.IsWrapper(kind.Message()) {
 		kind = kind.Message().Fields().Get(0)
 	}
 	if kind.Kind() != protoreflect.BoolKind {
@@ -194,28 +166,8 @@ func candidates(f protoreflect.FieldDescriptor) []func(func() protoreflect.Value
 // valueOf is a value of f's kind: a non-zero scalar, or a message with
 // each of its scalar fields set (messages in it left empty).
 func valueOf(f protoreflect.FieldDescriptor, newMsg func() protoreflect.Value) protoreflect.Value {
-	switch f.Kind() {
-	case protoreflect.StringKind:
-		return protoreflect.ValueOfString("v1")
-	case protoreflect.BoolKind:
-		return protoreflect.ValueOfBool(true)
-	case protoreflect.Int32Kind, protoreflect.Sint32Kind, protoreflect.Sfixed32Kind:
-		return protoreflect.ValueOfInt32(3)
-	case protoreflect.Int64Kind, protoreflect.Sint64Kind, protoreflect.Sfixed64Kind:
-		return protoreflect.ValueOfInt64(3)
-	case protoreflect.Uint32Kind, protoreflect.Fixed32Kind:
-		return protoreflect.ValueOfUint32(3)
-	case protoreflect.Uint64Kind, protoreflect.Fixed64Kind:
-		return protoreflect.ValueOfUint64(3)
-	case protoreflect.EnumKind:
-		vs := f.Enum().Values()
-		return protoreflect.ValueOfEnum(vs.Get(vs.Len() - 1).Number())
-	case protoreflect.BytesKind:
-		return protoreflect.ValueOfBytes([]byte("v1"))
-	case protoreflect.DoubleKind:
-		return protoreflect.ValueOfFloat64(3)
-	case protoreflect.FloatKind:
-		return protoreflect.ValueOfFloat32(3)
+	if v, ok := fields.Scalar(f); ok {
+		return v
 	}
 	v := newMsg()
 	msg := v.Message()
@@ -223,7 +175,7 @@ func valueOf(f protoreflect.FieldDescriptor, newMsg func() protoreflect.Value) p
 	for i := 0; i < fs.Len(); i++ {
 		sf := fs.Get(i)
 		if sf.Kind() == protoreflect.MessageKind || sf.IsList() || sf.IsMap() {
-			if sf.Kind() == protoreflect.MessageKind && !sf.IsList() && !sf.IsMap() && wrapper(sf.Message()) {
+			if sf.Kind() == protoreflect.MessageKind && !sf.IsList() && !sf.IsMap() && fields.IsWrapper(sf.Message()) {
 				msg.Set(sf, valueOf(sf, func() protoreflect.Value { return msg.NewField(sf) }))
 			}
 			continue
