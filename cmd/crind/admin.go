@@ -14,8 +14,8 @@ import (
 	"github.com/containerd/errdefs"
 
 	"github.com/crin-dev/crin/internal/admin"
-	"github.com/crin-dev/crin/internal/cri"
 	"github.com/crin-dev/crin/internal/nri"
+	"github.com/crin-dev/crin/internal/serving"
 )
 
 // The admin API (internal/admin has the wire types and paths) is crind's
@@ -148,9 +148,9 @@ func listenAdmin(path string) (net.Listener, error) {
 // newAdminServer returns the http.Server for the admin API. A request
 // that panics fails alone with 500; the panic is logged and counted in m
 // (nil: not counted).
-func newAdminServer(plugins pluginLister, owners ownerSource, log *slog.Logger, m *cri.Metrics) *http.Server {
+func newAdminServer(plugins pluginLister, owners ownerSource, log *slog.Logger, m *serving.Metrics) *http.Server {
 	return &http.Server{
-		Handler:           cri.RecoverHTTP(log, m, "admin", newAdminHandler(plugins, owners)),
+		Handler:           serving.RecoverHTTP(log, m, "admin", newAdminHandler(plugins, owners)),
 		ReadHeaderTimeout: 5 * time.Second,
 		WriteTimeout:      30 * time.Second,
 	}

@@ -41,6 +41,7 @@ import (
 	"github.com/crin-dev/crin/internal/image"
 	"github.com/crin-dev/crin/internal/nri"
 	"github.com/crin-dev/crin/internal/oci"
+	"github.com/crin-dev/crin/internal/serving"
 	"github.com/crin-dev/crin/internal/store"
 )
 
@@ -100,7 +101,7 @@ func run(args []string) error {
 	}
 	level, _ := config.ParseLevel(cfg.LogLevel)
 	// Records logged with a CRI request's context carry its request id.
-	log := slog.New(cri.NewContextHandler(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})))
+	log := slog.New(serving.NewContextHandler(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})))
 	slog.SetDefault(log)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
@@ -174,7 +175,7 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, notifier s
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	metrics := cri.NewMetrics(reg)
+	metrics := serving.NewMetrics(reg)
 	opts := serviceOptions(cfg, log)
 	setCgroupOptions(&opts, layout, units)
 	opts.Store, opts.Images, opts.Network, opts.Runtimes = st, images, network, runtimes
@@ -306,7 +307,7 @@ func serviceOptions(cfg *config.Config, log *slog.Logger) cri.Options {
 // servers is what runServers serves.
 type servers struct {
 	svc       *cri.Service
-	metrics   *cri.Metrics
+	metrics   *serving.Metrics
 	reg       *prometheus.Registry
 	plugins   pluginLister
 	streamLis net.Listener // nil: no streaming server
@@ -317,12 +318,7 @@ type servers struct {
 // runServers serves CRI, the admin socket, streams and metrics until ctx
 // ends or one of them fails, then shuts them all down within a deadline.
 func runServers(ctx context.Context, cfg *config.Config, log *slog.Logger, sv servers) error {
-	srv := grpc.NewServer(
-		grpc.MaxRecvMsgSize(cri.MaxRequestSize),
-		grpc.UnaryInterceptor(cri.Interceptor(log, sv.metrics)),
-		grpc.StreamInterceptor(cri.StreamInterceptor(log, sv.metrics)),
-	)
-	sv.svc.Register(srv)
+	srv := serving.NewServer(log, sv.metrics, sv.svc)
 
 	adminLis, err := listenAdmin(cfg.AdminSocketPath())
 	if err != nil {
@@ -360,7 +356,7 @@ func runServers(ctx context.Context, cfg *config.Config, log *slog.Logger, sv se
 	var hs *http.Server
 	if cfg.CRI.MetricsAddress != "" {
 		mux := http.NewServeMux()
-		mux.Handle("/metrics", cri.RecoverHTTP(log, sv.metrics, "metrics", promhttp.HandlerFor(sv.reg, promhttp.HandlerOpts{})))
+		mux.Handle("/metrics", serving.RecoverHTTP(log, sv.metrics, "metrics", promhttp.HandlerFor(sv.reg, promhttp.HandlerOpts{})))
 		hs = &http.Server{Addr: cfg.CRI.MetricsAddress, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 		g.Go(func() error {
 			if err := hs.ListenAndServe(); !errors.Is(err, http.ErrServerClosed) {

@@ -11,7 +11,11 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/crin-dev/crin/internal/image"
+	"github.com/crin-dev/crin/internal/serving"
 )
+
+// classify is the gRPC code crind's server answers err with.
+func classify(err error) codes.Code { return serving.Code(err) }
 
 // TestRPCRefusals checks, for every CRI RPC crind serves, the code of its
 // refusals that TestRPCCodes does not: a missing id or config is

@@ -9,7 +9,11 @@ import (
 
 	"github.com/crin-dev/crin/internal/cgroup"
 	"github.com/crin-dev/crin/internal/runtime"
+	"github.com/crin-dev/crin/internal/serving"
 )
+
+// crind's gRPC server (internal/serving) serves the Service.
+var _ serving.CRI = (*Service)(nil)
 
 // Version reports crind's name and versions.
 func (s *Service) Version(ctx context.Context, r *runtimeapi.VersionRequest) (*runtimeapi.VersionResponse, error) {

@@ -13,6 +13,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/crin-dev/crin/internal/cni"
+	"github.com/crin-dev/crin/internal/serving"
 	"github.com/crin-dev/crin/internal/store"
 )
 
@@ -65,7 +66,7 @@ func (s *Service) readySandbox(id string) (store.Sandbox, error) {
 // namespace (on the host for a host-network pod), and copies both ways
 // until both directions ended or the streaming server stops.
 func (r *streamRuntime) PortForward(ctx context.Context, podSandboxID string, port int32, stream io.ReadWriteCloser) (err error) {
-	defer r.s.recoverSession(ctx, "portforward", &err)
+	defer serving.RecoverSession(ctx, r.s.log, r.s.opts.Metrics, "portforward", &err)
 	ctx, done, err := r.begin(ctx)
 	if err != nil {
 		return err

@@ -1,7 +1,7 @@
-// Package cri is crind's hub: it serves the CRI v1 RuntimeService and
-// ImageService and orchestrates the spokes (store, image, oci, runtime, cni)
-// for every call. One file per RPC; the state machines are described in
-// docs/state-machines.md.
+// Package cri is crind's hub: it implements the CRI v1 RuntimeService and
+// ImageService, which internal/serving serves, and orchestrates the spokes
+// (store, image, oci, runtime, cni) for every call. One file per RPC; the
+// state machines are described in docs/state-machines.md.
 package cri
 
 import (
@@ -30,6 +30,7 @@ import (
 	"github.com/crin-dev/crin/internal/cni"
 	"github.com/crin-dev/crin/internal/image"
 	"github.com/crin-dev/crin/internal/runtime"
+	"github.com/crin-dev/crin/internal/serving"
 	"github.com/crin-dev/crin/internal/store"
 )
 
@@ -109,7 +110,7 @@ type Options struct {
 	Version       string
 	Logger        *slog.Logger
 	// Metrics, when set, counts panics of the streaming server.
-	Metrics *Metrics
+	Metrics *serving.Metrics
 	// CDISpecDirs, BlockioClass and RdtClass are what NRI adjustments may
 	// use (see oci.AdjustOptions).
 	CDISpecDirs  []string

@@ -17,6 +17,7 @@ import (
 	utilexec "k8s.io/utils/exec"
 
 	"github.com/crin-dev/crin/internal/runtime"
+	"github.com/crin-dev/crin/internal/serving"
 	"github.com/crin-dev/crin/internal/store"
 )
 
@@ -51,7 +52,7 @@ func (s *Service) ServeStreams(ctx context.Context, lis net.Listener) error {
 		lis.Close()
 		return fmt.Errorf("serve streams: no stream address configured: %w", errdefs.ErrNotImplemented)
 	}
-	hs := &http.Server{Handler: RecoverHTTP(s.log, s.opts.Metrics, "stream", s.stream), ReadHeaderTimeout: 10 * time.Second}
+	hs := &http.Server{Handler: serving.RecoverHTTP(s.log, s.opts.Metrics, "stream", s.stream), ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(lis) }()
 	var err error
@@ -147,7 +148,7 @@ func (r *streamRuntime) open(ctx context.Context, containerID string) (context.C
 // non-zero exit is reported as an exit error, which the streaming server
 // passes to the client as the command's exit code.
 func (r *streamRuntime) Exec(ctx context.Context, containerID string, cmd []string, in io.Reader, out, errOut io.WriteCloser, tty bool, resize <-chan remotecommand.TerminalSize) (err error) {
-	defer r.s.recoverSession(ctx, "exec", &err)
+	defer serving.RecoverSession(ctx, r.s.log, r.s.opts.Metrics, "exec", &err)
 	ctx, rec, rt, done, err := r.open(ctx, containerID)
 	if err != nil {
 		return err
@@ -183,7 +184,7 @@ func (r *streamRuntime) Exec(ctx context.Context, containerID string, cmd []stri
 // Attach connects the client to a running container's stdio: its output,
 // its stdin when it was created with one, and its terminal's size.
 func (r *streamRuntime) Attach(ctx context.Context, containerID string, in io.Reader, out, errOut io.WriteCloser, tty bool, resize <-chan remotecommand.TerminalSize) (err error) {
-	defer r.s.recoverSession(ctx, "attach", &err)
+	defer serving.RecoverSession(ctx, r.s.log, r.s.opts.Metrics, "attach", &err)
 	ctx, rec, rt, done, err := r.open(ctx, containerID)
 	if err != nil {
 		return err

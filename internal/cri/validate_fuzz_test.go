@@ -1,10 +1,18 @@
 package cri
 
 import (
+	"bytes"
+	"context"
+	"log/slog"
+	"strings"
 	"testing"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/crin-dev/crin/internal/serving"
 )
 
 // validRequests are the seed corpus: requests as kubelet sends them.
@@ -94,18 +102,29 @@ func FuzzValidateRequests(f *testing.F) {
 			}
 			err = checkStreams(r.GetTty(), r.GetStdin(), r.GetStdout(), r.GetStderr())
 		}
-		if s := requestSummary(m); len(s) > maxSummary+64 {
-			t.Errorf("summary of %d bytes", len(s))
-		}
-		if s := debugPayload(m); len(s) > maxPayload+64 {
-			t.Errorf("debug payload of %d bytes", len(s))
-		}
-		if err != nil {
-			if st := toStatus(err); len(st.Message()) > maxStatusMessage+64 {
-				t.Errorf("status message of %d bytes", len(st.Message()))
-			}
-		}
+		checkServed(t, m, err)
 	})
+}
+
+// checkServed passes req and the handler's err through crind's unary
+// interceptor, logging at Debug: the status message and every log line
+// (the failure's summary of the request, the Debug payloads) stay small.
+func checkServed(t *testing.T, req proto.Message, err error) {
+	t.Helper()
+	var logged bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&logged, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	info := &grpc.UnaryServerInfo{FullMethod: "/runtime.v1.RuntimeService/Fuzz"}
+	_, served := serving.Interceptor(log, nil)(t.Context(), req, info, func(context.Context, any) (any, error) {
+		return nil, err
+	})
+	if n := len(status.Convert(served).Message()); n > serving.MaxStatusMessage+64 {
+		t.Errorf("status message of %d bytes", n)
+	}
+	for _, line := range strings.Split(logged.String(), "\n") {
+		if len(line) > 8<<10 {
+			t.Errorf("a log line of %d bytes: %.200s", len(line), line)
+		}
+	}
 }
 
 // TestValidRequestsPass keeps the seed corpus honest: the seeds are valid.

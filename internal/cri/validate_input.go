@@ -13,15 +13,8 @@ import (
 	"github.com/crin-dev/crin/internal/oci"
 )
 
-// MaxRequestSize is the largest CRI request crind's gRPC server takes;
-// a larger one is refused with ResourceExhausted before it is decoded.
-// It is what containerd takes and what kubelet's client may send (16
-// MiB): the gRPC default of 4 MiB refused CreateContainer configs that
-// environment variables from large ConfigMaps made bigger.
-const MaxRequestSize = 16 << 20
-
 // Limits on what a client may send besides the gRPC message size
-// (docs/errors.md, "Request sizes"). kubelet's own requests stay far below
+// (serving.MaxRequestSize; docs/errors.md, "Request sizes"). kubelet's own requests stay far below
 // them.
 const (
 	// maxSelectorLabels is the most entries a list filter's label_selector

@@ -1,4 +1,4 @@
-package cri
+package serving
 
 import (
 	"bufio"
@@ -8,8 +8,21 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"runtime/debug"
 	"strings"
+
+	"github.com/containerd/errdefs"
 )
+
+// recovered logs a recovered panic with its stack (once), counts it, and
+// returns the Internal error that fails the request.
+func recovered(ctx context.Context, log *slog.Logger, m *Metrics, server, rpc string, p any) error {
+	m.panicked(server, rpc)
+	msg := elide(fmt.Sprint(p), maxLoggedError)
+	log.ErrorContext(ctx, "request panicked; failed alone, crind keeps serving",
+		"server", server, "panic", msg, "stack", string(debug.Stack()))
+	return fmt.Errorf("%s: internal error (panic: %s): %w", rpc, msg, errdefs.ErrInternal)
+}
 
 // RecoverHTTP wraps an HTTP handler of crind (the streaming server, the
 // admin API) so that a panic fails that one request with HTTP 500 (when
@@ -101,12 +114,15 @@ func (w *recoverWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 // Unwrap lets http.ResponseController reach the underlying writer.
 func (w *recoverWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
-// recoverSession turns a panic in a streaming session (exec, attach,
+// RecoverSession turns a panic in a streaming session (exec, attach,
 // port forward, which the streaming server may run on goroutines of its
-// own, out of RecoverHTTP's reach) into the session's error. Use as
-// defer s.recoverSession(ctx, "exec", &err).
-func (s *Service) recoverSession(ctx context.Context, kind string, err *error) {
+// own, out of RecoverHTTP's reach) into the session's Internal error,
+// logged once with its stack and counted as crin_panics_total{server=
+// "stream", rpc=kind}. Use as
+// defer serving.RecoverSession(ctx, log, m, "exec", &err): it must be
+// the deferred call itself, or recover finds nothing.
+func RecoverSession(ctx context.Context, log *slog.Logger, m *Metrics, kind string, err *error) {
 	if p := recover(); p != nil {
-		*err = recovered(ctx, slog.New(NewContextHandler(s.log.Handler())), s.opts.Metrics, "stream", kind, p)
+		*err = recovered(ctx, slog.New(NewContextHandler(log.Handler())), m, "stream", kind, p)
 	}
 }

@@ -1,4 +1,4 @@
-package cri
+package serving
 
 import (
 	"bytes"
@@ -138,12 +138,13 @@ func TestInterceptorLogsAreCapped(t *testing.T) {
 		},
 	}
 	_, err := unary(t, log, nil, "CreateContainer", req, func(ctx context.Context, r any) (any, error) {
-		return nil, validateContainerConfig(r.(*runtimeapi.CreateContainerRequest).GetConfig())
+		name := r.(*runtimeapi.CreateContainerRequest).GetConfig().GetMetadata().GetName()
+		return nil, fmt.Errorf("config.metadata.name %q: longer than 255 bytes: %w", name, errdefs.ErrInvalidArgument)
 	})
 	if status.Code(err) != codes.InvalidArgument {
 		t.Fatalf("err %v, want InvalidArgument", err)
 	}
-	if n := len(status.Convert(err).Message()); n > maxStatusMessage+64 {
+	if n := len(status.Convert(err).Message()); n > MaxStatusMessage+64 {
 		t.Errorf("status message is %d bytes", n)
 	}
 	var failed string
@@ -275,9 +276,8 @@ func panicCount(t *testing.T, m *Metrics, server, rpc string) float64 {
 func TestRecoverSession(t *testing.T) {
 	sink, log := newLogSink(slog.LevelInfo)
 	m := NewMetrics(prometheus.NewRegistry())
-	s := &Service{log: log, opts: Options{Metrics: m}}
 	session := func() (err error) {
-		defer s.recoverSession(context.Background(), "portforward", &err)
+		defer RecoverSession(context.Background(), log, m, "portforward", &err)
 		panic("session broke")
 	}
 	errc := make(chan error, 1)

@@ -1,7 +1,9 @@
-package cri
+package serving
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -11,6 +13,32 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
+
+type ctxKey int
+
+const requestKey ctxKey = 0
+
+// requestInfo is what a request's context says about it, for logs.
+type requestInfo struct {
+	id  string
+	rpc string
+}
+
+// withRequest returns ctx carrying a new request id and the RPC name.
+func withRequest(ctx context.Context, rpc string) (context.Context, string) {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	id := hex.EncodeToString(b[:])
+	return context.WithValue(ctx, requestKey, &requestInfo{id: id, rpc: rpc}), id
+}
+
+// RequestID returns the request id the interceptor put in ctx, or "".
+func RequestID(ctx context.Context) string {
+	if ri, ok := ctx.Value(requestKey).(*requestInfo); ok {
+		return ri.id
+	}
+	return ""
+}
 
 // NewContextHandler wraps h so that every record logged with a request's
 // context (log.InfoContext(ctx, ...)) carries the request's id and RPC

@@ -1,4 +1,4 @@
-package cri
+package serving
 
 import (
 	"context"
@@ -28,17 +28,18 @@ const (
 	maxChainDepth = 64
 )
 
-// maxStatusMessage caps the message of a gRPC status crind returns: an
+// MaxStatusMessage caps the message of a gRPC status crind returns: an
 // error may quote a client's huge input.
-const maxStatusMessage = 16 << 10
+const MaxStatusMessage = 16 << 10
 
-// toStatus maps err to the gRPC status returned to the client: its code by
-// classify, its message err.Error() capped at maxStatusMessage.
-func toStatus(err error) *status.Status {
-	return status.New(classify(err), elide(errorText(err), maxStatusMessage))
+// Status maps err to the gRPC status returned to the client: its code by
+// Code, its message err.Error() capped at MaxStatusMessage. It never
+// fails: an Error method that panics gives a placeholder message.
+func Status(err error) *status.Status {
+	return status.New(Code(err), elide(errorText(err), MaxStatusMessage))
 }
 
-// classify maps an error chain to a gRPC code, in passes over the whole
+// Code maps an error chain to a gRPC code, in passes over the whole
 // chain, each taking the outermost member it recognises:
 //
 //  1. an errdefs class (or a member carrying a gRPC status, or one whose
@@ -49,7 +50,7 @@ func toStatus(err error) *status.Status {
 //     hosts, timeouts): Unavailable.
 //
 // Anything else, and nil members only, is Unknown. A nil err is OK.
-func classify(err error) (c codes.Code) {
+func Code(err error) (c codes.Code) {
 	if err == nil {
 		return codes.OK
 	}

@@ -1,11 +1,10 @@
-package cri
+package serving
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"io/fs"
-	"math"
 	"math/rand/v2"
 	"net"
 	"net/url"
@@ -13,7 +12,6 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/containerd/errdefs"
 	"google.golang.org/grpc/codes"
@@ -105,13 +103,13 @@ func TestClassify(t *testing.T) {
 		{"panicking member then class", errors.Join(panicky{}, errdefs.ErrDataLoss), codes.DataLoss},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := classify(tc.err); got != tc.want {
-				t.Errorf("classify(%s) = %s, want %s", tc.name, got, tc.want)
+			if got := Code(tc.err); got != tc.want {
+				t.Errorf("Code(%s) = %s, want %s", tc.name, got, tc.want)
 			}
 			if tc.err == nil {
 				return
 			}
-			st := toStatus(tc.err)
+			st := Status(tc.err)
 			if st.Code() != tc.want {
 				t.Errorf("toStatus code %s, want %s", st.Code(), tc.want)
 			}
@@ -127,17 +125,17 @@ func (j joined) Unwrap() []error { return j }
 
 func TestToStatusMessage(t *testing.T) {
 	huge := fmt.Errorf("config.metadata.name %q: too long: %w", strings.Repeat("é", 1<<20), errdefs.ErrInvalidArgument)
-	st := toStatus(huge)
-	if len(st.Message()) > maxStatusMessage+64 {
-		t.Errorf("message is %d bytes, want at most about %d", len(st.Message()), maxStatusMessage)
+	st := Status(huge)
+	if len(st.Message()) > MaxStatusMessage+64 {
+		t.Errorf("message is %d bytes, want at most about %d", len(st.Message()), MaxStatusMessage)
 	}
 	for _, want := range []string{"config.metadata.name", "too long: invalid argument", "bytes elided"} {
 		if !strings.Contains(st.Message(), want) {
 			t.Errorf("message lacks %q", want)
 		}
 	}
-	if !strings.HasPrefix(toStatus(panicky{}).Message(), "cri.panicky") {
-		t.Errorf("message of an error whose Error panics: %q", toStatus(panicky{}).Message())
+	if !strings.HasPrefix(Status(panicky{}).Message(), "serving.panicky") {
+		t.Errorf("message of an error whose Error panics: %q", Status(panicky{}).Message())
 	}
 }
 
@@ -210,8 +208,8 @@ func TestClassifyNeverPanics(t *testing.T) {
 					t.Fatalf("chain %d (%#v) panicked: %v", i, err, p)
 				}
 			}()
-			_ = classify(err)
-			_ = toStatus(err).Err()
+			_ = Code(err)
+			_ = Status(err).Err()
 			_ = elide(errorText(err), 64)
 		}()
 	}
@@ -224,7 +222,7 @@ func FuzzClassify(f *testing.F) {
 	f.Add(uint64(7), uint8(40))
 	f.Fuzz(func(t *testing.T, seed uint64, size uint8) {
 		err := randomChain(rand.New(rand.NewPCG(seed, uint64(size))), int(size%64))
-		_ = toStatus(err)
+		_ = Status(err)
 	})
 }
 
@@ -252,20 +250,3 @@ func TestElide(t *testing.T) {
 }
 
 func utf8ValidString(s string) bool { return strings.ToValidUTF8(s, "") == s }
-
-func TestSeconds(t *testing.T) {
-	for _, tc := range []struct {
-		in   int64
-		want time.Duration
-	}{
-		{0, 0},
-		{30, 30 * time.Second},
-		{math.MaxInt64 / int64(time.Second), time.Duration(math.MaxInt64/int64(time.Second)) * time.Second},
-		{10_000_000_000, math.MaxInt64},
-		{math.MaxInt64, math.MaxInt64},
-	} {
-		if got := seconds(tc.in); got != tc.want || got < 0 {
-			t.Errorf("seconds(%d) = %v, want %v", tc.in, got, tc.want)
-		}
-	}
-}
