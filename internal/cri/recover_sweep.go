@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/hex"
 	"errors"
-	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -14,8 +13,6 @@ import (
 
 	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
-
-	"github.com/crin-dev/crin/internal/cgroup"
 )
 
 // sweep removes, on start-up and after the records are recovered, what
@@ -24,7 +21,7 @@ import (
 // their runc init children) of containers nobody knows, mounts under
 // crind's dirs naming such a container or pod, pod cgroups under
 // crind's cgroup parent, id-mapped mounts of pods and containers that are
-// gone (userns_linux.go), IP reservations of pods that are gone, and the
+// gone (internal/podenv), IP reservations of pods that are gone, and the
 // dirs and rootfs of pods and containers that are gone (sweepDirs), and
 // checkpoints a crind that died left unfinished, their containers thawed
 // (sweepCheckpoints). Then it
@@ -33,8 +30,8 @@ import (
 func (s *Service) sweep(ctx context.Context) {
 	s.sweepShims(ctx)
 	s.sweepMounts(ctx)
-	s.sweepUserNS(ctx)
-	s.sweepCgroups(ctx)
+	s.env.SweepUserNS(ctx, s.knownID)
+	s.env.SweepCgroups(ctx, s.knownID)
 	s.sweepIPAM(ctx)
 	s.sweepDirs(ctx)
 	s.sweepCheckpoints(ctx)
@@ -213,54 +210,6 @@ func unknownID(p string, known func(string) bool) string {
 		}
 	}
 	return ""
-}
-
-// sweepCgroups removes, in every hierarchy, the cgroups under crind's
-// cgroup parent that no record owns: a pod directory whose pod is gone,
-// and inside a known pod's directory a container cgroup whose container
-// is gone (processes still inside are killed).
-func (s *Service) sweepCgroups(ctx context.Context) {
-	l := s.layout()
-	if l.Parent == "" || l.Parent == "/" {
-		return
-	}
-	roots, err := s.cgroupHierarchies()
-	if err != nil {
-		s.log.WarnContext(ctx, "sweep cgroups", "error", err)
-		return
-	}
-	stale := map[string]bool{}
-	for _, root := range roots {
-		pods, err := os.ReadDir(filepath.Join(root, cgroup.Dir(l.Parent)))
-		if err != nil {
-			continue
-		}
-		for _, p := range pods {
-			podID, ok := l.PodOf(p.Name())
-			if !p.IsDir() || !ok || !isID(podID) {
-				continue
-			}
-			podCg := l.OwnPodParent(podID)
-			if !s.knownID(podID) {
-				stale[podCg] = true
-				continue
-			}
-			ctrs, _ := os.ReadDir(filepath.Join(root, cgroup.Dir(podCg)))
-			for _, c := range ctrs {
-				id, ok := l.ContainerOf(c.Name())
-				if c.IsDir() && ok && isID(id) && id != podID && !s.knownID(id) {
-					stale[cgroup.Container(podCg, id)] = true
-				}
-			}
-		}
-	}
-	for _, rel := range slices.Sorted(maps.Keys(stale)) {
-		if err := s.removeCgroupTree(ctx, rel); err != nil {
-			s.log.WarnContext(ctx, "remove orphaned cgroup", "cgroup", rel, "error", err)
-			continue
-		}
-		s.log.InfoContext(ctx, "removed a cgroup no record owns", "cgroup", rel)
-	}
 }
 
 // ipamSweeper is a network that can release the IP reservations of pods
