@@ -53,26 +53,6 @@ func TestFailedDeleteIsRetried(t *testing.T) {
 	}
 }
 
-func TestUnknownID(t *testing.T) {
-	known := newID()
-	unknown := newID()
-	isKnown := func(id string) bool { return id == known }
-	tests := []struct {
-		path, want string
-	}{
-		{"/r/pods/" + unknown + "/shm", unknown},
-		{"/r/pods/" + known + "/shm", ""},
-		{"/r/image/containers/" + unknown + "/rootfs", unknown},
-		{"/r/image/layers/" + unknown, ""}, // a digest, not an id
-		{"/s/c/" + unknown, unknown},
-	}
-	for _, tc := range tests {
-		if got := unknownID(tc.path, isKnown); got != tc.want {
-			t.Errorf("unknownID(%s) = %q, want %q", tc.path, got, tc.want)
-		}
-	}
-}
-
 // TestIDMappedCleanupIsRetried: a recorded id-mapped mount cleanup is
 // done by the cleanup loop once no pod or container owns its id, and one
 // whose path lies outside the user namespace dir is dropped untouched.

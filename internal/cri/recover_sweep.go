@@ -3,7 +3,6 @@ package cri
 import (
 	"context"
 	"encoding/hex"
-	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -11,7 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
 )
 
@@ -19,7 +17,8 @@ import (
 // no record owns and a killed OCI runtime or a crind killed mid-cleanup
 // left behind (docs/recovery.md, "The sweep"): crin-shim processes (and
 // their runc init children) of containers nobody knows, mounts under
-// crind's dirs naming such a container or pod, pod cgroups under
+// crind's dirs naming such a container or pod (a rootfs through the
+// image store), pod cgroups under
 // crind's cgroup parent, id-mapped mounts of pods and containers that are
 // gone (internal/podenv), IP reservations of pods that are gone, and the
 // dirs and rootfs of pods and containers that are gone (sweepDirs), and
@@ -29,7 +28,9 @@ import (
 // logged: the sweep never stops crind from starting.
 func (s *Service) sweep(ctx context.Context) {
 	s.sweepShims(ctx)
-	s.sweepMounts(ctx)
+	s.env.SweepMounts(ctx, s.knownID, func(ctx context.Context, id string) error {
+		return s.opts.Images.ReleaseRootfs(ctx, id)
+	})
 	s.env.SweepUserNS(ctx, s.knownID)
 	s.env.SweepCgroups(ctx, s.knownID)
 	s.sweepIPAM(ctx)
@@ -146,70 +147,6 @@ func killTree(procs []proc, pid int) {
 		}
 	}
 	_ = unix.Kill(pid, unix.SIGKILL)
-}
-
-// sweepMounts unmounts what is mounted under crind's root and state dirs
-// for a pod or container no record owns (a rootfs overlay, a pod's
-// /dev/shm), deepest first. Container rootfs go through the image store,
-// which also removes their directories.
-func (s *Service) sweepMounts(ctx context.Context) {
-	var bases []string
-	for _, b := range []string{s.opts.RootDir, filepath.Dir(s.opts.NetNSDir)} {
-		if b != "" && b != "." && b != "/" {
-			bases = append(bases, filepath.Clean(b)+"/")
-		}
-	}
-	mounts, err := mountinfo.GetMounts(func(m *mountinfo.Info) (skip, stop bool) {
-		return !slices.ContainsFunc(bases, func(b string) bool { return strings.HasPrefix(m.Mountpoint, b) }), false
-	})
-	if err != nil {
-		s.log.WarnContext(ctx, "sweep mounts", "error", err)
-		return
-	}
-	points := make([]string, 0, len(mounts))
-	for _, m := range mounts {
-		points = append(points, m.Mountpoint)
-	}
-	slices.SortFunc(points, func(a, b string) int { return len(b) - len(a) })
-	released := map[string]bool{}
-	for _, mp := range points {
-		if filepath.Dir(mp) == filepath.Clean(s.opts.NetNSDir) {
-			continue // netns pins: removeOrphans
-		}
-		id := unknownID(mp, s.knownID)
-		if id == "" {
-			continue
-		}
-		if strings.Contains(mp, "/containers/"+id) && !released[id] {
-			released[id] = true
-			if err := s.opts.Images.ReleaseRootfs(ctx, id); err == nil {
-				s.log.InfoContext(ctx, "released the rootfs of a container no record owns", "container_id", id)
-				continue
-			}
-		}
-		if err := unix.Unmount(mp, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
-			s.log.WarnContext(ctx, "unmount orphaned mount", "mount", mp, "error", err)
-			continue
-		}
-		s.log.InfoContext(ctx, "unmounted a mount no record owns", "mount", mp, "id", id)
-	}
-}
-
-// idParents are the directories crind keeps one entry per pod or
-// container in: <root>/pods/<pod id>, <root>/image/containers/<container
-// id>, <state>/c/<id>. Other path elements (layer digests) are not ids.
-var idParents = []string{"pods", "containers", "c"}
-
-// unknownID returns the first id in p (an element under one of
-// idParents) that no record owns, or "".
-func unknownID(p string, known func(string) bool) string {
-	els := strings.Split(p, "/")
-	for i := 1; i < len(els); i++ {
-		if slices.Contains(idParents, els[i-1]) && isID(els[i]) && !known(els[i]) {
-			return els[i]
-		}
-	}
-	return ""
 }
 
 // ipamSweeper is a network that can release the IP reservations of pods

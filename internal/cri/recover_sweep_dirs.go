@@ -17,7 +17,7 @@ type rootfsOwnerLister interface {
 // rootfs (upper dirs, leases and image volumes, through the image store,
 // whose own start-up removed unrecorded layers, blobs and downloads), pod
 // dirs (<root>/pods/<id>), unpacked checkpoints (<root>/restore/<id>) and runtime state dirs (<state>/c/<id>,
-// <state>/c/.pod-<id>). It runs after sweepMounts and sweepShims, so no
+// <state>/c/.pod-<id>). It runs after the sweeps of mounts and shims, so no
 // mount or shim of theirs is left; a dir that still has a mount below it
 // is left alone and logged. Names that are not of crind's form are left
 // alone and logged too: crind cannot tell whose they are.

@@ -157,6 +157,8 @@ type Pinner interface {
 // init died, which is what a dead pod's should be).
 type bindPinner struct{}
 
+var _ Pinner = bindPinner{}
+
 func (bindPinner) Pin(dir string, pid int, kinds []string) (map[string]string, error) {
 	// The pidfd proves the pid named the same process throughout: if it
 	// had exited and the number been reused, the check below fails.

@@ -2,6 +2,7 @@ package podenv
 
 import (
 	"context"
+	"errors"
 	"maps"
 	"os"
 	"path/filepath"
@@ -9,9 +10,87 @@ import (
 	"strings"
 
 	"github.com/moby/sys/mountinfo"
+	"golang.org/x/sys/unix"
 
 	"github.com/crin-dev/crin/internal/cgroup"
 )
+
+// SweepMounts unmounts what is mounted under crind's root and state dirs
+// (RootDir, the parent of NetNSDir) for a pod or container that known
+// says no record owns (a rootfs overlay, a pod's /dev/shm), deepest
+// first. A container's rootfs (under containers/<id>) goes to
+// releaseRootfs, the image store's, which also removes its directories;
+// what that fails to release is unmounted. Network namespace pins are
+// SweepPins'. Failures are logged.
+func (e *Env) SweepMounts(ctx context.Context, known func(id string) bool, releaseRootfs func(ctx context.Context, id string) error) {
+	points, err := e.mountsUnder(e.c.RootDir, filepath.Dir(e.c.NetNSDir))
+	if err != nil {
+		e.log.WarnContext(ctx, "sweep mounts", "error", err)
+		return
+	}
+	released := map[string]bool{}
+	for _, mp := range points {
+		if filepath.Dir(mp) == filepath.Clean(e.c.NetNSDir) {
+			continue // netns pins: SweepPins
+		}
+		id := unknownID(mp, known)
+		if id == "" {
+			continue
+		}
+		if strings.Contains(mp, "/containers/"+id) && !released[id] {
+			released[id] = true
+			if err := releaseRootfs(ctx, id); err == nil {
+				e.log.InfoContext(ctx, "released the rootfs of a container no record owns", "container_id", id)
+				continue
+			}
+		}
+		if err := unix.Unmount(mp, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+			e.log.WarnContext(ctx, "unmount orphaned mount", "mount", mp, "error", err)
+			continue
+		}
+		e.log.InfoContext(ctx, "unmounted a mount no record owns", "mount", mp, "id", id)
+	}
+}
+
+// mountsUnder lists the mount points below the dirs, deepest first; ""
+// and "/" are no dirs here.
+func (e *Env) mountsUnder(dirs ...string) ([]string, error) {
+	var bases []string
+	for _, b := range dirs {
+		if b != "" && b != "." && b != "/" {
+			bases = append(bases, filepath.Clean(b)+"/")
+		}
+	}
+	mounts, err := mountinfo.GetMounts(func(m *mountinfo.Info) (skip, stop bool) {
+		return !slices.ContainsFunc(bases, func(b string) bool { return strings.HasPrefix(m.Mountpoint, b) }), false
+	})
+	if err != nil {
+		return nil, err
+	}
+	points := make([]string, 0, len(mounts))
+	for _, m := range mounts {
+		points = append(points, m.Mountpoint)
+	}
+	slices.SortFunc(points, func(a, b string) int { return len(b) - len(a) })
+	return points, nil
+}
+
+// idParents are the directories crind keeps one entry per pod or
+// container in: <root>/pods/<pod id>, <root>/image/containers/<container
+// id>, <state>/c/<id>. Other path elements (layer digests) are not ids.
+var idParents = []string{"pods", "containers", "c"}
+
+// unknownID returns the first id in p (an element under one of
+// idParents) that no record owns, or "".
+func unknownID(p string, known func(string) bool) string {
+	els := strings.Split(p, "/")
+	for i := 1; i < len(els); i++ {
+		if slices.Contains(idParents, els[i-1]) && isID(els[i]) && !known(els[i]) {
+			return els[i]
+		}
+	}
+	return ""
+}
 
 // SweepCgroups removes, in every hierarchy, the cgroups under crind's
 // cgroup parent that no record owns (known reports the pods and

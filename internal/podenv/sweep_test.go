@@ -90,3 +90,23 @@ func TestSweepIDDirs(t *testing.T) {
 		}
 	}
 }
+
+func TestUnknownID(t *testing.T) {
+	known := newTestID(t)
+	unknown := newTestID(t)
+	isKnown := func(id string) bool { return id == known }
+	tests := []struct {
+		path, want string
+	}{
+		{"/r/pods/" + unknown + "/shm", unknown},
+		{"/r/pods/" + known + "/shm", ""},
+		{"/r/image/containers/" + unknown + "/rootfs", unknown},
+		{"/r/image/layers/" + unknown, ""}, // a digest, not an id
+		{"/s/c/" + unknown, unknown},
+	}
+	for _, tc := range tests {
+		if got := unknownID(tc.path, isKnown); got != tc.want {
+			t.Errorf("unknownID(%s) = %q, want %q", tc.path, got, tc.want)
+		}
+	}
+}
