@@ -35,7 +35,7 @@ import (
 const usernsRuntimeAnnotation = "org.opencontainers.runc.version"
 
 // probeUserNS checks once, at start-up, whether this host can run pods in
-// user namespaces; the result decides Status and RunPodSandbox.
+// user namespaces; the result is what UserNSUsable says.
 func (e *Env) probeUserNS(ctx context.Context) {
 	switch {
 	case e.c.UserNSDir == "":
