@@ -13,7 +13,6 @@ import (
 
 	"github.com/crin-dev/crin/internal/cgroup"
 	"github.com/crin-dev/crin/internal/cni"
-	"github.com/crin-dev/crin/internal/idmap"
 	"github.com/crin-dev/crin/internal/oci"
 	"github.com/crin-dev/crin/internal/podenv"
 	"github.com/crin-dev/crin/internal/runtime"
@@ -218,7 +217,7 @@ func (s *Service) setUpPodNetwork(ctx context.Context, rec *store.Sandbox, cfg *
 		if err := s.env.NewPodUserNS(rec, userns, cfg.GetHostname()); err != nil {
 			return err
 		}
-		undo.add("remove user namespace", func(context.Context) error { return idmap.Unpin(s.env.UserNSPin(id)) })
+		undo.add("remove user namespace", func(context.Context) error { return s.env.RemovePodUserNS(id) })
 	} else if err := s.env.NewNetNS(id); err != nil {
 		return err
 	}

@@ -162,6 +162,10 @@ func (e *Env) NewPodUserNS(rec *store.Sandbox, u *oci.UserNS, hostname string) (
 	return nil
 }
 
+// RemovePodUserNS unpins the user namespace NewPodUserNS made for pod id;
+// a missing pin is fine.
+func (e *Env) RemovePodUserNS(id string) error { return idmap.Unpin(e.UserNSPin(id)) }
+
 // setHostname sets hostname in the UTS namespace pinned at pin, from a
 // thread that is thrown away afterwards. crind, root in the namespace's
 // ancestor user namespace, may enter it and set its name.
