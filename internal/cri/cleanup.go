@@ -3,17 +3,8 @@ package cri
 import (
 	"context"
 	"errors"
-	"fmt"
-	"io/fs"
-	"os"
-	"path/filepath"
-	"strconv"
-	"strings"
 	"time"
 
-	"golang.org/x/sys/unix"
-
-	"github.com/crin-dev/crin/internal/cgroup"
 	"github.com/crin-dev/crin/internal/store"
 )
 
@@ -25,9 +16,6 @@ const (
 	cleanupMaxRetry   = 2 * time.Minute
 	// cleanupStepTimeout bounds one try of one step.
 	cleanupStepTimeout = 30 * time.Second
-	// cgroupEmptyWait is how long a cgroup removal waits for the processes
-	// it killed to leave.
-	cgroupEmptyWait = 2 * time.Second
 )
 
 // deferCleanup records a cleanup step that failed with cause, so the
@@ -151,7 +139,7 @@ func (s *Service) runCleanup(ctx context.Context, c *store.Cleanup) error {
 		if s.knownID(c.ID) {
 			return errStillOwned
 		}
-		return s.removeCgroupTree(ctx, c.Path)
+		return s.env.RemoveCgroupTree(ctx, c.Path)
 	case store.CleanupRuntimeContainer:
 		if s.knownID(c.ID) {
 			return errStillOwned
@@ -170,7 +158,7 @@ func (s *Service) runCleanup(ctx context.Context, c *store.Cleanup) error {
 		if s.knownID(c.ID) {
 			return errStillOwned
 		}
-		return s.retryUserNSDir(ctx, c.Path)
+		return s.env.RetryUserNSDir(ctx, c.Path)
 	default:
 		s.log.WarnContext(ctx, "unknown pending cleanup dropped", "kind", c.Kind, "id", c.ID)
 		return nil
@@ -184,132 +172,4 @@ func (s *Service) knownID(id string) bool {
 	_, sb := s.sandboxes[id]
 	_, c := s.containers[id]
 	return sb || c
-}
-
-// cgroupFS is where the cgroup hierarchies are mounted.
-func (s *Service) cgroupFS() string {
-	if s.opts.CgroupFS != "" {
-		return s.opts.CgroupFS
-	}
-	return cgroupRoot
-}
-
-// cgroupHierarchies lists the roots of every cgroup hierarchy: the one
-// cgroup2 mount, or (v1 and hybrid) each controller's mount and the
-// cgroup2 mount beside them.
-func (s *Service) cgroupHierarchies() ([]string, error) {
-	fsRoot := s.cgroupFS()
-	if _, err := os.Stat(filepath.Join(fsRoot, "cgroup.controllers")); err == nil {
-		return []string{fsRoot}, nil
-	}
-	ents, err := os.ReadDir(fsRoot)
-	if err != nil {
-		return nil, fmt.Errorf("list cgroup hierarchies: %w", err)
-	}
-	var out []string
-	for _, e := range ents {
-		if e.IsDir() {
-			out = append(out, filepath.Join(fsRoot, e.Name()))
-		}
-	}
-	return out, nil
-}
-
-// removeCgroupTree removes the cgroup rel (a path under every hierarchy's
-// root, or a systemd slice or scope: removeUnitCgroup) and everything below it: processes still inside (a runc init
-// whose runc was killed, a container whose runtime delete never ran) are
-// SIGKILLed first. Only for cgroups crind made and no record owns.
-// Already gone is success.
-func (s *Service) removeCgroupTree(ctx context.Context, rel string) error {
-	if cgroup.Unit(rel) != "" {
-		return s.removeUnitCgroup(ctx, rel)
-	}
-	if rel == "" || rel == "/" || !filepath.IsAbs(rel) || filepath.Clean(rel) != rel {
-		return fmt.Errorf("remove cgroup %q: not a clean absolute cgroup path", rel)
-	}
-	roots, err := s.cgroupHierarchies()
-	if err != nil {
-		return err
-	}
-	var errs []error
-	for _, root := range roots {
-		if err := removeCgroupDir(ctx, filepath.Join(root, rel)); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// removeCgroupDir kills what runs in dir and below, then removes the
-// directories deepest first.
-func removeCgroupDir(ctx context.Context, dir string) error {
-	var dirs []string
-	err := filepath.WalkDir(dir, func(p string, e fs.DirEntry, err error) error {
-		if err != nil {
-			if errors.Is(err, fs.ErrNotExist) {
-				return nil
-			}
-			return err
-		}
-		if e.IsDir() {
-			dirs = append(dirs, p)
-		}
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("walk cgroup %s: %w", dir, err)
-	}
-	for _, d := range dirs {
-		// A frozen cgroup would keep its killed processes forever.
-		if _, err := os.Stat(filepath.Join(d, "freezer.state")); err == nil {
-			_ = os.WriteFile(filepath.Join(d, "freezer.state"), []byte("THAWED"), 0o644)
-		}
-		killCgroupProcs(d)
-	}
-	var errs []error
-	for i := len(dirs) - 1; i >= 0; i-- {
-		if err := rmdirCgroup(ctx, dirs[i]); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
-}
-
-func killCgroupProcs(dir string) {
-	data, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
-	if err != nil {
-		return
-	}
-	for _, f := range strings.Fields(string(data)) {
-		if pid, err := strconv.Atoi(f); err == nil && pid > 1 {
-			_ = unix.Kill(pid, unix.SIGKILL)
-		}
-	}
-}
-
-// rmdirCgroup removes an empty cgroup, waiting a little for killed
-// processes to leave it (EBUSY meanwhile).
-func rmdirCgroup(ctx context.Context, dir string) error {
-	deadline := time.Now().Add(cgroupEmptyWait)
-	for {
-		err := unix.Rmdir(dir)
-		if err == nil || errors.Is(err, unix.ENOENT) {
-			return nil
-		}
-		if !errors.Is(err, unix.EBUSY) || time.Now().After(deadline) || ctx.Err() != nil {
-			return fmt.Errorf("remove cgroup %s: %w", dir, err)
-		}
-		killCgroupProcs(dir)
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// removePodCgroupTree removes pod id's cgroup rel with what is inside; a
-// failure is recorded for the cleanup loop and returned.
-func (s *Service) removePodCgroupTree(ctx context.Context, id, rel string) error {
-	err := s.removeCgroupTree(ctx, rel)
-	if err != nil {
-		s.deferCleanup(ctx, store.Cleanup{Kind: store.CleanupPodCgroup, ID: id, Path: rel}, err)
-	}
-	return err
 }

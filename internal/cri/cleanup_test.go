@@ -1,11 +1,13 @@
 package cri
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"testing"
 
 	"github.com/crin-dev/crin/internal/runtime"
+	"github.com/crin-dev/crin/internal/store"
 )
 
 // TestFailedDeleteIsRetried: a runtime delete that fails during a
@@ -51,64 +53,34 @@ func TestFailedDeleteIsRetried(t *testing.T) {
 	}
 }
 
-// TestSweepCgroups: the start-up sweep removes pod cgroups no record owns
-// (and container cgroups of a known pod no record owns) in every
-// hierarchy, and keeps the others.
-func TestSweepCgroups(t *testing.T) {
+// TestIDMappedCleanupIsRetried: a recorded id-mapped mount cleanup is
+// done by the cleanup loop once no pod or container owns its id, and one
+// whose path lies outside the user namespace dir is dropped untouched.
+func TestIDMappedCleanupIsRetried(t *testing.T) {
 	h := newHub(t)
-	pod := h.runPod(t, "p")
-	ctr := h.create(t, pod, "c")
-	stalePod, staleCtr := newID(), newID()
-	fs := h.opts.CgroupFS
-	keep := []string{
-		filepath.Join("cpu", "crin", pod, pod),
-		filepath.Join("cpu", "crin", pod, ctr),
-		filepath.Join("memory", "crin", pod, ctr),
-		filepath.Join("memory", "crin", "not-an-id"),
-	}
-	gone := []string{
-		filepath.Join("cpu", "crin", stalePod, stalePod),
-		filepath.Join("memory", "crin", stalePod),
-		filepath.Join("unified", "crin", stalePod, newID()),
-		filepath.Join("cpu", "crin", pod, staleCtr),
-	}
-	for _, d := range append(append([]string{}, keep...), gone...) {
-		if err := os.MkdirAll(filepath.Join(fs, d), 0o755); err != nil {
+	h.opts.UserNSDir = filepath.Join(t.TempDir(), "userns")
+	h.start(t, false)
+	inside := filepath.Join(h.opts.UserNSDir, newID(), "c", newID())
+	outside := filepath.Join(t.TempDir(), "keep")
+	for _, d := range []string{inside, outside} {
+		if err := os.MkdirAll(filepath.Join(d, "m"), 0o700); err != nil {
 			t.Fatal(err)
 		}
 	}
-	h.sweepCgroups(t.Context())
-	for _, d := range keep {
-		if _, err := os.Stat(filepath.Join(fs, d)); err != nil {
-			t.Errorf("%s: %v, want it kept", d, err)
-		}
+	for _, c := range []store.Cleanup{
+		{Kind: store.CleanupIDMapped, ID: newID(), Path: inside},
+		{Kind: store.CleanupIDMapped, ID: newID(), Path: outside},
+	} {
+		h.deferCleanup(t.Context(), c, errors.New("busy"))
 	}
-	for _, d := range gone {
-		if _, err := os.Stat(filepath.Join(fs, d)); !os.IsNotExist(err) {
-			t.Errorf("%s: still there (%v)", d, err)
-		}
+	waitFor(t, "the cleanups to be done", func() bool {
+		cs, _ := h.opts.Store.Cleanups()
+		return len(cs) == 0
+	})
+	if _, err := os.Stat(inside); !os.IsNotExist(err) {
+		t.Errorf("%s: %v, want removed", inside, err)
 	}
-	if _, err := os.Stat(filepath.Join(fs, "memory", "crin", stalePod)); !os.IsNotExist(err) {
-		t.Errorf("the stale pod's directory is still there")
-	}
-}
-
-func TestUnknownID(t *testing.T) {
-	known := newID()
-	unknown := newID()
-	isKnown := func(id string) bool { return id == known }
-	tests := []struct {
-		path, want string
-	}{
-		{"/r/pods/" + unknown + "/shm", unknown},
-		{"/r/pods/" + known + "/shm", ""},
-		{"/r/image/containers/" + unknown + "/rootfs", unknown},
-		{"/r/image/layers/" + unknown, ""}, // a digest, not an id
-		{"/s/c/" + unknown, unknown},
-	}
-	for _, tc := range tests {
-		if got := unknownID(tc.path, isKnown); got != tc.want {
-			t.Errorf("unknownID(%s) = %q, want %q", tc.path, got, tc.want)
-		}
+	if _, err := os.Stat(outside); err != nil {
+		t.Errorf("a path outside the user namespace dir was touched: %v", err)
 	}
 }

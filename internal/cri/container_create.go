@@ -19,6 +19,7 @@ import (
 	"github.com/crin-dev/crin/internal/cgroup"
 	"github.com/crin-dev/crin/internal/image"
 	"github.com/crin-dev/crin/internal/oci"
+	"github.com/crin-dev/crin/internal/podenv"
 	"github.com/crin-dev/crin/internal/runtime"
 	"github.com/crin-dev/crin/internal/runtime/shim"
 	"github.com/crin-dev/crin/internal/store"
@@ -168,9 +169,9 @@ func (s *Service) idmapContainer(spec *specs.Spec, userns *oci.UserNS, rec *stor
 		return nil
 	}
 	id, podID := rec.ID, rec.SandboxID
-	dir := s.usernsCtrDir(podID, id)
-	undo.add("remove id-mapped mounts", func(ctx context.Context) error { return s.releaseUserNSDir(ctx, id, dir) })
-	return s.idmapSpec(spec, userns, podID, dir, idmapOptions{overlay: true})
+	dir := s.env.UserNSCtrDir(podID, id)
+	undo.add("remove id-mapped mounts", func(ctx context.Context) error { return s.env.ReleaseUserNSDir(ctx, id, dir) })
+	return s.env.IDMapSpec(spec, userns, podID, dir, podenv.IDMapOptions{Overlay: true})
 }
 
 // newContainerRecord is the record of a new container id of pod sb from
@@ -261,7 +262,7 @@ func (s *Service) containerSpec(ctx context.Context, sb *sandbox, rec *store.Con
 	}
 	usernsPin := ""
 	if userns != nil {
-		usernsPin = s.usernsPin(pod.ID)
+		usernsPin = s.env.UserNSPin(pod.ID)
 	}
 	spec, err := oci.ContainerSpec(oci.ContainerOptions{
 		ID:        rec.ID,

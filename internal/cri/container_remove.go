@@ -57,7 +57,7 @@ func (s *Service) removeContainer(ctx context.Context, c *container) error {
 	}
 	trace.Mark(ctx, "runtime_delete")
 	// The id-mapped clones hold the rootfs overlay: they go first.
-	if err := s.releaseUserNSDir(ctx, rec.ID, s.usernsCtrDir(rec.SandboxID, rec.ID)); err != nil {
+	if err := s.env.ReleaseUserNSDir(ctx, rec.ID, s.env.UserNSCtrDir(rec.SandboxID, rec.ID)); err != nil {
 		return fmt.Errorf("remove container %s: %w", rec.ID, err)
 	}
 	if err := s.opts.Images.ReleaseRootfs(ctx, rec.ID); err != nil {

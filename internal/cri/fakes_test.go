@@ -608,8 +608,8 @@ func (fakePinner) Pinned(path string) bool {
 
 func (fakePinner) Unpin(dir string) error { return os.RemoveAll(dir) }
 
-// NewNetNS "pins" a network namespace as an empty file, as bindPinner's
-// would be, refusing an existing one as it does.
+// NewNetNS "pins" a network namespace as an empty file, as podenv's
+// bind-mount pinner would, refusing an existing one as it does.
 func (fakePinner) NewNetNS(dir, name string) (string, error) {
 	if err := os.MkdirAll(dir, 0o711); err != nil {
 		return "", err

@@ -182,7 +182,7 @@ func TestPodWithoutInfraRollsBack(t *testing.T) {
 func TestRecoverPodWithoutInfra(t *testing.T) {
 	h := newInfralessHub(t)
 	pins := func(id string) string {
-		p, err := fakePinner{}.New(h.nsDir(id), []string{"ipc"}, "")
+		p, err := fakePinner{}.New(h.env.NSDir(id), []string{"ipc"}, "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -206,13 +206,13 @@ func TestRecoverPodWithoutInfra(t *testing.T) {
 	half, kept, lost := newID(), newID(), newID()
 	put(half, "half", store.SandboxCreating, pins(half))
 	put(kept, "kept", store.SandboxReady, pins(kept))
-	put(lost, "lost", store.SandboxReady, filepath.Join(h.nsDir(lost), "ipc"))
+	put(lost, "lost", store.SandboxReady, filepath.Join(h.env.NSDir(lost), "ipc"))
 
 	h.start(t, true)
 	if h.podRecord(t, half) != nil {
 		t.Errorf("the half-made pod's record is still there")
 	}
-	if _, err := os.Stat(h.nsDir(half)); !os.IsNotExist(err) {
+	if _, err := os.Stat(h.env.NSDir(half)); !os.IsNotExist(err) {
 		t.Errorf("the half-made pod's pins are still there (%v)", err)
 	}
 	if got := h.podState(t, kept); got != runtimeapi.PodSandboxState_SANDBOX_READY {

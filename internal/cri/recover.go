@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/containerd/errdefs"
@@ -13,6 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
+	"github.com/crin-dev/crin/internal/podenv"
 	"github.com/crin-dev/crin/internal/runtime"
 	"github.com/crin-dev/crin/internal/store"
 )
@@ -69,7 +68,7 @@ func (s *Service) recoverSandbox(ctx context.Context, rec *store.Sandbox) error 
 			if err := s.opts.Network.Teardown(ctx, cniPod(rec, cfg)); err != nil {
 				return fmt.Errorf("tear down network: %w", err)
 			}
-			if err := s.opts.Pinner.RemoveNetNS(rec.NetNS); err != nil {
+			if err := s.env.RemoveNetNS(rec.NetNS); err != nil {
 				return err
 			}
 		}
@@ -78,7 +77,7 @@ func (s *Service) recoverSandbox(ctx context.Context, rec *store.Sandbox) error 
 	if rec.State == store.SandboxReady && rec.NoInfra {
 		// Nothing of it can have died; its namespaces are gone only with
 		// their pins (the node rebooted, the state dir was a tmpfs).
-		if lost := s.lostPin(rec); lost != "" {
+		if lost := s.env.LostPin(rec); lost != "" {
 			s.log.WarnContext(ctx, "pod namespace pin is gone, pod is not ready", "pod_id", rec.ID, "path", lost)
 			rec.State = store.SandboxNotReady
 			if err := s.opts.Store.PutSandbox(rec); err != nil {
@@ -100,7 +99,7 @@ func (s *Service) recoverSandbox(ctx context.Context, rec *store.Sandbox) error 
 		} else if rec.IPCNS == "" && rec.UTSNS == "" && rec.PIDNS == "" {
 			// Made by a crind that joined containers through /proc. A
 			// failure only keeps new containers out of the pod.
-			if err := s.pinPodNamespaces(rec, cfg); err != nil {
+			if err := s.env.PinPodNamespaces(rec, cfg); err != nil {
 				s.log.WarnContext(ctx, "pin namespaces of a recovered pod", "pod_id", rec.ID, "error", err)
 			} else if err := s.opts.Store.PutSandbox(rec); err != nil {
 				return err
@@ -114,17 +113,6 @@ func (s *Service) recoverSandbox(ctx context.Context, rec *store.Sandbox) error 
 		s.watchSandbox(sb)
 	}
 	return nil
-}
-
-// lostPin is the first of pod rec's namespace pins that is no longer a
-// namespace, or "".
-func (s *Service) lostPin(rec *store.Sandbox) string {
-	for _, p := range []string{rec.NetNS, rec.IPCNS, rec.UTSNS} {
-		if p != "" && !s.opts.Pinner.Pinned(p) {
-			return p
-		}
-	}
-	return ""
 }
 
 func (s *Service) recoverContainer(ctx context.Context, rec *store.Container) error {
@@ -148,7 +136,7 @@ func (s *Service) recoverContainer(ctx context.Context, rec *store.Container) er
 				}
 			}
 		}
-		if err := removeUserNSDir(s.usernsCtrDir(rec.SandboxID, rec.ID)); err != nil {
+		if err := podenv.RemoveUserNSDir(s.env.UserNSCtrDir(rec.SandboxID, rec.ID)); err != nil {
 			return err
 		}
 		if err := s.opts.Images.ReleaseRootfs(ctx, rec.ID); err != nil {
@@ -236,24 +224,10 @@ func (s *Service) removeOrphans(ctx context.Context) {
 			}
 		}
 	}
-	if ents, err := os.ReadDir(s.opts.NSDir); err == nil {
-		for _, e := range ents {
-			if _, ok := s.sandboxes[e.Name()]; !ok {
-				if err := s.opts.Pinner.Unpin(filepath.Join(s.opts.NSDir, e.Name())); err != nil {
-					s.log.WarnContext(ctx, "remove orphaned namespace pins", "pod_id", e.Name(), "error", err)
-				}
-			}
-		}
-	}
-	if ents, err := os.ReadDir(s.opts.NetNSDir); err == nil {
-		for _, e := range ents {
-			if !known(e.Name()) {
-				if err := s.opts.Pinner.RemoveNetNS(filepath.Join(s.opts.NetNSDir, e.Name())); err != nil {
-					s.log.WarnContext(ctx, "remove orphaned netns", "netns", e.Name(), "error", err)
-				}
-			}
-		}
-	}
+	s.env.SweepPins(ctx, func(id string) bool {
+		_, ok := s.sandboxes[id]
+		return ok
+	}, known)
 	for _, k := range []store.Kind{store.KindSandbox, store.KindContainer} {
 		res, err := s.opts.Store.Reservations(k)
 		if err != nil {

@@ -3,8 +3,6 @@ package cri
 import (
 	"context"
 	"encoding/hex"
-	"errors"
-	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -12,19 +10,17 @@ import (
 	"strings"
 	"time"
 
-	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
-
-	"github.com/crin-dev/crin/internal/cgroup"
 )
 
 // sweep removes, on start-up and after the records are recovered, what
 // no record owns and a killed OCI runtime or a crind killed mid-cleanup
 // left behind (docs/recovery.md, "The sweep"): crin-shim processes (and
 // their runc init children) of containers nobody knows, mounts under
-// crind's dirs naming such a container or pod, pod cgroups under
+// crind's dirs naming such a container or pod (a rootfs through the
+// image store), pod cgroups under
 // crind's cgroup parent, id-mapped mounts of pods and containers that are
-// gone (userns_linux.go), IP reservations of pods that are gone, and the
+// gone (internal/podenv), IP reservations of pods that are gone, and the
 // dirs and rootfs of pods and containers that are gone (sweepDirs), and
 // checkpoints a crind that died left unfinished, their containers thawed
 // (sweepCheckpoints). Then it
@@ -32,9 +28,11 @@ import (
 // logged: the sweep never stops crind from starting.
 func (s *Service) sweep(ctx context.Context) {
 	s.sweepShims(ctx)
-	s.sweepMounts(ctx)
-	s.sweepUserNS(ctx)
-	s.sweepCgroups(ctx)
+	s.env.SweepMounts(ctx, s.knownID, func(ctx context.Context, id string) error {
+		return s.opts.Images.ReleaseRootfs(ctx, id)
+	})
+	s.env.SweepUserNS(ctx, s.knownID)
+	s.env.SweepCgroups(ctx, s.knownID)
 	s.sweepIPAM(ctx)
 	s.sweepDirs(ctx)
 	s.sweepCheckpoints(ctx)
@@ -149,118 +147,6 @@ func killTree(procs []proc, pid int) {
 		}
 	}
 	_ = unix.Kill(pid, unix.SIGKILL)
-}
-
-// sweepMounts unmounts what is mounted under crind's root and state dirs
-// for a pod or container no record owns (a rootfs overlay, a pod's
-// /dev/shm), deepest first. Container rootfs go through the image store,
-// which also removes their directories.
-func (s *Service) sweepMounts(ctx context.Context) {
-	var bases []string
-	for _, b := range []string{s.opts.RootDir, filepath.Dir(s.opts.NetNSDir)} {
-		if b != "" && b != "." && b != "/" {
-			bases = append(bases, filepath.Clean(b)+"/")
-		}
-	}
-	mounts, err := mountinfo.GetMounts(func(m *mountinfo.Info) (skip, stop bool) {
-		return !slices.ContainsFunc(bases, func(b string) bool { return strings.HasPrefix(m.Mountpoint, b) }), false
-	})
-	if err != nil {
-		s.log.WarnContext(ctx, "sweep mounts", "error", err)
-		return
-	}
-	points := make([]string, 0, len(mounts))
-	for _, m := range mounts {
-		points = append(points, m.Mountpoint)
-	}
-	slices.SortFunc(points, func(a, b string) int { return len(b) - len(a) })
-	released := map[string]bool{}
-	for _, mp := range points {
-		if filepath.Dir(mp) == filepath.Clean(s.opts.NetNSDir) {
-			continue // netns pins: removeOrphans
-		}
-		id := unknownID(mp, s.knownID)
-		if id == "" {
-			continue
-		}
-		if strings.Contains(mp, "/containers/"+id) && !released[id] {
-			released[id] = true
-			if err := s.opts.Images.ReleaseRootfs(ctx, id); err == nil {
-				s.log.InfoContext(ctx, "released the rootfs of a container no record owns", "container_id", id)
-				continue
-			}
-		}
-		if err := unix.Unmount(mp, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
-			s.log.WarnContext(ctx, "unmount orphaned mount", "mount", mp, "error", err)
-			continue
-		}
-		s.log.InfoContext(ctx, "unmounted a mount no record owns", "mount", mp, "id", id)
-	}
-}
-
-// idParents are the directories crind keeps one entry per pod or
-// container in: <root>/pods/<pod id>, <root>/image/containers/<container
-// id>, <state>/c/<id>. Other path elements (layer digests) are not ids.
-var idParents = []string{"pods", "containers", "c"}
-
-// unknownID returns the first id in p (an element under one of
-// idParents) that no record owns, or "".
-func unknownID(p string, known func(string) bool) string {
-	els := strings.Split(p, "/")
-	for i := 1; i < len(els); i++ {
-		if slices.Contains(idParents, els[i-1]) && isID(els[i]) && !known(els[i]) {
-			return els[i]
-		}
-	}
-	return ""
-}
-
-// sweepCgroups removes, in every hierarchy, the cgroups under crind's
-// cgroup parent that no record owns: a pod directory whose pod is gone,
-// and inside a known pod's directory a container cgroup whose container
-// is gone (processes still inside are killed).
-func (s *Service) sweepCgroups(ctx context.Context) {
-	l := s.layout()
-	if l.Parent == "" || l.Parent == "/" {
-		return
-	}
-	roots, err := s.cgroupHierarchies()
-	if err != nil {
-		s.log.WarnContext(ctx, "sweep cgroups", "error", err)
-		return
-	}
-	stale := map[string]bool{}
-	for _, root := range roots {
-		pods, err := os.ReadDir(filepath.Join(root, cgroup.Dir(l.Parent)))
-		if err != nil {
-			continue
-		}
-		for _, p := range pods {
-			podID, ok := l.PodOf(p.Name())
-			if !p.IsDir() || !ok || !isID(podID) {
-				continue
-			}
-			podCg := l.OwnPodParent(podID)
-			if !s.knownID(podID) {
-				stale[podCg] = true
-				continue
-			}
-			ctrs, _ := os.ReadDir(filepath.Join(root, cgroup.Dir(podCg)))
-			for _, c := range ctrs {
-				id, ok := l.ContainerOf(c.Name())
-				if c.IsDir() && ok && isID(id) && id != podID && !s.knownID(id) {
-					stale[cgroup.Container(podCg, id)] = true
-				}
-			}
-		}
-	}
-	for _, rel := range slices.Sorted(maps.Keys(stale)) {
-		if err := s.removeCgroupTree(ctx, rel); err != nil {
-			s.log.WarnContext(ctx, "remove orphaned cgroup", "cgroup", rel, "error", err)
-			continue
-		}
-		s.log.InfoContext(ctx, "removed a cgroup no record owns", "cgroup", rel)
-	}
 }
 
 // ipamSweeper is a network that can release the IP reservations of pods

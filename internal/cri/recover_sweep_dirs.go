@@ -2,12 +2,8 @@ package cri
 
 import (
 	"context"
-	"os"
 	"path/filepath"
 	"slices"
-	"strings"
-
-	"github.com/moby/sys/mountinfo"
 )
 
 // rootfsOwnerLister is an image store that can list the containers that
@@ -21,7 +17,7 @@ type rootfsOwnerLister interface {
 // rootfs (upper dirs, leases and image volumes, through the image store,
 // whose own start-up removed unrecorded layers, blobs and downloads), pod
 // dirs (<root>/pods/<id>), unpacked checkpoints (<root>/restore/<id>) and runtime state dirs (<state>/c/<id>,
-// <state>/c/.pod-<id>). It runs after sweepMounts and sweepShims, so no
+// <state>/c/.pod-<id>). It runs after the sweeps of mounts and shims, so no
 // mount or shim of theirs is left; a dir that still has a mount below it
 // is left alone and logged. Names that are not of crind's form are left
 // alone and logged too: crind cannot tell whose they are.
@@ -32,15 +28,15 @@ func (s *Service) sweepDirs(ctx context.Context) {
 		return
 	}
 	s.sweepRootfs(ctx, owned)
+	s.env.SweepPodDirs(ctx, owned)
 	if s.opts.RootDir != "" {
-		s.sweepIDDirs(ctx, filepath.Join(s.opts.RootDir, "pods"), owned)
-		s.sweepIDDirs(ctx, filepath.Join(s.opts.RootDir, "restore"), owned)
+		s.env.SweepIDDirs(ctx, filepath.Join(s.opts.RootDir, "restore"), owned)
 	}
 	var done []string
 	for _, rt := range s.opts.Runtimes {
 		if l, ok := rt.(stateDirLister); ok && !slices.Contains(done, l.StateDir()) {
 			done = append(done, l.StateDir())
-			s.sweepIDDirs(ctx, l.StateDir(), owned)
+			s.env.SweepIDDirs(ctx, l.StateDir(), owned)
 		}
 	}
 }
@@ -92,43 +88,4 @@ func (s *Service) sweepRootfs(ctx context.Context, owned func(string) bool) {
 		}
 		s.log.InfoContext(ctx, "released the rootfs of a container no record owns", "container_id", id)
 	}
-}
-
-// sweepIDDirs removes the entries of dir named by an id (or ".pod-" and
-// an id) that no record owns.
-func (s *Service) sweepIDDirs(ctx context.Context, dir string, owned func(string) bool) {
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		if !os.IsNotExist(err) {
-			s.log.WarnContext(ctx, "sweep dirs", "dir", dir, "error", err)
-		}
-		return
-	}
-	for _, e := range ents {
-		id := strings.TrimPrefix(e.Name(), ".pod-")
-		if !isID(id) {
-			s.log.DebugContext(ctx, "sweep left alone an entry whose name is no crind id", "dir", dir, "name", e.Name())
-			continue
-		}
-		if owned(id) {
-			continue
-		}
-		p := filepath.Join(dir, e.Name())
-		if mounted(p) {
-			s.log.WarnContext(ctx, "left alone a dir no record owns: something is still mounted below it", "dir", p)
-			continue
-		}
-		if err := os.RemoveAll(p); err != nil {
-			s.log.WarnContext(ctx, "remove a dir no record owns", "dir", p, "error", err)
-			continue
-		}
-		s.log.InfoContext(ctx, "removed a dir no record owns", "dir", p)
-	}
-}
-
-// mounted reports whether anything is mounted at or below p (or whether
-// the mount table cannot be read: then nothing is removed).
-func mounted(p string) bool {
-	ms, err := mountinfo.GetMounts(mountinfo.PrefixFilter(p))
-	return err != nil || len(ms) > 0
 }

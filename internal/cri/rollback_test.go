@@ -76,7 +76,7 @@ func (h *hub) leftovers(t *testing.T, keep ...string) []string {
 		out = append(out, "pending cleanup "+c.Key())
 	}
 	for _, d := range []struct{ what, dir string }{
-		{"namespace pins", h.Service.opts.NSDir},
+		{"namespace pins", filepath.Dir(h.env.NSDir("x"))},
 		{"netns", h.Service.opts.NetNSDir},
 		{"pod dir", filepath.Join(h.Service.opts.RootDir, "pods")},
 	} {

@@ -123,7 +123,7 @@ func (s *Service) handlerFeatures(name string) *runtimeapi.RuntimeHandlerFeature
 	}
 	return &runtimeapi.RuntimeHandlerFeatures{
 		RecursiveReadOnlyMounts: f != nil && slices.Contains(f.MountOptions, "rro"),
-		UserNamespaces:          s.usernsUsable(name) == nil,
+		UserNamespaces:          s.env.UserNSUsable(name, s.features[name]) == nil,
 	}
 }
 
@@ -132,7 +132,7 @@ func (s *Service) handlerFeatures(name string) *runtimeapi.RuntimeHandlerFeature
 // the pod cgroups it makes and names are in the form crind expects.
 func (s *Service) RuntimeConfig(ctx context.Context, r *runtimeapi.RuntimeConfigRequest) (*runtimeapi.RuntimeConfigResponse, error) {
 	d := runtimeapi.CgroupDriver_CGROUPFS
-	if s.layout().Driver == cgroup.Systemd {
+	if s.env.Layout().Driver == cgroup.Systemd {
 		d = runtimeapi.CgroupDriver_SYSTEMD
 	}
 	return &runtimeapi.RuntimeConfigResponse{

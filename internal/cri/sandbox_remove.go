@@ -67,12 +67,12 @@ func (s *Service) destroySandbox(ctx context.Context, rec *store.Sandbox) error 
 		}
 	}
 	s.releasePodShim(ctx, rec)
-	if err := s.removePodCgroup(rec); err != nil {
+	if err := s.env.RemovePodCgroup(s.ctx, rec); err != nil {
 		// Not fatal: an emptied cgroup directory costs nothing, and a pod
 		// that cannot be removed would be retried by kubelet forever.
 		s.log.WarnContext(ctx, "remove pod cgroup", "pod_id", rec.ID, "error", err)
 	}
-	if err := s.removePodDir(rec); err != nil {
+	if err := s.env.RemovePodDir(rec); err != nil {
 		return err
 	}
 	return s.opts.Store.RemoveSandbox(rec.ID, rec.Name)

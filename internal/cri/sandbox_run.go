@@ -3,8 +3,6 @@ package cri
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/containerd/errdefs"
@@ -15,8 +13,8 @@ import (
 
 	"github.com/crin-dev/crin/internal/cgroup"
 	"github.com/crin-dev/crin/internal/cni"
-	"github.com/crin-dev/crin/internal/idmap"
 	"github.com/crin-dev/crin/internal/oci"
+	"github.com/crin-dev/crin/internal/podenv"
 	"github.com/crin-dev/crin/internal/runtime"
 	"github.com/crin-dev/crin/internal/store"
 	"github.com/crin-dev/crin/internal/trace"
@@ -40,7 +38,7 @@ func (s *Service) RunPodSandbox(ctx context.Context, r *runtimeapi.RunPodSandbox
 		return nil, err
 	}
 	if userns != nil {
-		if err := s.usernsUsable(handler); err != nil {
+		if err := s.env.UserNSUsable(handler, s.features[handler]); err != nil {
 			return nil, err
 		}
 	}
@@ -77,7 +75,8 @@ func (s *Service) RunPodSandbox(ctx context.Context, r *runtimeapi.RunPodSandbox
 	undo.add("release name", func(context.Context) error { return s.opts.Store.Release(store.KindSandbox, name, id) })
 	undo.add("delete record", func(context.Context) error { return s.opts.Store.DeleteSandbox(id) })
 	trace.Mark(ctx, "store_reserve")
-	if err := s.preparePodDir(rec, cfg, &undo); err != nil {
+	undo.add("remove pod dir", func(context.Context) error { return s.env.RemovePodDir(rec) })
+	if err := s.env.PreparePodDir(rec, cfg); err != nil {
 		return nil, err
 	}
 	trace.Mark(ctx, "pod_dir")
@@ -130,7 +129,7 @@ func (s *Service) setUpPodNamespaces(ctx context.Context, rt runtime.Runtime, re
 		// With a user namespace, setUpPodNetwork makes them, owned by
 		// it. Unpinned by the pod dir's undo.
 		if userns == nil {
-			if err := s.newPodNamespaces(rec, cfg); err != nil {
+			if err := s.env.NewPodNamespaces(rec, cfg); err != nil {
 				return nil, err
 			}
 		}
@@ -145,26 +144,29 @@ func (s *Service) setUpPodNamespaces(ctx context.Context, rt runtime.Runtime, re
 		return nil, err
 	}
 	if userns != nil {
-		if err := s.idmapSandboxSpec(rec.ID, spec, userns, undo); err != nil {
+		id := rec.ID
+		dir := s.env.UserNSPodDir(id)
+		undo.add("remove id-mapped mounts", func(ctx context.Context) error { return s.env.ReleaseUserNSDir(ctx, id, dir) })
+		if err := s.env.IDMapSpec(spec, userns, id, dir, podenv.IDMapOptions{}); err != nil {
 			return nil, err
 		}
 	}
 	if err := s.startInfra(ctx, rt, rec, spec, undo); err != nil {
 		return nil, err
 	}
-	return spec, s.pinPodNamespaces(rec, cfg)
+	return spec, s.env.PinPodNamespaces(rec, cfg)
 }
 
 // newSandboxRecord is the record of a new pod id, in state creating.
 func (s *Service) newSandboxRecord(id, name, handler string, cfg *runtimeapi.PodSandboxConfig) (*store.Sandbox, error) {
-	parent := s.layout().PodParent(cfg.GetLinux().GetCgroupParent(), id)
+	parent := s.env.Layout().PodParent(cfg.GetLinux().GetCgroupParent(), id)
 	rec := &store.Sandbox{
 		ID:             id,
 		Name:           name,
 		State:          store.SandboxCreating,
 		RuntimeHandler: handler,
 		CgroupParent:   parent,
-		PodDir:         filepath.Join(s.opts.RootDir, "pods", id),
+		PodDir:         s.env.PodDir(id),
 		CreatedAt:      time.Now().UnixNano(),
 	}
 	var err error
@@ -172,7 +174,7 @@ func (s *Service) newSandboxRecord(id, name, handler string, cfg *runtimeapi.Pod
 		return nil, fmt.Errorf("encode pod config: %w", err)
 	}
 	if !podHostNetwork(cfg) {
-		rec.NetNS = filepath.Join(s.opts.NetNSDir, id)
+		rec.NetNS = s.env.NetNSPath(id)
 	}
 	return rec, nil
 }
@@ -201,25 +203,6 @@ func podHostNetwork(cfg *runtimeapi.PodSandboxConfig) bool {
 	return cfg.GetLinux().GetSecurityContext().GetNamespaceOptions().GetNetwork() == runtimeapi.NamespaceMode_NODE
 }
 
-// preparePodDir makes the pod's directory with the files its containers
-// mount (hostname, hosts, resolv.conf) and its shm, unless it uses the
-// node's IPC namespace.
-func (s *Service) preparePodDir(rec *store.Sandbox, cfg *runtimeapi.PodSandboxConfig, undo *rollback) error {
-	if err := os.MkdirAll(rec.PodDir, 0o711); err != nil {
-		return fmt.Errorf("create pod dir: %w", err)
-	}
-	undo.add("remove pod dir", func(context.Context) error { return s.removePodDir(rec) })
-	if err := writePodFiles(rec.PodDir, cfg, podHostNetwork(cfg)); err != nil {
-		return err
-	}
-	if cfg.GetLinux().GetSecurityContext().GetNamespaceOptions().GetIpc() != runtimeapi.NamespaceMode_NODE {
-		if err := mountShm(filepath.Join(rec.PodDir, "shm")); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // setUpPodNetwork pins the pod's network namespace (owned by its user
 // namespace, if it has one) and runs CNI ADD in it, unless the pod uses
 // the node's network.
@@ -231,14 +214,14 @@ func (s *Service) setUpPodNetwork(ctx context.Context, rec *store.Sandbox, cfg *
 	if userns != nil {
 		// The pod's network namespace is owned by its user
 		// namespace, so its sysctls and sysfs work inside.
-		if err := s.newPodUserNS(rec, userns, cfg.GetHostname()); err != nil {
+		if err := s.env.NewPodUserNS(rec, userns, cfg.GetHostname()); err != nil {
 			return err
 		}
-		undo.add("remove user namespace", func(context.Context) error { return idmap.Unpin(s.usernsPin(id)) })
-	} else if _, err := s.opts.Pinner.NewNetNS(s.opts.NetNSDir, id); err != nil {
-		return fmt.Errorf("create network namespace: %w", err)
+		undo.add("remove user namespace", func(context.Context) error { return s.env.RemovePodUserNS(id) })
+	} else if err := s.env.NewNetNS(id); err != nil {
+		return err
 	}
-	undo.add("remove netns", func(context.Context) error { return s.opts.Pinner.RemoveNetNS(rec.NetNS) })
+	undo.add("remove netns", func(context.Context) error { return s.env.RemoveNetNS(rec.NetNS) })
 	trace.Mark(ctx, "netns")
 	pod := cniPod(rec, cfg)
 	res, err := s.opts.Network.Setup(ctx, pod)
@@ -256,7 +239,7 @@ func (s *Service) sandboxSpec(rec *store.Sandbox, cfg *runtimeapi.PodSandboxConf
 	id, handler := rec.ID, rec.RuntimeHandler
 	usernsPin := ""
 	if userns != nil {
-		usernsPin = s.usernsPin(id)
+		usernsPin = s.env.UserNSPin(id)
 	}
 	spec, err := oci.SandboxSpec(oci.SandboxOptions{
 		UserNSPath:         usernsPin,
@@ -278,19 +261,11 @@ func (s *Service) sandboxSpec(rec *store.Sandbox, cfg *runtimeapi.PodSandboxConf
 	return spec, nil
 }
 
-// idmapSandboxSpec id-maps the infra spec's rootfs and mounts for pod id's
-// user namespace (only a spec that is run needs it).
-func (s *Service) idmapSandboxSpec(id string, spec *specs.Spec, userns *oci.UserNS, undo *rollback) error {
-	dir := s.usernsPodDir(id)
-	undo.add("remove id-mapped mounts", func(ctx context.Context) error { return s.releaseUserNSDir(ctx, id, dir) })
-	return s.idmapSpec(spec, userns, id, dir, idmapOptions{})
-}
-
 // startInfra creates and starts the pod's infra container in rt and
 // records its pid.
 func (s *Service) startInfra(ctx context.Context, rt runtime.Runtime, rec *store.Sandbox, spec *specs.Spec, undo *rollback) error {
 	id, handler := rec.ID, rec.RuntimeHandler
-	undo.add("remove pod cgroup", func(context.Context) error { return s.removePodCgroup(rec) })
+	undo.add("remove pod cgroup", func(context.Context) error { return s.env.RemovePodCgroup(s.ctx, rec) })
 	if err := rt.Create(ctx, runtime.CreateRequest{ID: id, PodID: id, Spec: spec}); err != nil {
 		return fmt.Errorf("create infra container: %w", err)
 	}
@@ -405,82 +380,6 @@ func cniPod(rec *store.Sandbox, cfg *runtimeapi.PodSandboxConfig) cni.Pod {
 		p.Ports = append(p.Ports, cni.PortMapping{Protocol: proto, ContainerPort: pm.ContainerPort, HostPort: pm.HostPort, HostIP: pm.HostIp})
 	}
 	return p
-}
-
-// removePodDir unpins the pod's namespaces, unmounts its shm and removes
-// its files. It is how rollback, removal and recovery dispose of them.
-func (s *Service) removePodDir(rec *store.Sandbox) error {
-	if err := s.unpinPodNamespaces(rec); err != nil {
-		return err
-	}
-	if err := removeUserNSDir(s.usernsPodDir(rec.ID)); err != nil {
-		return err
-	}
-	if err := unmountAll(filepath.Join(rec.PodDir, "shm")); err != nil {
-		return err
-	}
-	return os.RemoveAll(rec.PodDir)
-}
-
-// nsDir is where the namespaces of pod id are pinned.
-func (s *Service) nsDir(id string) string { return filepath.Join(s.opts.NSDir, id) }
-
-// pinPodNamespaces pins the infra process's IPC and UTS namespaces, and
-// its PID namespace when the pod shares one, unless the pod uses the
-// host's, and records their paths: containers join by those paths only.
-// The network namespace is pinned before the infra starts (NetNS).
-func (s *Service) pinPodNamespaces(rec *store.Sandbox, cfg *runtimeapi.PodSandboxConfig) error {
-	kinds := podNamespaceKinds(cfg)
-	if len(kinds) == 0 {
-		return nil
-	}
-	paths, err := s.opts.Pinner.Pin(s.nsDir(rec.ID), rec.Pid, kinds)
-	if err != nil {
-		return fmt.Errorf("pin pod namespaces: %w", err)
-	}
-	rec.IPCNS, rec.UTSNS, rec.PIDNS = paths["ipc"], paths["uts"], paths["pid"]
-	return nil
-}
-
-// podNamespaceKinds are the namespaces of pod cfg that crind pins besides
-// the network one: UTS with a pod network (Kubernetes ties the two), IPC
-// unless the pod uses the node's, PID when the pod shares one.
-func podNamespaceKinds(cfg *runtimeapi.PodSandboxConfig) []string {
-	ns := cfg.GetLinux().GetSecurityContext().GetNamespaceOptions()
-	var kinds []string
-	if ns.GetNetwork() != runtimeapi.NamespaceMode_NODE {
-		kinds = append(kinds, "uts")
-	}
-	if ns.GetIpc() != runtimeapi.NamespaceMode_NODE {
-		kinds = append(kinds, "ipc")
-	}
-	if ns.GetPid() == runtimeapi.NamespaceMode_POD {
-		kinds = append(kinds, "pid")
-	}
-	return kinds
-}
-
-// newPodNamespaces makes the IPC and UTS namespaces of a pod without an
-// infra process (the UTS one with the pod's hostname) and pins them, and
-// records their paths. The pins keep them alive: no process need be in
-// them until the first container joins.
-func (s *Service) newPodNamespaces(rec *store.Sandbox, cfg *runtimeapi.PodSandboxConfig) error {
-	kinds := podNamespaceKinds(cfg)
-	if len(kinds) == 0 {
-		return nil
-	}
-	paths, err := s.opts.Pinner.New(s.nsDir(rec.ID), kinds, cfg.GetHostname())
-	if err != nil {
-		return fmt.Errorf("make pod namespaces: %w", err)
-	}
-	rec.IPCNS, rec.UTSNS = paths["ipc"], paths["uts"]
-	return nil
-}
-
-// unpinPodNamespaces removes the pins of pod rec; already gone is fine.
-// The paths stay in the record: they tell what the pod had.
-func (s *Service) unpinPodNamespaces(rec *store.Sandbox) error {
-	return s.opts.Pinner.Unpin(s.nsDir(rec.ID))
 }
 
 // showPins puts the pinned paths into the infra spec's namespaces, so NRI

@@ -75,7 +75,7 @@ func (s *Service) stopSandboxLocked(ctx context.Context, sb *sandbox) error {
 		}
 	}
 	s.releasePodShim(ctx, rec)
-	if err := s.unpinPodNamespaces(rec); err != nil {
+	if err := s.env.UnpinPodNamespaces(rec.ID); err != nil {
 		return err
 	}
 	trace.Mark(ctx, "infra_unpin")
@@ -84,7 +84,7 @@ func (s *Service) stopSandboxLocked(ctx context.Context, sb *sandbox) error {
 			return fmt.Errorf("tear down pod network: %w", err)
 		}
 		trace.Mark(ctx, "cni_del")
-		if err := s.opts.Pinner.RemoveNetNS(rec.NetNS); err != nil {
+		if err := s.env.RemoveNetNS(rec.NetNS); err != nil {
 			return err
 		}
 		sb.mu.Lock()

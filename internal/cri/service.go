@@ -1,7 +1,9 @@
 // Package cri is crind's hub: it implements the CRI v1 RuntimeService and
 // ImageService, which internal/serving serves, and orchestrates the spokes
-// (store, image, oci, runtime, cni) for every call. One file per RPC; the
-// state machines are described in docs/state-machines.md.
+// (store, image, oci, runtime, cni, and podenv for a pod's host
+// environment: its dir and files, namespace pins, user namespace, cgroup
+// removal) for every call. One file per RPC; the state machines are
+// described in docs/state-machines.md.
 package cri
 
 import (
@@ -12,7 +14,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"path/filepath"
 	"runtime/debug"
 	"strings"
 	"sync"
@@ -29,6 +30,7 @@ import (
 	"github.com/crin-dev/crin/internal/cgroup"
 	"github.com/crin-dev/crin/internal/cni"
 	"github.com/crin-dev/crin/internal/image"
+	"github.com/crin-dev/crin/internal/podenv"
 	"github.com/crin-dev/crin/internal/runtime"
 	"github.com/crin-dev/crin/internal/serving"
 	"github.com/crin-dev/crin/internal/store"
@@ -79,7 +81,7 @@ type Options struct {
 	// id>/{ipc,uts,pid}; empty means "ns" beside NetNSDir.
 	NSDir string
 	// Pinner pins them; nil means bind mounts (tests give a fake).
-	Pinner NSPinner
+	Pinner podenv.Pinner
 	// UserNSDir holds the id-mapped mounts of pods in user namespaces
 	// (docs/userns.md); crind makes it 0711, and every directory above
 	// it must let any id through. Empty: user namespaces are not offered.
@@ -95,7 +97,7 @@ type Options struct {
 	CgroupDriver cgroup.Driver
 	// Units stops systemd units: the pod slices crind made and leftover
 	// scopes, with the systemd driver. Nil with cgroupfs.
-	Units              UnitStopper
+	Units              podenv.UnitStopper
 	SeccompProfileRoot string
 	// RestoreArchives lets CreateContainer restore a container from a
 	// checkpoint archive given as its image (config
@@ -145,9 +147,9 @@ type Service struct {
 	criu *criuProbe
 	// dumping holds the containers a checkpoint is dumping (claimDumps).
 	dumping busySet
-	// usernsErr is why pods cannot have user namespaces on this host
-	// (the start-up probe's finding), or nil; set before serving.
-	usernsErr error
+	// env makes and removes the pods' host environment: pod dirs,
+	// namespace pins, user namespaces, pod cgroups.
+	env *podenv.Env
 
 	// ctx bounds the background exit monitors; cancel stops them.
 	ctx    context.Context
@@ -262,13 +264,20 @@ func New(ctx context.Context, o Options) (*Service, error) {
 		// Made before recovery: its exit monitors may emit events.
 		s.releaseKick = make(chan struct{}, 1)
 	}
-	if s.opts.NSDir == "" {
-		s.opts.NSDir = filepath.Join(filepath.Dir(o.NetNSDir), "ns")
-	}
-	if s.opts.Pinner == nil {
-		s.opts.Pinner = bindPinner{}
-	}
-	s.markTopDirs(ctx)
+	s.env = podenv.New(ctx, podenv.Config{
+		RootDir:      o.RootDir,
+		NetNSDir:     o.NetNSDir,
+		NSDir:        o.NSDir,
+		Pinner:       o.Pinner,
+		UserNSDir:    o.UserNSDir,
+		PauseBinary:  o.PauseBinary,
+		CgroupParent: o.CgroupParent,
+		CgroupDriver: o.CgroupDriver,
+		Units:        o.Units,
+		CgroupFS:     o.CgroupFS,
+		Defer:        s.deferCleanup,
+		Logger:       o.Logger,
+	})
 	s.ctx, s.cancel = context.WithCancel(ctx)
 	if o.StreamAddress != "" {
 		var err error
@@ -295,7 +304,6 @@ func New(ctx context.Context, o Options) (*Service, error) {
 			cancel()
 		}
 	}
-	s.probeUserNS(ctx)
 	if err := s.recover(ctx); err != nil {
 		s.cancel()
 		return nil, fmt.Errorf("recover state: %w", err)

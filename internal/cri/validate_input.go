@@ -173,3 +173,18 @@ func checkContainerFilter(f interface {
 	}
 	return checkFilterID("filter.pod_sandbox_id", f.GetPodSandboxId())
 }
+
+// validateRunRequest is validateRunRequest (the checks that need no
+// state), the pod's cgroup parent checked in this crind's driver's form,
+// and the room left on crind's disk (checkDiskRoom).
+func (s *Service) validateRunRequest(cfg *runtimeapi.PodSandboxConfig) error {
+	if err := validateRunRequest(cfg); err != nil {
+		return err
+	}
+	if p := cfg.GetLinux().GetCgroupParent(); p != "" {
+		if err := s.env.Layout().CheckParent("config.linux.cgroup_parent", p); err != nil {
+			return err
+		}
+	}
+	return s.checkDiskRoom("run pod sandbox")
+}

@@ -1,4 +1,4 @@
-package cri
+package podenv
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 
 	"github.com/containerd/errdefs"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"github.com/opencontainers/runtime-spec/specs-go/features"
 	"golang.org/x/sys/unix"
 
 	"github.com/crin-dev/crin/internal/cni"
@@ -34,38 +35,38 @@ import (
 const usernsRuntimeAnnotation = "org.opencontainers.runc.version"
 
 // probeUserNS checks once, at start-up, whether this host can run pods in
-// user namespaces; the result decides Status and RunPodSandbox.
-func (s *Service) probeUserNS(ctx context.Context) {
+// user namespaces; the result is what UserNSUsable says.
+func (e *Env) probeUserNS(ctx context.Context) {
 	switch {
-	case s.opts.UserNSDir == "":
-		s.usernsErr = errors.New("no user namespace directory is configured")
-	case s.opts.PauseBinary == "":
-		s.usernsErr = errors.New("no helper binary (crin-pause) is configured")
+	case e.c.UserNSDir == "":
+		e.usernsErr = errors.New("no user namespace directory is configured")
+	case e.c.PauseBinary == "":
+		e.usernsErr = errors.New("no helper binary (crin-pause) is configured")
 	default:
-		s.usernsErr = s.prepareUserNSDir()
-		if s.usernsErr == nil {
-			s.usernsErr = idmap.Probe([]string{s.opts.PauseBinary}, s.probeDir())
+		e.usernsErr = e.prepareUserNSDir()
+		if e.usernsErr == nil {
+			e.usernsErr = idmap.Probe([]string{e.c.PauseBinary}, e.probeDir())
 		}
 	}
-	if s.usernsErr != nil {
-		s.log.InfoContext(ctx, "user namespaces are not offered", "reason", s.usernsErr)
+	if e.usernsErr != nil {
+		e.log.InfoContext(ctx, "user namespaces are not offered", "reason", e.usernsErr)
 	}
 }
 
 // probeDir is where the probe id-maps: the root dir, whose filesystem
 // holds the image layers that container rootfs are made of.
-func (s *Service) probeDir() string {
-	if s.opts.RootDir != "" {
-		return s.opts.RootDir
+func (e *Env) probeDir() string {
+	if e.c.RootDir != "" {
+		return e.c.RootDir
 	}
-	return s.opts.UserNSDir
+	return e.c.UserNSDir
 }
 
 // prepareUserNSDir makes the user namespace dir 0711 and checks that its
 // parents let every id through: the runtime resolves the rootfs and the
 // mount sources as the container's mapped root.
-func (s *Service) prepareUserNSDir() error {
-	dir := filepath.Clean(s.opts.UserNSDir)
+func (e *Env) prepareUserNSDir() error {
+	dir := filepath.Clean(e.c.UserNSDir)
 	if err := os.MkdirAll(dir, 0o711); err != nil {
 		return err
 	}
@@ -86,55 +87,57 @@ func (s *Service) prepareUserNSDir() error {
 	}
 }
 
-// usernsUsable says why handler cannot run a pod in a user namespace
+// UserNSUsable says why runtime handler, whose runtime has features f
+// (nil: unknown), cannot run a pod in a user namespace
 // (errdefs.ErrFailedPrecondition), or nil.
-func (s *Service) usernsUsable(handler string) error {
-	if s.usernsErr != nil {
-		return fmt.Errorf("linux.security_context.namespace_options.userns_options: user namespaces are not available on this node: %w: %w", s.usernsErr, errdefs.ErrFailedPrecondition)
+func (e *Env) UserNSUsable(handler string, f *features.Features) error {
+	if e.usernsErr != nil {
+		return fmt.Errorf("linux.security_context.namespace_options.userns_options: user namespaces are not available on this node: %w: %w", e.usernsErr, errdefs.ErrFailedPrecondition)
 	}
-	if f := s.features[handler]; f == nil || f.Annotations[usernsRuntimeAnnotation] == "" || f.Linux == nil || !slices.Contains(f.Linux.Namespaces, string(specs.UserNamespace)) {
+	if f == nil || f.Annotations[usernsRuntimeAnnotation] == "" || f.Linux == nil || !slices.Contains(f.Linux.Namespaces, string(specs.UserNamespace)) {
 		return fmt.Errorf("linux.security_context.namespace_options.userns_options: runtime handler %q: user namespaces are offered with runc only: %w", handler, errdefs.ErrFailedPrecondition)
 	}
 	return nil
 }
 
-// usernsPodDir holds the id-mapped mounts of pod id's infra container
-// and, under c/<container id>, those of its containers.
+// UserNSPodDir holds the id-mapped mounts of pod id's infra container
+// and, under c/<container id>, those of its containers (UserNSCtrDir).
 // Both are "" when no UserNSDir is configured.
-func (s *Service) usernsPodDir(id string) string {
-	if s.opts.UserNSDir == "" {
+func (e *Env) UserNSPodDir(id string) string {
+	if e.c.UserNSDir == "" {
 		return ""
 	}
-	return filepath.Join(s.opts.UserNSDir, id)
+	return filepath.Join(e.c.UserNSDir, id)
 }
 
-func (s *Service) usernsCtrDir(podID, id string) string {
-	if s.opts.UserNSDir == "" {
+// UserNSCtrDir holds the id-mapped mounts of container id of pod podID.
+func (e *Env) UserNSCtrDir(podID, id string) string {
+	if e.c.UserNSDir == "" {
 		return ""
 	}
-	return filepath.Join(s.usernsPodDir(podID), "c", id)
+	return filepath.Join(e.UserNSPodDir(podID), "c", id)
 }
 
-// usernsPin is where pod id's user namespace is pinned.
-func (s *Service) usernsPin(id string) string { return filepath.Join(s.nsDir(id), "user") }
+// UserNSPin is where pod id's user namespace is pinned.
+func (e *Env) UserNSPin(id string) string { return filepath.Join(e.NSDir(id), "user") }
 
-// newPodUserNS creates the user namespace of pod rec and the network
+// NewPodUserNS creates the user namespace of pod rec and the network
 // namespace it owns, pinned at the user pin and rec.NetNS, with loopback
 // up; for a pod without an infra process also the IPC and UTS namespaces
 // it owns (the UTS one with hostname), pinned and recorded as for any pod.
-func (s *Service) newPodUserNS(rec *store.Sandbox, u *oci.UserNS, hostname string) (retErr error) {
+func (e *Env) NewPodUserNS(rec *store.Sandbox, u *oci.UserNS, hostname string) (retErr error) {
 	id, netns := rec.ID, rec.NetNS
-	if err := os.MkdirAll(s.nsDir(id), 0o700); err != nil {
+	if err := os.MkdirAll(e.NSDir(id), 0o700); err != nil {
 		return fmt.Errorf("create user namespace: %w", err)
 	}
 	if err := os.MkdirAll(filepath.Dir(netns), 0o711); err != nil {
 		return fmt.Errorf("create user namespace: %w", err)
 	}
-	pins := idmap.Pins{User: s.usernsPin(id), Net: netns}
+	pins := idmap.Pins{User: e.UserNSPin(id), Net: netns}
 	if rec.NoInfra {
-		pins.IPC, pins.UTS = filepath.Join(s.nsDir(id), "ipc"), filepath.Join(s.nsDir(id), "uts")
+		pins.IPC, pins.UTS = filepath.Join(e.NSDir(id), "ipc"), filepath.Join(e.NSDir(id), "uts")
 	}
-	if err := idmap.NewUserNS([]string{s.opts.PauseBinary}, pins, u.UIDs, u.GIDs); err != nil {
+	if err := idmap.NewUserNS([]string{e.c.PauseBinary}, pins, u.UIDs, u.GIDs); err != nil {
 		return fmt.Errorf("create user namespace: %w", err)
 	}
 	defer func() {
@@ -158,6 +161,10 @@ func (s *Service) newPodUserNS(rec *store.Sandbox, u *oci.UserNS, hostname strin
 	}
 	return nil
 }
+
+// RemovePodUserNS unpins the user namespace NewPodUserNS made for pod id;
+// a missing pin is fine.
+func (e *Env) RemovePodUserNS(id string) error { return idmap.Unpin(e.UserNSPin(id)) }
 
 // setHostname sets hostname in the UTS namespace pinned at pin, from a
 // thread that is thrown away afterwards. crind, root in the namespace's
@@ -200,20 +207,20 @@ func loopbackUp() error {
 	return nil
 }
 
-// idmapOptions say what idmapSpec does with a spec's rootfs.
-type idmapOptions struct {
-	// overlay: the rootfs is a container's overlay of image layers, which
+// IDMapOptions say what IDMapSpec does with a spec's rootfs.
+type IDMapOptions struct {
+	// Overlay: the rootfs is a container's overlay of image layers, which
 	// is mounted again on id-mapped layers; otherwise it is a plain
 	// directory (the pause rootfs) that is cloned id-mapped.
-	overlay bool
+	Overlay bool
 }
 
-// idmapSpec points spec's rootfs and bind mount sources at id-mapped
+// IDMapSpec points spec's rootfs and bind mount sources at id-mapped
 // clones in dir (the pod's user namespace dir or one below it), made with
 // pod podID's pinned user namespace. On error what it made is left for
-// removeUserNSDir(dir).
-func (s *Service) idmapSpec(spec *specs.Spec, u *oci.UserNS, podID, dir string, o idmapOptions) error {
-	f, err := os.Open(s.usernsPin(podID))
+// RemoveUserNSDir(dir).
+func (e *Env) IDMapSpec(spec *specs.Spec, u *oci.UserNS, podID, dir string, o IDMapOptions) error {
+	f, err := os.Open(e.UserNSPin(podID))
 	if err != nil {
 		return fmt.Errorf("id-map mounts: the pod's user namespace: %w", err)
 	}
@@ -222,7 +229,7 @@ func (s *Service) idmapSpec(spec *specs.Spec, u *oci.UserNS, podID, dir string, 
 	// The clones show host root's files as the pod's: only the pod's
 	// mapped root (which the runtime sets the container up as) and host
 	// root may reach them, never another host user.
-	podDir := s.usernsPodDir(podID)
+	podDir := e.UserNSPodDir(podID)
 	if err := os.MkdirAll(podDir, 0o700); err != nil {
 		return fmt.Errorf("id-map mounts: %w", err)
 	}
@@ -237,7 +244,7 @@ func (s *Service) idmapSpec(spec *specs.Spec, u *oci.UserNS, podID, dir string, 
 	}
 	if spec.Root != nil && spec.Root.Path != "" {
 		root := filepath.Join(dir, "rootfs")
-		if o.overlay {
+		if o.Overlay {
 			// <image root>/containers/<id>/rootfs: the layers are
 			// under the image root.
 			layers := filepath.Dir(filepath.Dir(filepath.Dir(spec.Root.Path)))
@@ -268,72 +275,77 @@ func (s *Service) idmapSpec(spec *specs.Spec, u *oci.UserNS, podID, dir string, 
 	return nil
 }
 
-// removeUserNSDir unmounts every id-mapped mount in dir and removes it;
+// RemoveUserNSDir unmounts every id-mapped mount in dir and removes it;
 // a missing dir (or "") is fine.
-func removeUserNSDir(dir string) error {
+func RemoveUserNSDir(dir string) error {
 	if dir == "" {
 		return nil
 	}
 	return idmap.RemoveAll(dir)
 }
 
-// releaseUserNSDir removes dir, the id-mapped mounts of pod or container
-// id; a failure is returned and recorded for the cleanup loop.
-func (s *Service) releaseUserNSDir(ctx context.Context, id, dir string) error {
-	err := removeUserNSDir(dir)
+// ReleaseUserNSDir removes dir, the id-mapped mounts of pod or container
+// id; a failure is returned and handed to Config.Defer
+// (store.CleanupIDMapped).
+func (e *Env) ReleaseUserNSDir(ctx context.Context, id, dir string) error {
+	err := RemoveUserNSDir(dir)
 	if err != nil {
-		s.deferCleanup(ctx, store.Cleanup{Kind: store.CleanupIDMapped, ID: id, Path: dir}, err)
+		e.deferCleanup(ctx, store.Cleanup{Kind: store.CleanupIDMapped, ID: id, Path: dir}, err)
 	}
 	return err
 }
 
-// retryUserNSDir is the cleanup loop's releaseUserNSDir. A recorded path
-// outside the user namespace dir is not crind's to remove: dropped.
-func (s *Service) retryUserNSDir(ctx context.Context, dir string) error {
-	if s.opts.UserNSDir == "" || !strings.HasPrefix(filepath.Clean(dir), filepath.Clean(s.opts.UserNSDir)+"/") {
-		s.log.WarnContext(ctx, "pending id-mapped mount cleanup outside the user namespace dir dropped", "dir", dir)
+// RetryUserNSDir is the cleanup loop's ReleaseUserNSDir. A recorded path
+// outside the user namespace dir is not crind's to remove: dropped
+// (logged, nil).
+func (e *Env) RetryUserNSDir(ctx context.Context, dir string) error {
+	if e.c.UserNSDir == "" || !strings.HasPrefix(filepath.Clean(dir), filepath.Clean(e.c.UserNSDir)+"/") {
+		e.log.WarnContext(ctx, "pending id-mapped mount cleanup outside the user namespace dir dropped", "dir", dir)
 		return nil
 	}
-	return removeUserNSDir(dir)
+	return RemoveUserNSDir(dir)
 }
 
-// sweepUserNS removes the id-mapped mounts of pods and containers no
-// record owns, and what an interrupted start-up probe left.
-func (s *Service) sweepUserNS(ctx context.Context) {
-	if s.opts.UserNSDir == "" {
+// SweepUserNS removes the id-mapped mounts of pods and containers no
+// record owns (known reports those one does), and what an interrupted
+// start-up probe left. Failures are logged.
+func (e *Env) SweepUserNS(ctx context.Context, known func(id string) bool) {
+	if e.c.UserNSDir == "" {
 		return
 	}
-	if s.probeDir() != s.opts.UserNSDir {
-		left, _ := filepath.Glob(filepath.Join(s.probeDir(), "idmap-probe-*"))
+	if e.probeDir() != e.c.UserNSDir {
+		left, _ := filepath.Glob(filepath.Join(e.probeDir(), "idmap-probe-*"))
 		for _, p := range left {
-			s.sweepUserNSDir(ctx, p)
+			e.sweepUserNSDir(ctx, p)
 		}
 	}
-	ents, _ := os.ReadDir(s.opts.UserNSDir)
-	for _, e := range ents {
-		name := e.Name()
-		p := filepath.Join(s.opts.UserNSDir, name)
+	ents, _ := os.ReadDir(e.c.UserNSDir)
+	for _, ent := range ents {
+		name := ent.Name()
+		p := filepath.Join(e.c.UserNSDir, name)
 		switch {
 		case strings.HasPrefix(name, "idmap-probe-"):
-		case isID(name) && s.knownID(name):
+		case isID(name) && known(name):
 			ctrs, _ := os.ReadDir(filepath.Join(p, "c"))
 			for _, c := range ctrs {
-				if !s.knownID(c.Name()) {
-					s.sweepUserNSDir(ctx, filepath.Join(p, "c", c.Name()))
+				if !known(c.Name()) {
+					e.sweepUserNSDir(ctx, filepath.Join(p, "c", c.Name()))
 				}
 			}
 			continue
 		case !isID(name):
 			continue
 		}
-		s.sweepUserNSDir(ctx, p)
+		e.sweepUserNSDir(ctx, p)
 	}
 }
 
-func (s *Service) sweepUserNSDir(ctx context.Context, dir string) {
-	if err := removeUserNSDir(dir); err != nil {
-		s.log.WarnContext(ctx, "remove orphaned id-mapped mounts", "dir", dir, "error", err)
+// sweepUserNSDir removes dir, id-mapped mounts no record owns, logging
+// what it does.
+func (e *Env) sweepUserNSDir(ctx context.Context, dir string) {
+	if err := RemoveUserNSDir(dir); err != nil {
+		e.log.WarnContext(ctx, "remove orphaned id-mapped mounts", "dir", dir, "error", err)
 		return
 	}
-	s.log.InfoContext(ctx, "removed id-mapped mounts no record owns", "dir", dir)
+	e.log.InfoContext(ctx, "removed id-mapped mounts no record owns", "dir", dir)
 }

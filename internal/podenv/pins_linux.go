@@ -1,4 +1,4 @@
-package cri
+package podenv
 
 import (
 	"context"
@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"github.com/containerd/errdefs"
 	"golang.org/x/sys/unix"
@@ -14,127 +13,121 @@ import (
 
 	"github.com/crin-dev/crin/internal/cni"
 	"github.com/crin-dev/crin/internal/store"
-	"github.com/crin-dev/crin/internal/topdir"
 )
 
-// podShmSize is the size of a pod's /dev/shm tmpfs.
-const podShmSize = 64 << 20
-
-// writePodFiles writes the pod's hostname, hosts and resolv.conf into dir.
-func writePodFiles(dir string, cfg *runtimeapi.PodSandboxConfig, hostNetwork bool) error {
-	hostname := cfg.GetHostname()
-	if hostNetwork || hostname == "" {
-		h, err := os.Hostname()
-		if err != nil {
-			return fmt.Errorf("read hostname: %w", err)
-		}
-		if hostname == "" {
-			hostname = h
-		}
-	}
-	if err := os.WriteFile(filepath.Join(dir, "hostname"), []byte(hostname+"\n"), 0o644); err != nil {
-		return err
-	}
-	hosts := "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"
-	if hostNetwork {
-		if b, err := os.ReadFile("/etc/hosts"); err == nil {
-			hosts = string(b)
-		}
-	}
-	if err := os.WriteFile(filepath.Join(dir, "hosts"), []byte(hosts), 0o644); err != nil {
-		return err
-	}
-	resolv, err := resolvConf(cfg.GetDnsConfig())
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(filepath.Join(dir, "resolv.conf"), resolv, 0o644)
-}
-
-// resolvConf renders the pod's DNS config, or copies the host's when the
-// pod gives none.
-func resolvConf(dns *runtimeapi.DNSConfig) ([]byte, error) {
-	if dns == nil || (len(dns.Servers) == 0 && len(dns.Searches) == 0 && len(dns.Options) == 0) {
-		b, err := os.ReadFile("/etc/resolv.conf")
-		if errors.Is(err, os.ErrNotExist) {
-			return nil, nil
-		}
-		return b, err
-	}
-	var sb strings.Builder
-	for i, v := range dns.Servers {
-		if strings.ContainsAny(v, " \t\n") {
-			return nil, fmt.Errorf("dns_config.servers[%d] %q: contains whitespace: %w", i, v, errInvalid)
-		}
-		fmt.Fprintf(&sb, "nameserver %s\n", v)
-	}
-	if len(dns.Searches) > 0 {
-		for i, v := range dns.Searches {
-			if strings.ContainsAny(v, " \t\n") {
-				return nil, fmt.Errorf("dns_config.searches[%d] %q: contains whitespace: %w", i, v, errInvalid)
-			}
-		}
-		fmt.Fprintf(&sb, "search %s\n", strings.Join(dns.Searches, " "))
-	}
-	if len(dns.Options) > 0 {
-		for i, v := range dns.Options {
-			if strings.ContainsAny(v, " \t\n") {
-				return nil, fmt.Errorf("dns_config.options[%d] %q: contains whitespace: %w", i, v, errInvalid)
-			}
-		}
-		fmt.Fprintf(&sb, "options %s\n", strings.Join(dns.Options, " "))
-	}
-	return []byte(sb.String()), nil
-}
-
-// mountShm mounts the pod's /dev/shm tmpfs at path.
-func mountShm(path string) error {
-	if err := os.MkdirAll(path, 0o755); err != nil {
-		return err
-	}
-	opts := fmt.Sprintf("mode=1777,size=%d", podShmSize)
-	if err := unix.Mount("shm", path, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, opts); err != nil {
-		return fmt.Errorf("mount shm at %s: %w", path, err)
+// NewNetNS creates the network namespace of pod id, without any process
+// in it, pinned at NetNSPath(id). An existing pin is
+// errdefs.ErrAlreadyExists. On error nothing is left.
+func (e *Env) NewNetNS(id string) error {
+	if _, err := e.c.Pinner.NewNetNS(e.c.NetNSDir, id); err != nil {
+		return fmt.Errorf("create network namespace: %w", err)
 	}
 	return nil
 }
 
-// unmountAll detaches whatever is mounted at path; nothing mounted is fine.
-func unmountAll(path string) error {
-	for range 8 {
-		err := unix.Unmount(path, unix.MNT_DETACH)
-		if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOENT) {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("unmount %s: %w", path, err)
-		}
-	}
-	return nil
-}
+// RemoveNetNS unpins the network namespace pinned at path and removes the
+// file; a missing one is fine.
+func (e *Env) RemoveNetNS(path string) error { return e.c.Pinner.RemoveNetNS(path) }
 
-// cgroupRoot is where the cgroup hierarchies are mounted.
-const cgroupRoot = "/sys/fs/cgroup"
-
-// removePodCgroup removes the pod-level cgroup crind derived for a pod
-// that named no cgroup parent (<cgroup_parent>/<pod id>, or with the
-// systemd driver the slice <parent>-pod<id>.slice): runc
-// removes each container's own cgroup, not this parent of them. A parent
-// kubelet gave belongs to kubelet and is left alone. What is still inside
-// (a container cgroup whose runtime delete was killed, a stray runc init)
-// is killed and removed too; a removal that fails anyway is retried in the
-// background (cleanup.go) and the error returned.
-func (s *Service) removePodCgroup(rec *store.Sandbox) error {
-	if rec.CgroupParent != s.layout().OwnPodParent(rec.ID) {
+// PinPodNamespaces pins the infra process's (rec.Pid) IPC and UTS
+// namespaces, and its PID namespace when the pod shares one, unless the
+// pod uses the host's, and records their paths in rec: containers join
+// by those paths only. The network namespace is pinned before the infra
+// starts (NewNetNS).
+func (e *Env) PinPodNamespaces(rec *store.Sandbox, cfg *runtimeapi.PodSandboxConfig) error {
+	kinds := podNamespaceKinds(cfg)
+	if len(kinds) == 0 {
 		return nil
 	}
-	return s.removePodCgroupTree(s.ctx, rec.ID, rec.CgroupParent)
+	paths, err := e.c.Pinner.Pin(e.NSDir(rec.ID), rec.Pid, kinds)
+	if err != nil {
+		return fmt.Errorf("pin pod namespaces: %w", err)
+	}
+	rec.IPCNS, rec.UTSNS, rec.PIDNS = paths["ipc"], paths["uts"], paths["pid"]
+	return nil
 }
 
-// NSPinner pins a pod's namespaces as files, so containers join them by a
+// podNamespaceKinds are the namespaces of pod cfg that crind pins besides
+// the network one: UTS with a pod network (Kubernetes ties the two), IPC
+// unless the pod uses the node's, PID when the pod shares one.
+func podNamespaceKinds(cfg *runtimeapi.PodSandboxConfig) []string {
+	ns := cfg.GetLinux().GetSecurityContext().GetNamespaceOptions()
+	var kinds []string
+	if ns.GetNetwork() != runtimeapi.NamespaceMode_NODE {
+		kinds = append(kinds, "uts")
+	}
+	if ns.GetIpc() != runtimeapi.NamespaceMode_NODE {
+		kinds = append(kinds, "ipc")
+	}
+	if ns.GetPid() == runtimeapi.NamespaceMode_POD {
+		kinds = append(kinds, "pid")
+	}
+	return kinds
+}
+
+// NewPodNamespaces makes the IPC and UTS namespaces of a pod without an
+// infra process (the UTS one with the pod's hostname) and pins them, and
+// records their paths in rec. The pins keep them alive: no process need
+// be in them until the first container joins.
+func (e *Env) NewPodNamespaces(rec *store.Sandbox, cfg *runtimeapi.PodSandboxConfig) error {
+	kinds := podNamespaceKinds(cfg)
+	if len(kinds) == 0 {
+		return nil
+	}
+	paths, err := e.c.Pinner.New(e.NSDir(rec.ID), kinds, cfg.GetHostname())
+	if err != nil {
+		return fmt.Errorf("make pod namespaces: %w", err)
+	}
+	rec.IPCNS, rec.UTSNS = paths["ipc"], paths["uts"]
+	return nil
+}
+
+// UnpinPodNamespaces removes the pins of pod id but its network
+// namespace's; already gone is fine. The paths stay in the pod's record:
+// they tell what the pod had.
+func (e *Env) UnpinPodNamespaces(id string) error {
+	return e.c.Pinner.Unpin(e.NSDir(id))
+}
+
+// LostPin is the first of pod rec's namespace pins that is no longer a
+// namespace (the node rebooted, the state dir was a tmpfs), or "".
+func (e *Env) LostPin(rec *store.Sandbox) string {
+	for _, p := range []string{rec.NetNS, rec.IPCNS, rec.UTSNS} {
+		if p != "" && !e.c.Pinner.Pinned(p) {
+			return p
+		}
+	}
+	return ""
+}
+
+// SweepPins removes the namespace pins of pods that podKnown does not
+// know, and the network namespace pins no pod or container known knows.
+// Failures are logged.
+func (e *Env) SweepPins(ctx context.Context, podKnown, known func(id string) bool) {
+	if ents, err := os.ReadDir(e.c.NSDir); err == nil {
+		for _, ent := range ents {
+			if !podKnown(ent.Name()) {
+				if err := e.c.Pinner.Unpin(filepath.Join(e.c.NSDir, ent.Name())); err != nil {
+					e.log.WarnContext(ctx, "remove orphaned namespace pins", "pod_id", ent.Name(), "error", err)
+				}
+			}
+		}
+	}
+	if ents, err := os.ReadDir(e.c.NetNSDir); err == nil {
+		for _, ent := range ents {
+			if !known(ent.Name()) {
+				if err := e.c.Pinner.RemoveNetNS(filepath.Join(e.c.NetNSDir, ent.Name())); err != nil {
+					e.log.WarnContext(ctx, "remove orphaned netns", "netns", ent.Name(), "error", err)
+				}
+			}
+		}
+	}
+}
+
+// Pinner pins a pod's namespaces as files, so containers join them by a
 // path that can never come to name another pod's (a pid can be reused).
-// Options.Pinner is nil in production: the bind-mount pinner below.
-type NSPinner interface {
+// Config.Pinner is nil in production: the bind-mount pinner below.
+type Pinner interface {
 	// Pin makes dir/<kind> a pin of each listed namespace ("ipc", "uts",
 	// "pid") of the process pid, and returns kind -> path. On error
 	// nothing is left.
@@ -163,6 +156,8 @@ type NSPinner interface {
 // last process is gone (for a pid namespace: alive but unjoinable once its
 // init died, which is what a dead pod's should be).
 type bindPinner struct{}
+
+var _ Pinner = bindPinner{}
 
 func (bindPinner) Pin(dir string, pid int, kinds []string) (map[string]string, error) {
 	// The pidfd proves the pid named the same process throughout: if it
@@ -201,29 +196,6 @@ func pinAt(dir string, kinds []string, bind func(paths map[string]string) error)
 		return nil, err
 	}
 	return paths, nil
-}
-
-// markTopDirs makes the parents of the per-pod dirs (the pod dirs under
-// RootDir/pods, the namespace pins under NSDir) and marks them for the
-// ext4 allocator (package topdir). It only costs speed when it fails, so
-// that is logged, not returned.
-func (s *Service) markTopDirs(ctx context.Context) {
-	dirs := map[string]os.FileMode{s.opts.NSDir: 0o700} // as pinFiles makes it
-	if s.opts.RootDir != "" {
-		dirs[filepath.Join(s.opts.RootDir, "pods")] = 0o711 // as preparePodDir makes it
-	}
-	for d, perm := range dirs {
-		if !filepath.IsAbs(d) {
-			continue
-		}
-		err := os.MkdirAll(d, perm)
-		if err == nil {
-			err = topdir.Mark(d)
-		}
-		if err != nil {
-			s.log.WarnContext(ctx, "mark top dir", "dir", d, "error", err)
-		}
-	}
 }
 
 // pinFiles creates dir and in it dir/<kind> for each kind, the files

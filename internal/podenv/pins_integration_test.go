@@ -1,6 +1,6 @@
 //go:build integration && linux
 
-package cri
+package podenv
 
 import (
 	"bufio"
