@@ -18,7 +18,7 @@ var withoutRefusalRow = map[string]string{
 	"Version":                 "takes no input and cannot fail",
 	"RuntimeConfig":           "takes no input and cannot fail",
 	"ListMetricDescriptors":   "takes no input and cannot fail",
-	"ListPodSandboxMetrics":   "takes no input; TestMetricsOfPlainPod",
+	"ListPodSandboxMetrics":   "takes no input; TestPodSandboxMetricsThroughHub",
 	"StreamPodSandboxMetrics": "ListPodSandboxMetrics in chunks (TestSendChunked)",
 	"Status":                  "TestRuntimeRPCRefusals: a network that fails is a condition, not an error",
 	"UpdateRuntimeConfig":     "TestRuntimeRPCRefusals",

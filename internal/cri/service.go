@@ -1,9 +1,10 @@
 // Package cri is crind's hub: it implements the CRI v1 RuntimeService and
 // ImageService, which internal/serving serves, and orchestrates the spokes
-// (store, image, oci, runtime, cni, and podenv for a pod's host
-// environment: its dir and files, namespace pins, user namespace, cgroup
-// removal) for every call. One file per RPC; the state machines are
-// described in docs/state-machines.md.
+// (store, image, oci, runtime, cni, podenv for a pod's host environment:
+// its dir and files, namespace pins, user namespace, cgroup removal; and
+// podstats for the stats and metrics kubelet reads) for every call. One
+// file per RPC; the state machines are described in
+// docs/state-machines.md.
 package cri
 
 import (
@@ -31,6 +32,7 @@ import (
 	"github.com/crin-dev/crin/internal/cni"
 	"github.com/crin-dev/crin/internal/image"
 	"github.com/crin-dev/crin/internal/podenv"
+	"github.com/crin-dev/crin/internal/podstats"
 	"github.com/crin-dev/crin/internal/runtime"
 	"github.com/crin-dev/crin/internal/serving"
 	"github.com/crin-dev/crin/internal/store"
@@ -123,7 +125,7 @@ type Options struct {
 	// removes pod cgroups no record owns under CgroupParent).
 	CgroupFS string
 	// StatsPeriod is how often writable layers are measured and CPU
-	// sampled (sampler.go); zero means DefaultStatsPeriod.
+	// sampled (internal/podstats); zero means podstats.DefaultPeriod.
 	StatsPeriod time.Duration
 	// ReleaseMemoryAfter is how long pod and container lifecycle events
 	// must have been quiet before the Go heap's free pages are returned to
@@ -179,8 +181,8 @@ type Service struct {
 	stream   streaming.Server
 	streamRT *streamRuntime
 
-	// sampler keeps writable layer and CPU figures (sampler.go).
-	sampler *sampler
+	// stats reads the stats and metrics and runs the stats sampler.
+	stats *podstats.Collector
 	// events fans container events out to GetContainerEvents (events.go).
 	events *broker
 	// releaseKick wakes runRelease (events.go); nil when
@@ -257,7 +259,6 @@ func New(ctx context.Context, o Options) (*Service, error) {
 		containers:  map[string]*container{},
 		pendingPods: map[string]*api.PodSandbox{},
 		pendingCtrs: map[string]*api.Container{},
-		sampler:     newSampler(o.StatsPeriod, o.Images),
 		events:      newBroker(eventBuffer),
 	}
 	if o.ReleaseMemoryAfter > 0 {
@@ -278,6 +279,7 @@ func New(ctx context.Context, o Options) (*Service, error) {
 		Defer:        s.deferCleanup,
 		Logger:       o.Logger,
 	})
+	s.stats = podstats.New(podstats.Config{Source: statsSource{s}, Images: o.Images, Period: o.StatsPeriod, Logger: o.Logger})
 	s.ctx, s.cancel = context.WithCancel(ctx)
 	if o.StreamAddress != "" {
 		var err error
@@ -308,7 +310,7 @@ func New(ctx context.Context, o Options) (*Service, error) {
 		s.cancel()
 		return nil, fmt.Errorf("recover state: %w", err)
 	}
-	s.goOwned(func() { s.runSampler(s.ctx) })
+	s.goOwned(func() { s.stats.Run(s.ctx) })
 	if s.releaseKick != nil {
 		s.goOwned(func() { runRelease(s.ctx, s.releaseKick, o.ReleaseMemoryAfter, debug.FreeOSMemory) })
 	}

@@ -2,15 +2,15 @@ package cri
 
 import (
 	"context"
-	"errors"
-	"time"
 
-	"github.com/containerd/errdefs"
+	"google.golang.org/grpc"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/crin-dev/crin/internal/runtime"
-	"github.com/crin-dev/crin/internal/store"
+	"github.com/crin-dev/crin/internal/podstats"
 )
+
+// The stats and metrics RPCs: the hub finds and checks what a request
+// names, internal/podstats reads the figures (docs/kubelet-stats.md).
 
 // ContainerStats reports a container's resource usage. Unknown is NotFound.
 func (s *Service) ContainerStats(ctx context.Context, r *runtimeapi.ContainerStatsRequest) (*runtimeapi.ContainerStatsResponse, error) {
@@ -18,7 +18,7 @@ func (s *Service) ContainerStats(ctx context.Context, r *runtimeapi.ContainerSta
 	if err != nil {
 		return nil, err
 	}
-	st, err := s.containerStats(c)
+	st, err := s.stats.ContainerStats(statsContainer(c))
 	if err != nil {
 		return nil, err
 	}
@@ -32,146 +32,20 @@ func (s *Service) ListContainerStats(ctx context.Context, r *runtimeapi.ListCont
 	if err := checkContainerFilter(f); err != nil {
 		return nil, err
 	}
-	cs := s.allContainers()
-	resp := &runtimeapi.ListContainerStatsResponse{}
-	for _, c := range cs {
-		c.mu.Lock()
-		ok := (f.GetId() == "" || hasPrefix(c.rec.ID, f.GetId())) &&
-			(f.GetPodSandboxId() == "" || hasPrefix(c.rec.SandboxID, f.GetPodSandboxId())) &&
-			labelsMatch(c.config.GetLabels(), f.GetLabelSelector())
-		c.mu.Unlock()
-		if !ok {
-			continue
+	var cs []podstats.Container
+	for _, c := range s.allContainers() {
+		v := statsContainer(c)
+		if (f.GetId() == "" || hasPrefix(v.ID, f.GetId())) &&
+			(f.GetPodSandboxId() == "" || hasPrefix(v.PodID, f.GetPodSandboxId())) &&
+			labelsMatch(v.Labels, f.GetLabelSelector()) {
+			cs = append(cs, v)
 		}
-		st, err := s.containerStats(c)
-		if errors.Is(err, errdefs.ErrNotFound) {
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		resp.Stats = append(resp.Stats, st)
 	}
-	return resp, nil
-}
-
-func (s *Service) containerStats(c *container) (*runtimeapi.ContainerStats, error) {
-	c.mu.Lock()
-	rec, cfg := c.rec, c.config
-	id, cgroupsPath := rec.ID, rec.CgroupsPath
-	running := rec.State == store.ContainerRunning || rec.State == store.ContainerCreated
-	c.mu.Unlock()
-	out := &runtimeapi.ContainerStats{
-		Attributes: &runtimeapi.ContainerAttributes{
-			Id: id, Metadata: cfg.GetMetadata(), Labels: cfg.GetLabels(), Annotations: cfg.GetAnnotations(),
-		},
-		WritableLayer: s.writableLayer(id),
-	}
-	if !running {
-		return out, nil
-	}
-	st, err := runtime.CgroupStats(cgroupsPath)
-	if errors.Is(err, errdefs.ErrNotFound) {
-		return out, nil
-	}
+	st, err := s.stats.ListContainerStats(cs)
 	if err != nil {
 		return nil, err
 	}
-	fillCPUMem(st, &out.Cpu, &out.Memory)
-	s.fillNanoCores(id, st, out.Cpu)
-	out.Swap, out.Io = swapUsage(st), ioUsage(st)
-	return out, nil
-}
-
-// psi is a runtime.Pressure as CRI carries it (total in nanoseconds); nil
-// stays nil, so kubelet reads "no PSI here" rather than zero pressure.
-func psi(p *runtime.Pressure) *runtimeapi.PsiStats {
-	if p == nil {
-		return nil
-	}
-	line := func(l runtime.PressureLine) *runtimeapi.PsiData {
-		return &runtimeapi.PsiData{Total: uint64(l.Total), Avg10: l.Avg10, Avg60: l.Avg60, Avg300: l.Avg300}
-	}
-	return &runtimeapi.PsiStats{Some: line(p.Some), Full: line(p.Full)}
-}
-
-// ioUsage is the cgroup's IO pressure, the one IO figure CRI carries;
-// nil without PSI.
-func ioUsage(st *runtime.Stats) *runtimeapi.IoUsage {
-	if st.IOPressure == nil {
-		return nil
-	}
-	return &runtimeapi.IoUsage{Timestamp: st.Timestamp.UnixNano(), Psi: psi(st.IOPressure)}
-}
-
-// swapUsage is the cgroup's swap, where the host accounts it.
-func swapUsage(st *runtime.Stats) *runtimeapi.SwapUsage {
-	if !st.HasSwap {
-		return nil
-	}
-	u := &runtimeapi.SwapUsage{Timestamp: st.Timestamp.UnixNano(), SwapUsageBytes: &runtimeapi.UInt64Value{Value: st.SwapUsageBytes}}
-	if st.SwapLimitBytes > 0 {
-		u.SwapAvailableBytes = &runtimeapi.UInt64Value{Value: sub0(st.SwapLimitBytes, st.SwapUsageBytes)}
-	}
-	return u
-}
-
-func sub0(a, b uint64) uint64 {
-	if b > a {
-		return 0
-	}
-	return a - b
-}
-
-// writableLayer is the container's writable layer usage as the sampler
-// last measured it (measured now the first time). Its FsId is the
-// mountpoint of the filesystem holding it, which kubelet looks up for
-// capacity; without a measure only the timestamp is set.
-func (s *Service) writableLayer(id string) *runtimeapi.FilesystemUsage {
-	u, ok := s.sampler.layer(id)
-	if !ok {
-		return &runtimeapi.FilesystemUsage{Timestamp: time.Now().UnixNano()}
-	}
-	return &runtimeapi.FilesystemUsage{
-		Timestamp:  u.Time.UnixNano(),
-		FsId:       &runtimeapi.FilesystemIdentifier{Mountpoint: u.Mountpoint},
-		UsedBytes:  &runtimeapi.UInt64Value{Value: u.UsedBytes},
-		InodesUsed: &runtimeapi.UInt64Value{Value: u.InodesUsed},
-	}
-}
-
-// fillNanoCores sets the CPU rate between the last sample at least
-// minRateGap old and this one; left unset for a cgroup's first sample
-// (kubelet then computes it from its own previous reading).
-func (s *Service) fillNanoCores(id string, st *runtime.Stats, cpu *runtimeapi.CpuUsage) {
-	if r, ok := s.sampler.cpuRate(id, cpuSample{usage: st.CPUUsageNanos, at: st.Timestamp}); ok {
-		cpu.UsageNanoCores = &runtimeapi.UInt64Value{Value: r}
-	}
-}
-
-func fillCPUMem(st *runtime.Stats, cpu **runtimeapi.CpuUsage, mem **runtimeapi.MemoryUsage) {
-	ts := st.Timestamp.UnixNano()
-	*cpu = &runtimeapi.CpuUsage{
-		Timestamp:            ts,
-		UsageCoreNanoSeconds: &runtimeapi.UInt64Value{Value: st.CPUUsageNanos},
-		Psi:                  psi(st.CPUPressure),
-	}
-	*mem = &runtimeapi.MemoryUsage{
-		Timestamp:       ts,
-		WorkingSetBytes: &runtimeapi.UInt64Value{Value: st.MemoryWorkingSet},
-		UsageBytes:      &runtimeapi.UInt64Value{Value: st.MemoryUsageBytes},
-		RssBytes:        &runtimeapi.UInt64Value{Value: st.MemoryRSSBytes},
-		PageFaults:      &runtimeapi.UInt64Value{Value: st.MemoryPageFaults},
-		MajorPageFaults: &runtimeapi.UInt64Value{Value: st.MemoryMajorFaults},
-		Psi:             psi(st.MemoryPressure),
-	}
-	if st.MemoryLimitBytes > 0 {
-		avail := uint64(0)
-		if st.MemoryLimitBytes > st.MemoryWorkingSet {
-			avail = st.MemoryLimitBytes - st.MemoryWorkingSet
-		}
-		(*mem).AvailableBytes = &runtimeapi.UInt64Value{Value: avail}
-	}
+	return &runtimeapi.ListContainerStatsResponse{Stats: st}, nil
 }
 
 // PodSandboxStats reports a pod's usage (its cgroup parent) and its
@@ -181,7 +55,7 @@ func (s *Service) PodSandboxStats(ctx context.Context, r *runtimeapi.PodSandboxS
 	if err != nil {
 		return nil, err
 	}
-	st, err := s.sandboxStats(sb)
+	st, err := s.stats.PodSandboxStats(statsPod(sb))
 	if err != nil {
 		return nil, err
 	}
@@ -194,63 +68,97 @@ func (s *Service) ListPodSandboxStats(ctx context.Context, r *runtimeapi.ListPod
 	if err := checkPodFilter(f); err != nil {
 		return nil, err
 	}
-	sbs := s.allSandboxes()
-	resp := &runtimeapi.ListPodSandboxStatsResponse{}
-	for _, sb := range sbs {
-		sb.mu.Lock()
-		ok := (f.GetId() == "" || hasPrefix(sb.rec.ID, f.GetId())) && labelsMatch(sb.config.GetLabels(), f.GetLabelSelector())
-		sb.mu.Unlock()
-		if !ok {
-			continue
+	var ps []podstats.Pod
+	for _, sb := range s.allSandboxes() {
+		if v := statsPod(sb); (f.GetId() == "" || hasPrefix(v.ID, f.GetId())) && labelsMatch(v.Labels, f.GetLabelSelector()) {
+			ps = append(ps, v)
 		}
-		st, err := s.sandboxStats(sb)
-		if err != nil {
-			return nil, err
-		}
-		resp.Stats = append(resp.Stats, st)
 	}
-	return resp, nil
+	st, err := s.stats.ListPodSandboxStats(ps)
+	if err != nil {
+		return nil, err
+	}
+	return &runtimeapi.ListPodSandboxStatsResponse{Stats: st}, nil
 }
 
-func (s *Service) sandboxStats(sb *sandbox) (*runtimeapi.PodSandboxStats, error) {
+// ListMetricDescriptors describes every metric ListPodSandboxMetrics
+// reports.
+func (s *Service) ListMetricDescriptors(ctx context.Context, r *runtimeapi.ListMetricDescriptorsRequest) (*runtimeapi.ListMetricDescriptorsResponse, error) {
+	return &runtimeapi.ListMetricDescriptorsResponse{Descriptors: s.stats.MetricDescriptors()}, nil
+}
+
+// ListPodSandboxMetrics reports the metrics of every ready pod and its
+// running containers, read now (filesystem usage as last sampled).
+func (s *Service) ListPodSandboxMetrics(ctx context.Context, r *runtimeapi.ListPodSandboxMetricsRequest) (*runtimeapi.ListPodSandboxMetricsResponse, error) {
+	pods, err := s.stats.PodMetrics(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &runtimeapi.ListPodSandboxMetricsResponse{PodMetrics: pods}, nil
+}
+
+// StreamPodSandboxMetrics is ListPodSandboxMetrics sent in chunks.
+func (s *Service) StreamPodSandboxMetrics(r *runtimeapi.StreamPodSandboxMetricsRequest, srv grpc.ServerStreamingServer[runtimeapi.StreamPodSandboxMetricsResponse]) error {
+	pods, err := s.stats.PodMetrics(srv.Context())
+	if err != nil {
+		return err
+	}
+	return sendChunked(pods, func(p []*runtimeapi.PodSandboxMetrics) *runtimeapi.StreamPodSandboxMetricsResponse {
+		return &runtimeapi.StreamPodSandboxMetricsResponse{PodSandboxMetrics: p}
+	}, srv.Send)
+}
+
+// statsSource is the hub as internal/podstats sees it.
+type statsSource struct{ s *Service }
+
+var _ podstats.Source = statsSource{}
+
+// Pods are the visible pods.
+func (ss statsSource) Pods() []podstats.Pod {
+	sbs := ss.s.allSandboxes()
+	out := make([]podstats.Pod, 0, len(sbs))
+	for _, sb := range sbs {
+		out = append(out, statsPod(sb))
+	}
+	return out
+}
+
+// Containers are the visible containers.
+func (ss statsSource) Containers() []podstats.Container {
+	return statsContainers(ss.s.allContainers())
+}
+
+// PodContainers are the containers of pod podID.
+func (ss statsSource) PodContainers(podID string) []podstats.Container {
+	return statsContainers(ss.s.podContainers(podID))
+}
+
+func statsContainers(cs []*container) []podstats.Container {
+	out := make([]podstats.Container, 0, len(cs))
+	for _, c := range cs {
+		out = append(out, statsContainer(c))
+	}
+	return out
+}
+
+// statsPod is a snapshot of sb for podstats.
+func statsPod(sb *sandbox) podstats.Pod {
 	sb.mu.Lock()
+	defer sb.mu.Unlock()
 	rec, cfg := sb.rec, sb.config
-	sb.mu.Unlock()
-	out := &runtimeapi.PodSandboxStats{
-		Attributes: &runtimeapi.PodSandboxAttributes{
-			Id: rec.ID, Metadata: cfg.GetMetadata(), Labels: cfg.GetLabels(), Annotations: cfg.GetAnnotations(),
-		},
-		Linux: &runtimeapi.LinuxPodSandboxStats{},
+	return podstats.Pod{
+		ID: rec.ID, Metadata: cfg.GetMetadata(), Labels: cfg.GetLabels(), Annotations: cfg.GetAnnotations(),
+		State: rec.State, CgroupParent: rec.CgroupParent, NetNS: rec.NetNS, CreatedAt: rec.CreatedAt,
 	}
-	if rec.State == store.SandboxReady {
-		st, err := runtime.CgroupStats(rec.CgroupParent)
-		switch {
-		case err == nil:
-			fillCPUMem(st, &out.Linux.Cpu, &out.Linux.Memory)
-			s.fillNanoCores(rec.ID, st, out.Linux.Cpu)
-			out.Linux.Process = &runtimeapi.ProcessUsage{
-				Timestamp:    st.Timestamp.UnixNano(),
-				ProcessCount: &runtimeapi.UInt64Value{Value: st.PidsCurrent},
-			}
-			out.Linux.Io = ioUsage(st)
-		case !errors.Is(err, errdefs.ErrNotFound):
-			return nil, err
-		}
+}
+
+// statsContainer is a snapshot of c for podstats.
+func statsContainer(c *container) podstats.Container {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	rec, cfg := c.rec, c.config
+	return podstats.Container{
+		ID: rec.ID, PodID: rec.SandboxID, Metadata: cfg.GetMetadata(), Labels: cfg.GetLabels(), Annotations: cfg.GetAnnotations(),
+		Image: rec.ImageName, State: rec.State, CgroupsPath: rec.CgroupsPath, StartedAt: rec.StartedAt,
 	}
-	if rec.State == store.SandboxReady && rec.NetNS != "" {
-		// Best effort: a pod whose netns is going away has no figures.
-		if n, err := podNetwork(rec.NetNS); err == nil {
-			out.Linux.Network = n
-		}
-	}
-	for _, c := range s.podContainers(rec.ID) {
-		cst, err := s.containerStats(c)
-		if err != nil && !errors.Is(err, errdefs.ErrNotFound) {
-			return nil, err
-		}
-		if cst != nil {
-			out.Linux.Containers = append(out.Linux.Containers, cst)
-		}
-	}
-	return out, nil
 }

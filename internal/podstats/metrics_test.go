@@ -1,4 +1,4 @@
-package cri
+package podstats
 
 import (
 	"slices"
@@ -72,13 +72,8 @@ func TestMetricsOfPlainPod(t *testing.T) {
 // metrics of one subject may share a name and label values (Prometheus
 // refuses the whole scrape then).
 func TestMetricLabelsMatchDescriptors(t *testing.T) {
-	h := newHub(t)
-	resp, err := h.ListMetricDescriptors(t.Context(), &runtimeapi.ListMetricDescriptorsRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	keys := map[string][]string{}
-	for _, d := range resp.Descriptors {
+	for _, d := range New(Config{Source: &fakeSource{}, Images: noLayers{}}).MetricDescriptors() {
 		if _, dup := keys[d.Name]; dup {
 			t.Errorf("descriptor %s twice", d.Name)
 		}

@@ -1,4 +1,4 @@
-package cri
+package podstats
 
 import (
 	"context"
@@ -10,7 +10,6 @@ import (
 
 	"github.com/containerd/errdefs"
 	"golang.org/x/sys/unix"
-	"google.golang.org/grpc"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/crin-dev/crin/internal/runtime"
@@ -35,78 +34,65 @@ import (
 // cgroup, its network) are labelled container "" (the pod cgroup) or "POD"
 // (the network, as cAdvisor labels the infra container) with the pod id.
 
-// ListMetricDescriptors describes every metric ListPodSandboxMetrics
-// reports.
-func (s *Service) ListMetricDescriptors(ctx context.Context, r *runtimeapi.ListMetricDescriptorsRequest) (*runtimeapi.ListMetricDescriptorsResponse, error) {
-	resp := &runtimeapi.ListMetricDescriptorsResponse{}
+// MetricDescriptors describes every metric PodMetrics reports.
+func (c *Collector) MetricDescriptors() []*runtimeapi.MetricDescriptor {
+	var out []*runtimeapi.MetricDescriptor
 	for _, d := range metricDefs() {
-		resp.Descriptors = append(resp.Descriptors, &runtimeapi.MetricDescriptor{Name: d.name, Help: d.help, LabelKeys: d.labelKeys()})
+		out = append(out, &runtimeapi.MetricDescriptor{Name: d.name, Help: d.help, LabelKeys: d.labelKeys()})
 	}
-	return resp, nil
+	return out
 }
 
-// ListPodSandboxMetrics reports the metrics of every ready pod and its
-// running containers, read now (filesystem usage as last sampled).
-func (s *Service) ListPodSandboxMetrics(ctx context.Context, r *runtimeapi.ListPodSandboxMetricsRequest) (*runtimeapi.ListPodSandboxMetricsResponse, error) {
-	pods, err := s.podMetrics(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return &runtimeapi.ListPodSandboxMetricsResponse{PodMetrics: pods}, nil
-}
-
-// StreamPodSandboxMetrics is ListPodSandboxMetrics sent in chunks.
-func (s *Service) StreamPodSandboxMetrics(r *runtimeapi.StreamPodSandboxMetricsRequest, srv grpc.ServerStreamingServer[runtimeapi.StreamPodSandboxMetricsResponse]) error {
-	pods, err := s.podMetrics(srv.Context())
-	if err != nil {
-		return err
-	}
-	return sendChunked(pods, func(p []*runtimeapi.PodSandboxMetrics) *runtimeapi.StreamPodSandboxMetricsResponse {
-		return &runtimeapi.StreamPodSandboxMetricsResponse{PodSandboxMetrics: p}
-	}, srv.Send)
-}
-
-func (s *Service) podMetrics(ctx context.Context) ([]*runtimeapi.PodSandboxMetrics, error) {
+// PodMetrics reports the metrics of every ready pod and its running
+// containers, read now (filesystem usage as last sampled). It fails when
+// ctx ends or a cgroup cannot be read.
+func (c *Collector) PodMetrics(ctx context.Context) ([]*runtimeapi.PodSandboxMetrics, error) {
 	mp := &metricsPass{defs: metricDefs(), now: time.Now().Unix(), devs: deviceNames{}}
 	var out []*runtimeapi.PodSandboxMetrics
-	for _, sb := range s.allSandboxes() {
+	for _, p := range c.src.Pods() {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		sb.mu.Lock()
-		rec, md := sb.rec, sb.config.GetMetadata()
-		id, state, cg, netns, created := rec.ID, rec.State, rec.CgroupParent, rec.NetNS, rec.CreatedAt
-		sb.mu.Unlock()
-		if state != store.SandboxReady {
+		if p.State != store.SandboxReady {
 			continue
 		}
-		pm := &runtimeapi.PodSandboxMetrics{PodSandboxId: id}
-		mp.namespace, mp.pod = md.GetNamespace(), md.GetName()
-		st, err := cgroupDetail(cg)
+		pm, err := c.podMetrics(p, mp)
 		if err != nil {
 			return nil, err
-		}
-		if st != nil {
-			f := &figures{st: st, start: created / 1e9, now: mp.now, devName: mp.devs.name}
-			pm.Metrics = collect(mp.defs, f, mp.labels("", id, ""), pm.Metrics)
-		}
-		if netns != "" {
-			if ifs, err := readNetDev(netns); err == nil {
-				pm.Metrics = collect(mp.defs, &figures{ifs: ifs}, mp.labels("POD", id, ""), pm.Metrics)
-			}
-		}
-		for _, c := range s.podContainers(id) {
-			cm, err := s.containerMetrics(c, mp)
-			if err != nil {
-				return nil, err
-			}
-			if cm != nil {
-				pm.ContainerMetrics = append(pm.ContainerMetrics, cm)
-			}
 		}
 		out = append(out, pm)
 	}
 	return out, nil
+}
+
+// podMetrics are the metrics of a ready pod: its cgroup's, its network's
+// and its running containers'.
+func (c *Collector) podMetrics(p Pod, mp *metricsPass) (*runtimeapi.PodSandboxMetrics, error) {
+	pm := &runtimeapi.PodSandboxMetrics{PodSandboxId: p.ID}
+	mp.namespace, mp.pod = p.Metadata.GetNamespace(), p.Metadata.GetName()
+	st, err := cgroupDetail(p.CgroupParent)
+	if err != nil {
+		return nil, err
+	}
+	if st != nil {
+		f := &figures{st: st, start: p.CreatedAt / 1e9, now: mp.now, devName: mp.devs.name}
+		pm.Metrics = collect(mp.defs, f, mp.labels("", p.ID, ""), pm.Metrics)
+	}
+	if p.NetNS != "" {
+		if ifs, err := readNetDev(p.NetNS); err == nil {
+			pm.Metrics = collect(mp.defs, &figures{ifs: ifs}, mp.labels("POD", p.ID, ""), pm.Metrics)
+		}
+	}
+	for _, ctr := range c.src.PodContainers(p.ID) {
+		cm, err := c.containerMetrics(ctr, mp)
+		if err != nil {
+			return nil, err
+		}
+		if cm != nil {
+			pm.ContainerMetrics = append(pm.ContainerMetrics, cm)
+		}
+	}
+	return pm, nil
 }
 
 // metricsPass is what one ListPodSandboxMetrics call shares between its
@@ -124,20 +110,17 @@ func (mp *metricsPass) labels(container, id, image string) []string {
 	return []string{container, id, image, id, mp.namespace, mp.pod}
 }
 
-// containerMetrics are the metrics of c; nil when it is not running.
-func (s *Service) containerMetrics(c *container, mp *metricsPass) (*runtimeapi.ContainerMetrics, error) {
-	c.mu.Lock()
-	cid, name, image, cstate, ccg, started := c.rec.ID, c.config.GetMetadata().GetName(), c.rec.ImageName, c.rec.State, c.rec.CgroupsPath, c.rec.StartedAt
-	c.mu.Unlock()
-	if cstate != store.ContainerRunning {
+// containerMetrics are the metrics of ctr; nil when it is not running.
+func (c *Collector) containerMetrics(ctr Container, mp *metricsPass) (*runtimeapi.ContainerMetrics, error) {
+	if ctr.State != store.ContainerRunning {
 		return nil, nil
 	}
-	st, err := cgroupDetail(ccg)
+	st, err := cgroupDetail(ctr.CgroupsPath)
 	if err != nil {
 		return nil, err
 	}
-	f := &figures{st: st, start: started / 1e9, now: mp.now, devName: mp.devs.name}
-	if u, ok := s.sampler.layer(cid); ok {
+	f := &figures{st: st, start: ctr.StartedAt / 1e9, now: mp.now, devName: mp.devs.name}
+	if u, ok := c.layer(ctr.ID); ok {
 		f.fs, f.fsTime = &fsFigures{mountpoint: u.Mountpoint, usedBytes: u.UsedBytes}, u.Time.UnixNano()
 		var sfs unix.Statfs_t
 		if unix.Statfs(u.Mountpoint, &sfs) == nil {
@@ -145,8 +128,8 @@ func (s *Service) containerMetrics(c *container, mp *metricsPass) (*runtimeapi.C
 			f.fs.inodes, f.fs.inodesFree = sfs.Files, sfs.Ffree
 		}
 	}
-	ms := collect(mp.defs, f, mp.labels(name, cid, image), make([]*runtimeapi.Metric, 0, len(mp.defs)+8))
-	return &runtimeapi.ContainerMetrics{ContainerId: cid, Metrics: ms}, nil
+	ms := collect(mp.defs, f, mp.labels(ctr.Metadata.GetName(), ctr.ID, ctr.Image), make([]*runtimeapi.Metric, 0, len(mp.defs)+8))
+	return &runtimeapi.ContainerMetrics{ContainerId: ctr.ID, Metrics: ms}, nil
 }
 
 // cgroupDetail reads a cgroup for the metrics; nil (and no error) when it

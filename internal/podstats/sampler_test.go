@@ -1,14 +1,13 @@
-package cri
+package podstats
 
 import (
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/crin-dev/crin/internal/image"
+	"github.com/crin-dev/crin/internal/store"
 )
 
 func TestCPURate(t *testing.T) {
@@ -96,43 +95,21 @@ func TestParseNetDev(t *testing.T) {
 	}
 }
 
-// layerImages is fakeImages that can measure writable layers; each
-// measure grows the layer by 1 MiB so a test sees when it was taken.
-type layerImages struct {
-	*fakeImages
-	mu       sync.Mutex
-	measures map[string]int
-}
-
-func (l *layerImages) WritableLayerUsage(id string) (image.LayerUsage, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.measures[id]++
-	return image.LayerUsage{Mountpoint: "/var", UsedBytes: uint64(l.measures[id]) << 20, InodesUsed: 3, Time: time.Now()}, nil
-}
-
-func (l *layerImages) count(id string) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.measures[id]
-}
-
 func TestWritableLayerFromSampler(t *testing.T) {
-	h := newHub(t)
-	li := &layerImages{fakeImages: h.images, measures: map[string]int{}}
-	h.opts.Images = li
-	h.opts.StatsPeriod = time.Hour // only the first sweep and explicit ones
-	h.start(t, false)
-	pod := h.runPod(t, "p")
-	id := h.create(t, pod, "c")
+	src := &fakeSource{}
+	li := newLayerImages()
+	col := New(Config{Source: src, Images: li, Period: time.Hour})
+	src.addPod("p", "/crin-test-gone/p")
+	ctr := src.addContainer("p", "c", store.ContainerCreated, "/crin-test-gone/p/c")
+	id := ctr.ID
 
 	get := func() *runtimeapi.FilesystemUsage {
 		t.Helper()
-		st, err := h.ContainerStats(t.Context(), &runtimeapi.ContainerStatsRequest{ContainerId: id})
+		st, err := col.ContainerStats(src.PodContainers("p")[0])
 		if err != nil {
 			t.Fatal(err)
 		}
-		return st.Stats.WritableLayer
+		return st.WritableLayer
 	}
 	wl := get()
 	if wl.GetUsedBytes().GetValue() != 1<<20 || wl.GetInodesUsed().GetValue() != 3 || wl.GetFsId().GetMountpoint() != "/var" {
@@ -144,23 +121,38 @@ func TestWritableLayerFromSampler(t *testing.T) {
 	if n := li.count(id); n != 1 {
 		t.Errorf("%d measures after 6 stats calls; want 1 (calls read the cache)", n)
 	}
-	h.sampleOnce(t.Context()) // created, measured: not again
+	col.SampleOnce(t.Context()) // created, measured: not again
 	if n := li.count(id); n != 1 {
 		t.Errorf("a created container measured %d times; its layer is measured once until it runs", n)
 	}
-	h.startCtr(t, id)
-	h.sampleOnce(t.Context())
+	src.setState(id, store.ContainerRunning)
+	col.SampleOnce(t.Context())
 	if got := get().GetUsedBytes().GetValue(); got != 2<<20 {
 		t.Errorf("after a sweep: %d bytes, want the new measure (2 MiB)", got)
 	}
-	if _, err := h.RemoveContainer(t.Context(), &runtimeapi.RemoveContainerRequest{ContainerId: id}); err != nil {
-		t.Fatal(err)
-	}
-	h.sampleOnce(t.Context())
-	h.sampler.mu.Lock()
-	_, kept := h.sampler.fs[id]
-	h.sampler.mu.Unlock()
+	src.remove(id)
+	col.SampleOnce(t.Context())
+	col.mu.Lock()
+	_, kept := col.fs[id]
+	col.mu.Unlock()
 	if kept {
 		t.Error("a removed container's figure is still cached")
+	}
+}
+
+// Without a measurer, a container's stats carry the time only.
+func TestWritableLayerWithoutMeasurer(t *testing.T) {
+	src := &fakeSource{}
+	col := New(Config{Source: src, Images: noLayers{}})
+	ctr := src.addContainer("p", "c", store.ContainerExited, "")
+	st, err := col.ContainerStats(ctr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if wl := st.WritableLayer; wl.GetTimestamp() == 0 || wl.GetUsedBytes() != nil || wl.GetFsId() != nil {
+		t.Errorf("writable layer %v; want a timestamp and nothing else", wl)
+	}
+	if st.Cpu != nil || st.Memory != nil {
+		t.Errorf("an exited container has CPU %v, memory %v; want none", st.Cpu, st.Memory)
 	}
 }
