@@ -84,9 +84,10 @@ type writableLayers interface {
 
 // Config configures a Collector.
 type Config struct {
-	// Source lists the pods and containers.
+	// Source lists the pods and containers; required.
 	Source Source
-	// Images measures the image filesystem and writable layers.
+	// Images measures the image filesystem and writable layers;
+	// required.
 	Images Images
 	// Period is how often the sampler runs (Run); zero means
 	// DefaultPeriod.

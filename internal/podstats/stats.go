@@ -11,7 +11,7 @@ import (
 	"github.com/crin-dev/crin/internal/store"
 )
 
-// ContainerStats reads c's stats: CPU, memory, swap and IO pressure from
+// ContainerStats reads ctr's stats: CPU, memory, swap and IO pressure from
 // its cgroup while it is created or running (none once the cgroup is
 // gone), its writable layer as the sampler last measured it. It fails
 // when the cgroup cannot be read.
