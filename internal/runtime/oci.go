@@ -209,7 +209,7 @@ func (o *OCI) Create(ctx context.Context, req CreateRequest) (retErr error) {
 	}
 	opts, err := json.Marshal(shim.CreateOptions{
 		Bundle: dir, LogPath: req.LogPath, LogRoot: req.LogRoot, Stdin: req.Stdin, StdinOnce: req.StdinOnce,
-		TTY: req.Spec.Process != nil && req.Spec.Process.Terminal, Start: true, PrivatePID: privatePID(req.Spec),
+		TTY: req.Spec.Process != nil && req.Spec.Process.Terminal, PrivatePID: privatePID(req.Spec),
 		Restore: req.RestoreFrom,
 	})
 	if err != nil {
@@ -252,8 +252,8 @@ func (o *OCI) call(ctx context.Context, id, op string) (shim.Response, error) {
 }
 
 // Start has the pod's shim create and start a pending container (see
-// Create), or start one a shim created (crind before 2026-11-24 created
-// containers in Create). A container that is not in the created state is
+// Create) in one runtime command. A container that is no longer pending
+// (it was started, or it was killed before it started) is
 // errdefs.ErrFailedPrecondition. A Signal of the container waits for the
 // start of a pending one (startLocks).
 func (o *OCI) Start(ctx context.Context, id string) (int, error) {
@@ -266,27 +266,19 @@ func (o *OCI) Start(ctx context.Context, id string) (int, error) {
 		return 0, fmt.Errorf("start container %s: %w", id, err)
 	}
 	defer unlock()
-	if pending(dir) {
-		if _, err := shim.ReadExit(dir); err == nil {
-			return 0, fmt.Errorf("start container %s: it was killed before it started: %w", id, errdefs.ErrFailedPrecondition)
-		}
-		pid, err := o.startPending(ctx, id, dir)
-		if err != nil {
-			return 0, fmt.Errorf("start container %s: %w", id, err)
-		}
-		restoredCgroupConfig(dir)
-		o.log.InfoContext(ctx, "container started", "container_id", id, "pid", pid)
-		return pid, nil
+	if !pending(dir) {
+		return 0, fmt.Errorf("start container %s: it was started before: %w", id, errdefs.ErrFailedPrecondition)
 	}
-	resp, err := o.call(ctx, id, shim.OpStart)
+	if _, err := shim.ReadExit(dir); err == nil {
+		return 0, fmt.Errorf("start container %s: it was killed before it started: %w", id, errdefs.ErrFailedPrecondition)
+	}
+	pid, err := o.startPending(ctx, id, dir)
 	if err != nil {
-		if errors.Is(err, shim.ErrShimGone) {
-			err = fmt.Errorf("%w: %w", err, errdefs.ErrFailedPrecondition)
-		}
 		return 0, fmt.Errorf("start container %s: %w", id, err)
 	}
-	o.log.InfoContext(ctx, "container started", "container_id", id, "pid", resp.Pid)
-	return resp.Pid, nil
+	restoredCgroupConfig(dir)
+	o.log.InfoContext(ctx, "container started", "container_id", id, "pid", pid)
+	return pid, nil
 }
 
 // Signal runs "<runtime> kill". A container that has already stopped is

@@ -111,7 +111,7 @@ func (o *OCI) startPending(ctx context.Context, id, dir string) (int, error) {
 	if err := json.Unmarshal(data, &opts); err != nil {
 		return 0, fmt.Errorf("decode %s: %w", createFile, err)
 	}
-	opts.Bundle, opts.Start = dir, true
+	opts.Bundle = dir
 	shimDir := shimDirFor(dir)
 	if o.beforeShimStart != nil {
 		o.beforeShimStart(id)

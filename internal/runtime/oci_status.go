@@ -149,10 +149,7 @@ func statusOf(r shim.Response) Status {
 		return statusOfExit(*r.Exit)
 	}
 	st := Status{State: StateUnknown, Pid: r.Pid, StartedAt: r.StartedAt}
-	switch r.State {
-	case shim.StateCreated:
-		st.State = StateCreated
-	case shim.StateRunning:
+	if r.State == shim.StateRunning {
 		st.State = StateRunning
 	}
 	return st

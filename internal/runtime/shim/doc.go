@@ -15,15 +15,15 @@
 // exits after a minute (crind died right after starting it).
 //
 // Containers: each OpCreate names a container (id, bundle, log path,
-// stdin, terminal). The shim runs "<runtime> create" with the container's
-// stdout and stderr on pipes it keeps (stdin too with Stdin, else
-// /dev/null; with TTY, the runtime makes a terminal and sends its master on
-// a console socket, and that carries all three), and answers with the init
-// pid or the runtime's own error message (runc's --log-format json output)
-// after removing what the runtime made. With Start it runs "<runtime> run
-// --detach" instead, which creates and starts the container in one command
-// (crind's oci backend always does); OpStart starts a container created
-// without. When the container exits, the shim runs "<runtime> delete"
+// stdin, terminal). The shim runs "<runtime> run --detach", which creates
+// and starts the container in one command ("<runtime> restore --detach"
+// with Restore), with the container's stdout and stderr on pipes it keeps
+// (stdin too with Stdin, else /dev/null; with TTY, the runtime makes a
+// terminal and sends its master on a console socket, and that carries all
+// three), and answers with the init pid or the runtime's own error message
+// (runc's --log-format json output) after removing what the runtime made.
+// crind's oci backend sends OpCreate at StartContainer; until then the
+// container is only a bundle crind wrote. When the container exits, the shim runs "<runtime> delete"
 // itself, so removing the container later costs no runtime command, and
 // records the exit once that is done; OpDelete drops a stopped container.
 // OpKill signals a container's init through a pidfd, without a runtime
@@ -46,7 +46,7 @@
 // Protocol: one request per connection on a path-based unix socket; the
 // client writes one JSON Request line and reads one JSON Response line.
 // Every op but OpShutdown names its container (Request.ID). Ops: create,
-// state, wait (blocks until the container has exited), start, reopen_log,
+// state, wait (blocks until the container has exited), reopen_log,
 // delete, shutdown (refused while a container lives), attach (the
 // connection then carries framed output until the container exited, and
 // the client's framed stdin and terminal sizes the other way; see Attach),

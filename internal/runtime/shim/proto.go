@@ -16,7 +16,6 @@ import (
 const (
 	OpState     = "state"      // report the current state at once
 	OpWait      = "wait"       // block until the container has exited
-	OpStart     = "start"      // start the created container
 	OpReopenLog = "reopen_log" // close and reopen the CRI log file
 	OpShutdown  = "shutdown"   // exit the shim; refused while a container lives
 	OpAttach    = "attach"     // stream the container's output from now on (see Attach)
@@ -48,7 +47,6 @@ const (
 
 // States a shim reports.
 const (
-	StateCreated = "created"
 	StateRunning = "running"
 	StateStopped = "stopped"
 )
@@ -130,10 +128,7 @@ type CreateOptions struct {
 	// (killing its init ends all its processes; see OpKill). Unset, the
 	// shim leaves a kill of all processes to the runtime.
 	PrivatePID bool `json:"private_pid,omitempty"`
-	// Start starts the container too, in one runtime command
-	// ("<runtime> run --detach"): the answer says running.
-	Start bool `json:"start,omitempty"`
-	// Restore, with Start, is a dir of CRIU images (a checkpoint's
+	// Restore is a dir of CRIU images (a checkpoint's
 	// "checkpoint" dir): the container's processes are restored from it
 	// ("<runtime> restore --detach"), not run afresh. CRIU's log goes to
 	// RestoreWorkDir in the bundle.

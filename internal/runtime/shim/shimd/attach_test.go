@@ -42,7 +42,7 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 }
 
 func TestAttach(t *testing.T) {
-	s, sock := newTestServer(t, func() (int, error) { return 1234, nil })
+	s, sock := newTestServer(t)
 	var stdout, stderr syncBuffer
 	errc := make(chan error, 1)
 	go func() {
@@ -101,7 +101,7 @@ func TestAttachLagged(t *testing.T) {
 }
 
 func TestAttachCancel(t *testing.T) {
-	_, sock := newTestServer(t, func() (int, error) { return 1234, nil })
+	_, sock := newTestServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
 	if err := shim.Attach(ctx, sock, testID, shim.AttachStreams{}); !errors.Is(err, context.DeadlineExceeded) {

@@ -55,14 +55,11 @@ func newContainer(ctx context.Context, log *slog.Logger, cfg ctrConfig, rp *reap
 		_ = os.Remove(filepath.Join(cfg.Dir, shim.ShimPidFile))
 		return nil, err
 	}
-	log.Info("container created", "pid", c.pid, "started", cfg.Start)
+	log.Info("container started", "pid", c.pid)
 	in := c.stdio(cfg)
-	cc := newCtr(log, cfg.ID, c.pid, func() (int, error) { return startContainer(cfg, rp, c.pid) }, logw, in)
+	cc := newCtr(log, cfg.ID, c.pid, startedAt, logw, in)
 	cc.took = took
 	cc.cfg, cc.rp = cfg, rp
-	if cfg.Start {
-		cc.state, cc.startedAt = shim.StateRunning, startedAt
-	}
 	if fd, err := unix.PidfdOpen(c.pid, 0); err == nil {
 		cc.pidfd = fd
 	}
@@ -379,13 +376,13 @@ func create(ctx context.Context, cfg ctrConfig, rp *reaper) (_ *created, retErr 
 	return c, nil
 }
 
-// runCreate runs "runtime create" ("runtime run --detach" with
-// cfg.Start, "runtime restore --detach" with cfg.Restore too) with stdio as the container's stdin, stdout and stderr, and
-// the console socket when there is one.
+// runCreate runs "runtime run --detach" ("runtime restore --detach" with
+// cfg.Restore), which creates and starts the container in one command,
+// with stdio as the container's stdin, stdout and stderr, and the console
+// socket when there is one.
 func runCreate(cfg ctrConfig, rp *reaper, pidFile string, console *consoleSocket, stdio [3]*os.File) error {
-	args := []string{"create", "--bundle", cfg.Dir, "--pid-file", pidFile}
-	switch {
-	case cfg.Start && cfg.Restore != "":
+	args := []string{"run", "--detach", "--bundle", cfg.Dir, "--pid-file", pidFile}
+	if cfg.Restore != "" {
 		// crun 1.21 opens the work dir and does not make it.
 		work := filepath.Join(cfg.Dir, shim.RestoreWorkDir)
 		if err := os.MkdirAll(work, 0o700); err != nil {
@@ -393,8 +390,6 @@ func runCreate(cfg ctrConfig, rp *reaper, pidFile string, console *consoleSocket
 		}
 		args = []string{"restore", "--detach", "--bundle", cfg.Dir, "--pid-file", pidFile,
 			"--image-path", cfg.Restore, "--work-path", work}
-	case cfg.Start:
-		args = []string{"run", "--detach", "--bundle", cfg.Dir, "--pid-file", pidFile}
 	}
 	if console != nil {
 		args = append(args, "--console-socket", console.path)
@@ -427,11 +422,8 @@ func createFailed(_ context.Context, cfg ctrConfig, rp *reaper, offset int64, er
 	if msg == "" {
 		return runErr
 	}
-	op := "create"
-	if cfg.Start {
-		op = "run"
-	}
-	if cfg.Start && cfg.Restore != "" {
+	op := "run"
+	if cfg.Restore != "" {
 		op = "restore"
 		if log := restoreLog(cfg); log != "" {
 			msg += "; CRIU: " + log
@@ -463,23 +455,6 @@ func restoreLog(cfg ctrConfig) string {
 // forceDelete removes the container from the runtime after a failed create.
 func forceDelete(cfg ctrConfig, rp *reaper) {
 	_, _ = rp.runFor(30*time.Second, runtimeArgv(cfg, "delete", "--force", cfg.ID), cfg.Dir)
-}
-
-// startContainer runs "runtime start"; the reaper collects it.
-func startContainer(cfg ctrConfig, rp *reaper, pid int) (int, error) {
-	off := logSize(cfg)
-	ws, err := rp.runFor(startTimeout, runtimeArgv(cfg, "start", cfg.ID), cfg.Dir)
-	if err != nil {
-		return 0, err
-	}
-	if !ws.Exited() || ws.ExitStatus() != 0 {
-		msg := runtimeError(cfg, off, "")
-		if msg == "" {
-			msg = describeStatus(ws)
-		}
-		return 0, fmt.Errorf("%s start: %s", filepath.Base(cfg.Runtime), msg)
-	}
-	return pid, nil
 }
 
 // procPipes are the stdio pipes of a process the runtime starts for the

@@ -67,7 +67,7 @@ func execShim(t *testing.T) (*ctr, string, string) {
 	})
 	l, sock := listenTemp(t)
 	logw, _ := shim.OpenLog("", shim.LogOptions{})
-	c := newCtr(slog.New(slog.DiscardHandler), testID, 1, nil, logw, nil)
+	c := newCtr(slog.New(slog.DiscardHandler), testID, 1, time.Now(), logw, nil)
 	c.state = shim.StateRunning
 	c.cfg = ctrConfig{ID: testID, Dir: dir, Runtime: bin, RuntimeRoot: dir}
 	c.rp = rp

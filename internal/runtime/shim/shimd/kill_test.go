@@ -28,7 +28,7 @@ func TestKill(t *testing.T) {
 	if err != nil {
 		t.Skipf("no pidfd: %v", err)
 	}
-	c := newCtr(slog.New(slog.DiscardHandler), "c1", cmd.Process.Pid, nil, nil, nil)
+	c := newCtr(slog.New(slog.DiscardHandler), "c1", cmd.Process.Pid, time.Now(), nil, nil)
 	c.pidfd = fd
 	t.Cleanup(c.closePidfd)
 
@@ -53,7 +53,7 @@ func TestKill(t *testing.T) {
 	if err := c.kill(int(unix.SIGKILL), false); err != nil {
 		t.Errorf("kill of an exited container = %v, want nil", err)
 	}
-	noFD := newCtr(slog.New(slog.DiscardHandler), "c2", 1, nil, nil, nil)
+	noFD := newCtr(slog.New(slog.DiscardHandler), "c2", 1, time.Now(), nil, nil)
 	if err := noFD.kill(int(unix.SIGTERM), false); !errors.Is(err, shim.ErrUnsupported) {
 		t.Errorf("kill without a pidfd = %v, want ErrUnsupported", err)
 	}

@@ -23,7 +23,7 @@ func TestPodShim(t *testing.T) {
 			return nil, errors.New("runc create: boom")
 		}
 		logw, _ := shim.OpenLog("", shim.LogOptions{})
-		c := newCtr(slog.New(slog.DiscardHandler), id, 100+len(made), func() (int, error) { return 0, nil }, logw, nil)
+		c := newCtr(slog.New(slog.DiscardHandler), id, 100+len(made), time.Now(), logw, nil)
 		made[id] = c
 		return c, nil
 	}
@@ -64,10 +64,8 @@ func TestPodShim(t *testing.T) {
 		t.Errorf("failed create = %+v, %v; want the error, shim staying", resp, err)
 	}
 	// Requests reach the container they name.
-	if _, err := shim.Call(ctx, sock, "b", shim.OpStart); err != nil {
-		t.Fatal(err)
-	}
-	for id, want := range map[string]string{"a": shim.StateCreated, "b": shim.StateRunning} {
+	made["b"].setExited(shim.Exit{Pid: 101, FinishedAt: time.Now()})
+	for id, want := range map[string]string{"a": shim.StateRunning, "b": shim.StateStopped} {
 		if resp, err := shim.Call(ctx, sock, id, shim.OpState); err != nil || resp.State != want {
 			t.Errorf("state of %s = %+v, %v; want %s", id, resp, err, want)
 		}

@@ -15,20 +15,20 @@ import (
 	"github.com/crin-dev/crin/internal/runtime/shim"
 )
 
-// newTestServer serves a server on a fresh socket; start pretends to start
-// the container.
-func newTestServer(t *testing.T, start starter) (*ctr, string) {
+// newTestServer serves a pod holding one running container, testID, on a
+// fresh socket.
+func newTestServer(t *testing.T) (*ctr, string) {
 	t.Helper()
-	return serveCtr(t, start, nil)
+	return serveCtr(t, nil)
 }
 
-// serveCtr serves a pod holding one created container, testID, whose
+// serveCtr serves a pod holding one running container, testID, whose
 // input is in, on a fresh socket.
-func serveCtr(t *testing.T, start starter, in *stdio) (*ctr, string) {
+func serveCtr(t *testing.T, in *stdio) (*ctr, string) {
 	t.Helper()
 	l, sock := listenTemp(t)
 	logw, _ := shim.OpenLog("", shim.LogOptions{})
-	s := newCtr(slog.New(slog.DiscardHandler), testID, 1234, start, logw, in)
+	s := newCtr(slog.New(slog.DiscardHandler), testID, 1234, time.Now(), logw, in)
 	lastPod = servePod(t, l, nil, s)
 	return s, sock
 }
@@ -79,21 +79,18 @@ func servePod(t *testing.T, l net.Listener, create creator, ctrs ...*ctr) *pod {
 
 func TestProtocolLifecycle(t *testing.T) {
 	ctx := context.Background()
-	s, sock := newTestServer(t, func() (int, error) { return 1234, nil })
+	s, sock := newTestServer(t)
 
 	resp, err := shim.Call(ctx, sock, testID, shim.OpState)
-	if err != nil || resp.State != shim.StateCreated || resp.Pid != 1234 {
-		t.Fatalf("state = %+v, %v; want created pid 1234", resp, err)
+	if err != nil || resp.State != shim.StateRunning || resp.Pid != 1234 || resp.StartedAt.IsZero() {
+		t.Fatalf("state = %+v, %v; want running, pid 1234, with a start time", resp, err)
 	}
 	if _, err := shim.Call(ctx, sock, testID, shim.OpShutdown); !errdefs.IsFailedPrecondition(err) {
 		t.Fatalf("shutdown of a live container = %v, want FailedPrecondition", err)
 	}
-	resp, err = shim.Call(ctx, sock, testID, shim.OpStart)
-	if err != nil || resp.State != shim.StateRunning || resp.StartedAt.IsZero() {
-		t.Fatalf("start = %+v, %v; want running with a start time", resp, err)
-	}
-	if _, err := shim.Call(ctx, sock, testID, shim.OpStart); !errdefs.IsFailedPrecondition(err) {
-		t.Fatalf("second start = %v, want FailedPrecondition", err)
+	// "start" was the op of containers created without starting them.
+	if _, err := shim.Call(ctx, sock, testID, "start"); !errdefs.IsInvalidArgument(err) {
+		t.Fatalf("start = %v, want InvalidArgument (no such op)", err)
 	}
 
 	waited := make(chan shim.Response, 1)
@@ -130,16 +127,8 @@ func TestProtocolLifecycle(t *testing.T) {
 
 func TestProtocolErrors(t *testing.T) {
 	ctx := context.Background()
-	_, sock := newTestServer(t, func() (int, error) { return 0, errors.New("runc start: boom") })
+	_, sock := newTestServer(t)
 
-	_, err := shim.Call(ctx, sock, testID, shim.OpStart)
-	if err == nil || errdefs.IsFailedPrecondition(err) {
-		t.Fatalf("failed start = %v, want the runtime's error", err)
-	}
-	resp, _ := shim.Call(ctx, sock, testID, shim.OpState)
-	if resp.State != shim.StateCreated || !resp.StartedAt.IsZero() {
-		t.Errorf("after failed start state = %+v, want created, no start time", resp)
-	}
 	if _, err := shim.Call(ctx, sock, testID, "bogus"); !errdefs.IsInvalidArgument(err) {
 		t.Errorf("unknown op = %v, want InvalidArgument", err)
 	}
@@ -149,7 +138,7 @@ func TestProtocolErrors(t *testing.T) {
 }
 
 func TestWaitHonoursContext(t *testing.T) {
-	_, sock := newTestServer(t, nil)
+	_, sock := newTestServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
 	_, err := shim.Call(ctx, sock, testID, shim.OpWait)

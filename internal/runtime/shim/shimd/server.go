@@ -13,14 +13,10 @@ import (
 	"github.com/crin-dev/crin/internal/runtime/shim"
 )
 
-// starter starts the created container and returns its init pid.
-type starter func() (int, error)
-
 // ctr is the shim's view of one of its containers.
 type ctr struct {
 	id    string
 	log   *slog.Logger
-	start starter
 	logw  *shim.LogWriter
 	fan   *fanout // the container's output, for attached clients
 	stdio *stdio  // the container's input; nil when it has none
@@ -36,9 +32,6 @@ type ctr struct {
 	// cfg and rp run its exec sessions' runtime commands (OpExec).
 	cfg ctrConfig
 	rp  *reaper
-
-	// startMu serializes start requests.
-	startMu sync.Mutex
 
 	// mu guards the fields below.
 	mu        sync.Mutex
@@ -58,22 +51,23 @@ type ctr struct {
 	deleteErr error
 }
 
-// newCtr makes the shim's record of a created container; in is its input
-// (nil when the container has no stdin and no terminal).
-func newCtr(log *slog.Logger, id string, pid int, start starter, logw *shim.LogWriter, in *stdio) *ctr {
+// newCtr makes the shim's record of a container the runtime created and
+// started at startedAt; in is its input (nil when the container has no
+// stdin and no terminal).
+func newCtr(log *slog.Logger, id string, pid int, startedAt time.Time, logw *shim.LogWriter, in *stdio) *ctr {
 	return &ctr{
-		id:      id,
-		log:     log,
-		start:   start,
-		logw:    logw,
-		fan:     newFanout(),
-		stdio:   in,
-		release: func() {},
-		pidfd:   -1,
-		state:   shim.StateCreated,
-		pid:     pid,
-		exited:  make(chan struct{}),
-		deleted: make(chan struct{}),
+		id:        id,
+		log:       log,
+		startedAt: startedAt,
+		logw:      logw,
+		fan:       newFanout(),
+		stdio:     in,
+		release:   func() {},
+		pidfd:     -1,
+		state:     shim.StateRunning,
+		pid:       pid,
+		exited:    make(chan struct{}),
+		deleted:   make(chan struct{}),
 	}
 }
 
@@ -103,7 +97,7 @@ func (s *ctr) currentState() string {
 }
 
 // dispatch answers the ops about one container that need no more than
-// the request line: state, wait, start, reopen_log. done closes when the
+// the request line: state, wait, reopen_log. done closes when the
 // client gives up (it closed its end).
 func (s *ctr) dispatch(op string, done <-chan struct{}) shim.Response {
 	var err error
@@ -116,8 +110,6 @@ func (s *ctr) dispatch(op string, done <-chan struct{}) shim.Response {
 		case <-done:
 		}
 		return s.snapshot()
-	case shim.OpStart:
-		err = s.doStart()
 	case shim.OpReopenLog:
 		err = s.logw.Reopen()
 	default:
@@ -138,34 +130,6 @@ func (s *ctr) snapshot() shim.Response {
 		r.Exit = &e
 	}
 	return r
-}
-
-func (s *ctr) doStart() error {
-	s.startMu.Lock()
-	defer s.startMu.Unlock()
-	s.mu.Lock()
-	if s.state != shim.StateCreated {
-		st := s.state
-		s.mu.Unlock()
-		return fmt.Errorf("container is %s, not created: %w", st, errdefs.ErrFailedPrecondition)
-	}
-	s.startedAt = time.Now()
-	s.mu.Unlock()
-
-	_, err := s.start()
-
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err != nil {
-		if s.exit == nil {
-			s.startedAt = time.Time{}
-		}
-		return err
-	}
-	if s.state == shim.StateCreated {
-		s.state = shim.StateRunning
-	}
-	return nil
 }
 
 func errorResponse(err error) shim.Response {

@@ -19,7 +19,7 @@ import (
 // newStdioServer serves a created container whose input is in.
 func newStdioServer(t *testing.T, in *stdio) (*ctr, string) {
 	t.Helper()
-	s, sock := serveCtr(t, func() (int, error) { return 1234, nil }, in)
+	s, sock := serveCtr(t, in)
 	t.Cleanup(func() { // before servePod's: it waits for the sessions
 		s.fan.close()
 		in.release()
