@@ -18,6 +18,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -37,6 +38,11 @@ const (
 	// KeepEnv, when set, keeps every boot's console log, not only a failed
 	// test's.
 	KeepEnv = "CRIN_NODE_KEEP"
+	// TraceBranchesEnv, when set, has every boot trace the kernel's
+	// static-branch patching (a kprobe on jump_label_update) and log which
+	// keys were patched at its end: how the branches pinBranches holds
+	// were found. A diagnosis aid only: the kprobe is itself patched code.
+	TraceBranchesEnv = "CRIN_NODE_TRACE_BRANCHES"
 )
 
 // Emulation makes everything slow, and the machines this runs on are
@@ -171,26 +177,138 @@ func (vm *VM) boot(life time.Duration) {
 		t.Logf("VM state %q; failed units:\n%s", s, failed)
 	}
 	vm.startMaster()
-	vm.pinCpuset()
+	vm.pinBranches()
 	t.Logf("VM up in %v (ssh on 127.0.0.1:%d)", time.Since(start).Round(100*time.Millisecond), vm.sshPort)
 }
 
-// pinCpuset keeps a cgroup with the cpuset controller for the guest's
-// whole life, a unit limited to CPU 0. The kernel patches its page
-// allocator's code (the cpusets_enabled static branch) each time the
-// number of cpuset cgroups leaves or reaches zero, which here is a pod's
-// cgroups coming or going while no other cgroup has the controller; and
-// under qemu's multi-threaded TCG that patching has twice oopsed the
-// guest ("int3" in the allocator, docs/node-lane.md). With one cpuset
-// cgroup always there the branch is never patched again.
-func (vm *VM) pinCpuset() {
-	const unit = "crin-cpuset-pin.service"
-	before, _ := vm.Run("cat /sys/fs/cgroup/cgroup.subtree_control")
-	vm.t.Logf("root cgroup.subtree_control before the cpuset pin: %s", strings.TrimSpace(before))
-	if _, err := vm.Run("systemd-run --quiet --unit=" + unit + " --property=AllowedCPUs=0 /bin/sleep infinity && " +
-		"test -e /sys/fs/cgroup/system.slice/" + unit + "/cpuset.cpus"); err != nil {
-		vm.t.Logf("keep a cpuset cgroup (%s): %v", unit, err)
+// The guest kernel rewrites its own code to flip a static branch (a
+// breakpoint is put on the instruction while it is rewritten), and under
+// qemu's multi-threaded TCG that rewriting has oopsed the guest ("int3"
+// in the page allocator and in the scheduler, docs/node-lane.md). Each
+// of the branches below flips whenever a count of users leaves or
+// reaches zero, which in the tests happens all the time; pinBranches
+// keeps one user of each for the guest's whole life, so they are
+// patched once, at boot, and never again:
+//   - cpusets_enabled (page allocator): a cgroup with the cpuset
+//     controller (AllowedCPUs);
+//   - __cfs_bandwidth_used (CFS scheduler): a cgroup with a CPU quota
+//     (CPUQuota);
+//   - perf_sched_events (__schedule): a task-bound perf event, which
+//     CRIU's hardware breakpoints create and drop at every dump and
+//     restore (testdata/perfpin holds one open);
+//   - nf_hooks_needed, per family and hook (every packet's path through
+//     netfilter), and nft_counters_enabled: a base chain with a rule on
+//     each IPv4 and IPv6 hook, which the CNI plugins' chains otherwise
+//     register and unregister as pods come and go (a mangle rule with no
+//     target on each of the five chains: it counts packets and decides
+//     nothing).
+const branchPin = "crin-branch-pin.service"
+
+// perfpin is testdata/perfpin built for the guest, once per run.
+var perfpin = sync.OnceValues(func() (string, error) {
+	dir, err := os.MkdirTemp("", "crinperfpin")
+	if err != nil {
+		return "", err
 	}
+	bin := filepath.Join(dir, "perfpin")
+	build := exec.Command("go", "build", "-o", bin, "./test/node/testdata/perfpin")
+	build.Dir = harness.RepoRoot()
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build ./test/node/testdata/perfpin: %w\n%s", err, out)
+	}
+	return bin, nil
+})
+
+// pinBranches starts branchPin (see above). A pin that cannot be made is
+// logged, not fatal: the tests can still pass without it.
+func (vm *VM) pinBranches() {
+	before, _ := vm.Run("cat /sys/fs/cgroup/cgroup.subtree_control")
+	vm.t.Logf("root cgroup.subtree_control before the branch pin: %s", strings.TrimSpace(before))
+	bin, err := perfpin()
+	if err != nil {
+		vm.t.Logf("branch pin: %v", err)
+		return
+	}
+	vm.CopyIn(bin, "/usr/local/bin/crin-perfpin", 0o755)
+	cg := "/sys/fs/cgroup/system.slice/" + branchPin
+	if _, err := vm.Run("systemd-run --quiet --unit=" + branchPin +
+		" --property=AllowedCPUs=0 --property=CPUQuota=100% /usr/local/bin/crin-perfpin && " +
+		"test -e " + cg + "/cpuset.cpus && ! grep -q '^max ' " + cg + "/cpu.max && " +
+		"sleep 1 && systemctl is-active --quiet " + branchPin); err != nil {
+		vm.t.Logf("branch pin (%s): %v", branchPin, err)
+	}
+	var nf strings.Builder
+	for _, cmd := range []string{"iptables", "ip6tables"} {
+		for _, chain := range []string{"PREROUTING", "INPUT", "FORWARD", "OUTPUT", "POSTROUTING"} {
+			fmt.Fprintf(&nf, "%s -w -t mangle -A %s -m comment --comment crin-branch-pin && ", cmd, chain)
+		}
+	}
+	if _, err := vm.Run(nf.String() + "true"); err != nil {
+		vm.t.Logf("branch pin (netfilter hooks): %v", err)
+	}
+	if os.Getenv(TraceBranchesEnv) != "" {
+		vm.MustRun("cd /sys/kernel/tracing && echo 'p:crin_jlu jump_label_update key=%di:x64' > kprobe_events && " +
+			"echo 1 > events/kprobes/crin_jlu/enable && echo 1 > tracing_on && echo > trace")
+	}
+}
+
+// branchReport names the static keys the guest patched since boot (with
+// TraceBranchesEnv set), with how many times each, for a log. A key is
+// named as the kernel symbol it is in, plus its offset (keys sit inside
+// arrays and structs: perf_swevent_enabled, a tracepoint).
+func (vm *VM) branchReport() string {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	keys, _, err := vm.exec(ctx, `grep -o 'key=0x[0-9a-f]*' /sys/kernel/tracing/trace | cut -c7- | sort | uniq -c`, nil)
+	if err != nil {
+		return "static key report: " + err.Error()
+	}
+	syms, _, err := vm.exec(ctx, "cat /proc/kallsyms", nil)
+	if err != nil {
+		return "static key report: " + err.Error()
+	}
+	return "static keys patched after the pins (count, key):\n" + nameKeys(keys, syms)
+}
+
+// nameKeys turns uniq -c's "count hexaddr" lines into "count symbol+off"
+// lines, by the nearest symbol at or below each address in kallsyms.
+func nameKeys(keys, kallsyms string) string {
+	type sym struct {
+		addr uint64
+		name string
+	}
+	var syms []sym
+	for _, l := range strings.Split(kallsyms, "\n") {
+		f := strings.Fields(l)
+		if len(f) < 3 {
+			continue
+		}
+		a, err := strconv.ParseUint(f[0], 16, 64)
+		if err != nil || a == 0 {
+			continue
+		}
+		syms = append(syms, sym{a, strings.Join(f[2:], " ")})
+	}
+	sort.Slice(syms, func(i, j int) bool { return syms[i].addr < syms[j].addr })
+	var b strings.Builder
+	for _, l := range strings.Split(strings.TrimSpace(keys), "\n") {
+		f := strings.Fields(l)
+		if len(f) != 2 {
+			continue
+		}
+		a, err := strconv.ParseUint(f[1], 16, 64)
+		if err != nil {
+			continue
+		}
+		i := sort.Search(len(syms), func(i int) bool { return syms[i].addr > a }) - 1
+		name := "?"
+		if i >= 0 {
+			name = fmt.Sprintf("%s+0x%x", syms[i].name, a-syms[i].addr)
+		}
+		fmt.Fprintf(&b, "%s 0x%x %s\n", f[0], a, name)
+	}
+	return b.String()
 }
 
 func (vm *VM) qemuArgs() []string {
@@ -400,6 +518,9 @@ func (vm *VM) fatalf(format string, args ...any) {
 // and named.
 func (vm *VM) cleanup() {
 	if vm.qemu != nil && vm.qemu.Process != nil {
+		if os.Getenv(TraceBranchesEnv) != "" {
+			vm.t.Log(vm.branchReport())
+		}
 		vm.shutdown()
 		vm.killer.Stop()
 	}
@@ -417,6 +538,9 @@ func (vm *VM) cleanup() {
 // stop powers the VM off as cleanup does, for a VM no test holds: it
 // reports on stderr, and keeps the console log when keep is true.
 func (vm *VM) stop(keep bool) {
+	if os.Getenv(TraceBranchesEnv) != "" {
+		fmt.Fprintln(os.Stderr, "node: "+vm.branchReport())
+	}
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	_, _, _ = vm.exec(ctx, "systemctl --no-block poweroff", nil)
