@@ -54,7 +54,7 @@ func (s *Service) deleteFromRuntime(ctx context.Context, handler, id string) err
 // checkpoint it was restored from if any; a failure is returned and
 // recorded for the cleanup loop.
 func (s *Service) releaseRootfs(ctx context.Context, id string) error {
-	s.removeRestoreDir(ctx, id)
+	s.ckpt.RemoveRestoreDir(ctx, id)
 	err := s.opts.Images.ReleaseRootfs(ctx, id)
 	if err != nil {
 		s.deferCleanup(ctx, store.Cleanup{Kind: store.CleanupRootfs, ID: id}, err)

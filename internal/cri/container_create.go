@@ -17,6 +17,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/crin-dev/crin/internal/cgroup"
+	"github.com/crin-dev/crin/internal/checkpoint"
 	"github.com/crin-dev/crin/internal/image"
 	"github.com/crin-dev/crin/internal/oci"
 	"github.com/crin-dev/crin/internal/podenv"
@@ -40,7 +41,7 @@ func (s *Service) CreateContainer(ctx context.Context, r *runtimeapi.CreateConta
 }
 
 // createContainer is CreateContainer. A container restored by RestorePod
-// names the dir of its checkpoint in from (checkpoint_pod_restore.go).
+// names the dir of its checkpoint in from (checkpoint.Manager.RestorePod).
 func (s *Service) createContainer(ctx context.Context, podID string, cfg *runtimeapi.ContainerConfig, from string) (_ string, retErr error) {
 	if err := s.validateCreateRequest(cfg); err != nil {
 		return "", err
@@ -216,7 +217,7 @@ func (s *Service) prepareRootfs(ctx context.Context, rec *store.Container, undo 
 	// Releasing the rootfs releases the image volumes too.
 	undo.add("release rootfs", func(ctx context.Context) error { return s.releaseRootfs(ctx, id) })
 	if rec.RestoreFrom != "" {
-		return s.applyRestoreDiff(ctx, rec)
+		return s.ckpt.ApplyRootfsDiff(ctx, rec.ID, rec.RestoreFrom)
 	}
 	return nil
 }
@@ -229,7 +230,7 @@ func (s *Service) createInRuntime(ctx context.Context, rt runtime.Runtime, handl
 	id := rec.ID
 	if err := rt.Create(ctx, runtime.CreateRequest{
 		ID: id, PodID: rec.SandboxID, Spec: spec, SpecJSON: rec.Spec, LogPath: rec.LogPath, LogRoot: rec.LogRoot,
-		Stdin: cfg.GetStdin(), StdinOnce: cfg.GetStdinOnce(), RestoreFrom: restoreImages(rec),
+		Stdin: cfg.GetStdin(), StdinOnce: cfg.GetStdinOnce(), RestoreFrom: checkpoint.RestoreImages(rec.RestoreFrom),
 	}); err != nil {
 		return fmt.Errorf("create container: %w", err)
 	}

@@ -64,7 +64,7 @@ func (s *Service) removeContainer(ctx context.Context, c *container) error {
 		return fmt.Errorf("release rootfs of %s: %w", rec.ID, err)
 	}
 	if rec.RestoreFrom != "" {
-		s.removeRestoreDir(ctx, rec.ID)
+		s.ckpt.RemoveRestoreDir(ctx, rec.ID)
 	}
 	trace.Mark(ctx, "rootfs_release")
 	c.mu.Lock()

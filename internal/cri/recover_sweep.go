@@ -23,7 +23,7 @@ import (
 // gone (internal/podenv), IP reservations of pods that are gone, and the
 // dirs and rootfs of pods and containers that are gone (sweepDirs), and
 // checkpoints a crind that died left unfinished, their containers thawed
-// (sweepCheckpoints). Then it
+// (checkpoint.Manager.Sweep). Then it
 // starts the loop that retries recorded cleanup steps. Failures are
 // logged: the sweep never stops crind from starting.
 func (s *Service) sweep(ctx context.Context) {
@@ -35,7 +35,7 @@ func (s *Service) sweep(ctx context.Context) {
 	s.env.SweepCgroups(ctx, s.knownID)
 	s.sweepIPAM(ctx)
 	s.sweepDirs(ctx)
-	s.sweepCheckpoints(ctx)
+	s.ckpt.Sweep(ctx)
 	s.startCleanups()
 }
 

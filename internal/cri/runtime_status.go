@@ -92,7 +92,7 @@ type checkpointInfo struct {
 }
 
 // checkpointStatus is checkpointInfo now. It runs "criu check" at most
-// once a minute (criuProbe), and only for verbose Status.
+// once a minute (checkpoint.CRIU), and only for verbose Status.
 func (s *Service) checkpointStatus(ctx context.Context) checkpointInfo {
 	info := checkpointInfo{RestoreFromArchives: s.opts.RestoreArchives, Handlers: []string{}}
 	for _, name := range s.runtimeNames() {
@@ -100,7 +100,7 @@ func (s *Service) checkpointStatus(ctx context.Context) checkpointInfo {
 			info.Handlers = append(info.Handlers, name)
 		}
 	}
-	if err := s.criu.check(ctx); err != nil {
+	if err := s.ckpt.CheckCRIU(ctx); err != nil {
 		info.Reason = err.Error()
 	} else {
 		info.Available = true

@@ -29,6 +29,7 @@ import (
 	"k8s.io/cri-streaming/pkg/streaming"
 
 	"github.com/crin-dev/crin/internal/cgroup"
+	"github.com/crin-dev/crin/internal/checkpoint"
 	"github.com/crin-dev/crin/internal/cni"
 	"github.com/crin-dev/crin/internal/image"
 	"github.com/crin-dev/crin/internal/podenv"
@@ -145,10 +146,8 @@ type Service struct {
 	// containers on this host (runtime.Checker, asked once at start-up).
 	// Written only in New.
 	notReady map[string]error
-	// criu says whether checkpoint and restore can work here.
-	criu *criuProbe
-	// dumping holds the containers a checkpoint is dumping (claimDumps).
-	dumping busySet
+	// ckpt checkpoints and restores containers and pods (checkpoint.go).
+	ckpt *checkpoint.Manager
 	// env makes and removes the pods' host environment: pod dirs,
 	// namespace pins, user namespaces, pod cgroups.
 	env *podenv.Env
@@ -254,7 +253,6 @@ func New(ctx context.Context, o Options) (*Service, error) {
 		log:         o.Logger,
 		features:    map[string]*features.Features{},
 		notReady:    map[string]error{},
-		criu:        newCRIUProbe(),
 		sandboxes:   map[string]*sandbox{},
 		containers:  map[string]*container{},
 		pendingPods: map[string]*api.PodSandbox{},
@@ -280,6 +278,7 @@ func New(ctx context.Context, o Options) (*Service, error) {
 		Logger:       o.Logger,
 	})
 	s.stats = podstats.New(podstats.Config{Source: statsSource{s}, Images: o.Images, Period: o.StatsPeriod, Logger: o.Logger})
+	s.ckpt = newCheckpoints(s, nil)
 	s.ctx, s.cancel = context.WithCancel(ctx)
 	if o.StreamAddress != "" {
 		var err error

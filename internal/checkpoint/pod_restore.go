@@ -1,4 +1,4 @@
-package cri
+package checkpoint
 
 import (
 	"context"
@@ -14,40 +14,40 @@ import (
 	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/crin-dev/crin/internal/checkpoint"
 	"github.com/crin-dev/crin/internal/runtime"
 )
 
-// RestorePod makes a new pod from the pod checkpoint at r.CheckpointPath
-// (CheckpointPod's): it runs the pod from r.Config and creates each
-// container from its config in r.ContainerConfigs, restoring its
-// checkpointed processes when it is started. The containers are returned
-// CREATED; the caller starts them. The checkpoint is only read. Bad
-// requests are InvalidArgument, naming the field; a request the
-// checkpoint does not match (another container set, image, command, args,
-// working dir, env, user, namespaces or OCI runtime) is
-// FailedPrecondition, naming what differs. On error nothing is left.
-func (s *Service) RestorePod(ctx context.Context, r *runtimeapi.RestorePodRequest) (_ *runtimeapi.RestorePodResponse, retErr error) {
+// RestorePod is the CRI's RestorePod: it makes a new pod from the pod
+// checkpoint at r.CheckpointPath (CheckpointPod's). It runs the pod from
+// r.Config and creates each container from its config in
+// r.ContainerConfigs through the hub, each restoring its checkpointed
+// processes when it is started. The containers are returned CREATED; the
+// caller starts them. The checkpoint is only read. Bad requests are
+// errdefs.ErrInvalidArgument, naming the field; a request the checkpoint
+// does not match (another container set, image, command, args, working
+// dir, env, user, namespaces or OCI runtime) is
+// errdefs.ErrFailedPrecondition, naming what differs. On error nothing is
+// left.
+func (m *Manager) RestorePod(ctx context.Context, r *runtimeapi.RestorePodRequest) (_ *runtimeapi.RestorePodResponse, retErr error) {
 	path := r.GetCheckpointPath()
-	m, err := s.checkRestorePod(ctx, r)
+	man, err := m.checkRestorePod(ctx, r)
 	if err != nil {
 		return nil, err
 	}
-	run, err := s.RunPodSandbox(ctx, &runtimeapi.RunPodSandboxRequest{Config: r.GetConfig(), RuntimeHandler: r.GetRuntimeHandler()})
+	podID, err := m.c.Hub.RunPod(ctx, r.GetConfig(), r.GetRuntimeHandler())
 	if err != nil {
 		return nil, fmt.Errorf("restore pod from %s: run the pod: %w", path, err)
 	}
-	podID := run.GetPodSandboxId()
 	defer func() {
 		if retErr != nil {
-			s.undoRestorePod(ctx, podID)
+			m.undoRestorePod(ctx, podID)
 		}
 	}()
 	resp := &runtimeapi.RestorePodResponse{PodSandboxId: podID}
 	for _, cfg := range r.GetContainerConfigs() {
 		name := cfg.GetMetadata().GetName()
-		i := slices.IndexFunc(m.Containers, func(c checkpoint.PodContainer) bool { return c.Name == name })
-		id, err := s.createContainer(ctx, podID, cfg, filepath.Join(path, m.Containers[i].Dir))
+		i := slices.IndexFunc(man.Containers, func(c PodContainer) bool { return c.Name == name })
+		id, err := m.c.Hub.CreateContainer(ctx, podID, cfg, filepath.Join(path, man.Containers[i].Dir))
 		if err != nil {
 			return nil, fmt.Errorf("restore pod from %s: container %q: %w", path, name, err)
 		}
@@ -58,68 +58,78 @@ func (s *Service) RestorePod(ctx context.Context, r *runtimeapi.RestorePodReques
 
 // undoRestorePod stops and removes the pod a failed RestorePod made, with
 // the containers it made in it.
-func (s *Service) undoRestorePod(ctx context.Context, podID string) {
+func (m *Manager) undoRestorePod(ctx context.Context, podID string) {
 	ctx = context.WithoutCancel(ctx)
-	if _, err := s.StopPodSandbox(ctx, &runtimeapi.StopPodSandboxRequest{PodSandboxId: podID}); err != nil {
-		s.log.ErrorContext(ctx, "stop the pod of a failed restore", "pod_id", podID, "error", err)
+	if err := m.c.Hub.StopPod(ctx, podID); err != nil {
+		m.log.ErrorContext(ctx, "stop the pod of a failed restore", "pod_id", podID, "error", err)
 		return
 	}
-	if _, err := s.RemovePodSandbox(ctx, &runtimeapi.RemovePodSandboxRequest{PodSandboxId: podID}); err != nil {
-		s.log.ErrorContext(ctx, "remove the pod of a failed restore", "pod_id", podID, "error", err)
+	if err := m.c.Hub.RemovePod(ctx, podID); err != nil {
+		m.log.ErrorContext(ctx, "remove the pod of a failed restore", "pod_id", podID, "error", err)
 	}
 }
 
 // checkRestorePod checks a RestorePod request against itself and against
 // the checkpoint it names, before anything is made, and returns the
 // checkpoint's manifest.
-func (s *Service) checkRestorePod(ctx context.Context, r *runtimeapi.RestorePodRequest) (checkpoint.PodManifest, error) {
-	var m checkpoint.PodManifest
+func (m *Manager) checkRestorePod(ctx context.Context, r *runtimeapi.RestorePodRequest) (PodManifest, error) {
+	var man PodManifest
 	path := r.GetCheckpointPath()
 	if err := checkOutputPath("checkpoint_path", path); err != nil {
-		return m, err
+		return man, err
 	}
 	if err := noOptions(r.GetOptions()); err != nil {
-		return m, err
+		return man, err
 	}
 	if r.GetConfig() == nil {
-		return m, fmt.Errorf("config: must be set: %w", errdefs.ErrInvalidArgument)
+		return man, fmt.Errorf("config: must be set: %w", errdefs.ErrInvalidArgument)
 	}
 	if err := restoreConfigNames(r.GetContainerConfigs()); err != nil {
-		return m, err
+		return man, err
 	}
-	_, rt, err := s.runtimeFor(r.GetRuntimeHandler())
+	rt, err := m.c.Hub.Runtime(r.GetRuntimeHandler())
 	if err != nil {
-		return m, err
+		return man, err
 	}
 	cp, ok := rt.(runtime.Checkpointer)
 	if !ok {
-		return m, fmt.Errorf("runtime_handler %q: it cannot restore a checkpoint (only handlers of type oci can): %w", r.GetRuntimeHandler(), errdefs.ErrFailedPrecondition)
+		return man, fmt.Errorf("runtime_handler %q: it cannot restore a checkpoint (only handlers of type oci can): %w", r.GetRuntimeHandler(), errdefs.ErrFailedPrecondition)
 	}
+	if man, err = readPodCheckpoint(path); err != nil {
+		return man, err
+	}
+	if man.Engine != cp.Engine() {
+		return man, fmt.Errorf("runtime_handler %q: it runs %s, and the checkpoint was written by %s, which alone can restore it: %w",
+			r.GetRuntimeHandler(), cp.Engine(), man.Engine, errdefs.ErrFailedPrecondition)
+	}
+	if err := matchPodConfig(man, r.GetConfig()); err != nil {
+		return man, err
+	}
+	if err := m.matchContainerConfigs(path, man, r.GetContainerConfigs()); err != nil {
+		return man, err
+	}
+	if err := m.c.CRIU.Check(ctx); err != nil {
+		return man, fmt.Errorf("restore pod from %s: %w", path, err)
+	}
+	return man, nil
+}
+
+// readPodCheckpoint reads the manifest of the pod checkpoint at path,
+// which must be a directory: errors name checkpoint_path.
+func readPodCheckpoint(path string) (PodManifest, error) {
 	if st, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
-		return m, fmt.Errorf("checkpoint_path %q: does not exist: %w", path, errdefs.ErrNotFound)
+		return PodManifest{}, fmt.Errorf("checkpoint_path %q: does not exist: %w", path, errdefs.ErrNotFound)
 	} else if err != nil || !st.IsDir() {
-		return m, fmt.Errorf("checkpoint_path %q: not a directory: %w", path, errdefs.ErrInvalidArgument)
+		return PodManifest{}, fmt.Errorf("checkpoint_path %q: not a directory: %w", path, errdefs.ErrInvalidArgument)
 	}
-	if m, err = checkpoint.ReadPodManifest(path); err != nil {
+	man, err := ReadPodManifest(path)
+	if err != nil {
 		if errdefs.IsNotFound(err) {
-			return m, fmt.Errorf("checkpoint_path %q: %v: %w", path, err, errdefs.ErrInvalidArgument)
+			return man, fmt.Errorf("checkpoint_path %q: %v: %w", path, err, errdefs.ErrInvalidArgument)
 		}
-		return m, fmt.Errorf("checkpoint_path %q: %w", path, err)
+		return man, fmt.Errorf("checkpoint_path %q: %w", path, err)
 	}
-	if m.Engine != cp.Engine() {
-		return m, fmt.Errorf("runtime_handler %q: it runs %s, and the checkpoint was written by %s, which alone can restore it: %w",
-			r.GetRuntimeHandler(), cp.Engine(), m.Engine, errdefs.ErrFailedPrecondition)
-	}
-	if err := matchPodConfig(m, r.GetConfig()); err != nil {
-		return m, err
-	}
-	if err := s.matchContainerConfigs(path, m, r.GetContainerConfigs()); err != nil {
-		return m, err
-	}
-	if err := s.criu.check(ctx); err != nil {
-		return m, fmt.Errorf("restore pod from %s: %w", path, err)
-	}
-	return m, nil
+	return man, nil
 }
 
 // restoreConfigNames requires each container config to have a name, once.
@@ -144,7 +154,7 @@ func restoreConfigNames(cfgs []*runtimeapi.ContainerConfig) error {
 // matchPodConfig requires the new pod to use the namespaces the
 // checkpointed one used: CRIU restores processes into namespaces of the
 // kinds they were dumped from.
-func matchPodConfig(m checkpoint.PodManifest, cfg *runtimeapi.PodSandboxConfig) error {
+func matchPodConfig(m PodManifest, cfg *runtimeapi.PodSandboxConfig) error {
 	var old runtimeapi.PodSandboxConfig
 	if err := protojson.Unmarshal(m.PodConfig, &old); err != nil {
 		return fmt.Errorf("checkpoint's pod config: %v: %w", err, errdefs.ErrInvalidArgument)
@@ -168,10 +178,10 @@ func matchPodConfig(m checkpoint.PodManifest, cfg *runtimeapi.PodSandboxConfig) 
 
 // matchContainerConfigs requires cfgs to name exactly the checkpointed
 // containers and each to describe the process that was checkpointed.
-func (s *Service) matchContainerConfigs(path string, m checkpoint.PodManifest, cfgs []*runtimeapi.ContainerConfig) error {
+func (m *Manager) matchContainerConfigs(path string, man PodManifest, cfgs []*runtimeapi.ContainerConfig) error {
 	old := map[string]*runtimeapi.ContainerConfig{}
 	dirs := map[string]string{}
-	for _, c := range m.Containers {
+	for _, c := range man.Containers {
 		var cfg runtimeapi.ContainerConfig
 		if err := protojson.Unmarshal(c.Config, &cfg); err != nil {
 			return fmt.Errorf("checkpoint_path %q: the config of container %q: %v: %w", path, c.Name, err, errdefs.ErrInvalidArgument)
@@ -180,22 +190,22 @@ func (s *Service) matchContainerConfigs(path string, m checkpoint.PodManifest, c
 		dirs[c.Name] = filepath.Join(path, c.Dir)
 	}
 	if len(cfgs) != len(old) {
-		return fmt.Errorf("container_configs: %d containers, the checkpoint holds %d (%s): %w", len(cfgs), len(old), podContainerNames(m), errdefs.ErrFailedPrecondition)
+		return fmt.Errorf("container_configs: %d containers, the checkpoint holds %d (%s): %w", len(cfgs), len(old), podContainerNames(man), errdefs.ErrFailedPrecondition)
 	}
 	for i, c := range cfgs {
 		name := c.GetMetadata().GetName()
 		was, ok := old[name]
 		if !ok {
-			return fmt.Errorf("container_configs[%d].metadata.name %q: the checkpoint holds no such container (it holds %s): %w", i, name, podContainerNames(m), errdefs.ErrFailedPrecondition)
+			return fmt.Errorf("container_configs[%d].metadata.name %q: the checkpoint holds no such container (it holds %s): %w", i, name, podContainerNames(man), errdefs.ErrFailedPrecondition)
 		}
-		if err := s.matchContainerConfig(fmt.Sprintf("container_configs[%d]", i), dirs[name], was, c); err != nil {
+		if err := m.matchContainerConfig(fmt.Sprintf("container_configs[%d]", i), dirs[name], was, c); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func podContainerNames(m checkpoint.PodManifest) []string {
+func podContainerNames(m PodManifest) []string {
 	names := make([]string, 0, len(m.Containers))
 	for _, c := range m.Containers {
 		names = append(names, c.Name)
@@ -206,11 +216,11 @@ func podContainerNames(m checkpoint.PodManifest) []string {
 // matchContainerConfig requires cfg to describe the process checkpointed
 // with config was into dir: the same image, command, args, working dir,
 // env and user, and no terminal.
-func (s *Service) matchContainerConfig(field, dir string, was, cfg *runtimeapi.ContainerConfig) error {
+func (m *Manager) matchContainerConfig(field, dir string, was, cfg *runtimeapi.ContainerConfig) error {
 	if cfg.GetTty() {
 		return fmt.Errorf("%s.tty: crind does not restore containers on a terminal: %w", field, errdefs.ErrFailedPrecondition)
 	}
-	if err := s.sameImage(field, dir, cfg); err != nil {
+	if err := m.sameImage(field, dir, cfg); err != nil {
 		return err
 	}
 	wasSC, isSC := was.GetLinux().GetSecurityContext(), cfg.GetLinux().GetSecurityContext()
@@ -236,17 +246,17 @@ func (s *Service) matchContainerConfig(field, dir string, was, cfg *runtimeapi.C
 
 // sameImage requires cfg's image to be, on this node, the image the
 // container checkpointed into dir ran.
-func (s *Service) sameImage(field, dir string, cfg *runtimeapi.ContainerConfig) error {
-	ck, err := checkpoint.ReadConfig(dir)
+func (m *Manager) sameImage(field, dir string, cfg *runtimeapi.ContainerConfig) error {
+	ck, err := ReadConfig(dir)
 	if err != nil {
 		return fmt.Errorf("%s: the checkpoint of this container: %v: %w", field, err, errdefs.ErrInvalidArgument)
 	}
-	was, err := s.checkpointedImage(ck)
+	was, err := m.checkpointedImage(ck)
 	if err != nil {
 		return fmt.Errorf("%s.image.image: %w", field, err)
 	}
 	ref := cfg.GetImage().GetImage()
-	img, err := s.opts.Images.Get(ref)
+	img, err := m.c.Images.Get(ref)
 	if err != nil {
 		return fmt.Errorf("%s.image.image %q: %v: %w", field, ref, err, errdefs.ErrFailedPrecondition)
 	}
