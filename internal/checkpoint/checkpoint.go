@@ -1,4 +1,14 @@
-// Package checkpoint reads and writes container checkpoint archives.
+// Package checkpoint checkpoints and restores containers and pods for the
+// CRI hub, and reads and writes what it checkpoints to.
+//
+// A Manager does the work of the CRI's CheckpointContainer, CheckpointPod
+// and RestorePod, and of CreateContainer from a checkpoint
+// (docs/checkpoint.md): it checks the request, asks CRIU whether it works
+// here (CRIU), freezes and dumps containers through the runtime's
+// runtime.Checkpointer, and writes or reads the files below. It sees the
+// hub (internal/cri, which it does not import) only through Hub: to look
+// up containers and pods, and to make the pod and the containers of a
+// restore as RunPodSandbox and CreateContainer make any.
 //
 // A checkpoint archive is the uncompressed tar kubelet asks for in
 // CheckpointContainer. Its layout is shared by CRI-O, containerd and Podman
@@ -9,10 +19,10 @@
 // (RootfsDiffFile). checkpointctl refuses an archive without a directory
 // entry for ImagesDir, so WriteArchive writes a header for every directory.
 //
-// The package knows nothing of CRIU or of the OCI runtime: it turns a
-// staging directory into an archive (WriteArchive), an archive back into a
-// directory (Extract), and reads or writes the JSON files in such a
-// directory.
+// The format functions know nothing of CRIU or of the OCI runtime: they
+// turn a staging directory into an archive (WriteArchive), an archive back
+// into a directory (Extract), and read or write the JSON files in such a
+// directory. A pod checkpoint is a directory of such directories (pod.go).
 package checkpoint
 
 // Names of the entries of a checkpoint archive, relative to its root.

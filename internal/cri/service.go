@@ -5,6 +5,10 @@
 // podstats for the stats and metrics kubelet reads) for every call. One
 // file per RPC; the state machines are described in
 // docs/state-machines.md.
+//
+// Checkpoint and restore are internal/checkpoint's work (a
+// checkpoint.Manager); the hub answers those RPCs and is the
+// checkpoint.Hub the Manager makes pods and containers through.
 package cri
 
 import (
