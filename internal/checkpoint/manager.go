@@ -157,7 +157,10 @@ func (m *Manager) workDir() string { return filepath.Join(m.c.RootDir, "checkpoi
 // RestoreDir is where the checkpoint container id is restored from is
 // kept, from its CreateContainer until it is removed (the hub's start-up
 // sweep removes the dirs of containers no record owns).
-func (m *Manager) RestoreDir(id string) string { return filepath.Join(m.c.RootDir, "restore", id) }
+func (m *Manager) RestoreDir(id string) string { return filepath.Join(m.RestoreDirs(), id) }
+
+// RestoreDirs is the dir the RestoreDirs of all containers are in.
+func (m *Manager) RestoreDirs() string { return filepath.Join(m.c.RootDir, "restore") }
 
 // RemoveRestoreDir removes the checkpoint container id was restored from;
 // a failure is logged (the start-up sweep removes it later).

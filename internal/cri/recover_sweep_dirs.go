@@ -2,7 +2,6 @@ package cri
 
 import (
 	"context"
-	"path/filepath"
 	"slices"
 )
 
@@ -30,7 +29,7 @@ func (s *Service) sweepDirs(ctx context.Context) {
 	s.sweepRootfs(ctx, owned)
 	s.env.SweepPodDirs(ctx, owned)
 	if s.opts.RootDir != "" {
-		s.env.SweepIDDirs(ctx, filepath.Join(s.opts.RootDir, "restore"), owned)
+		s.env.SweepIDDirs(ctx, s.ckpt.RestoreDirs(), owned)
 	}
 	var done []string
 	for _, rt := range s.opts.Runtimes {
