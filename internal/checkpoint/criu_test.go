@@ -57,3 +57,17 @@ func TestCRIUSummaryIsBounded(t *testing.T) {
 		t.Errorf("criuSummary of 500 error lines: %d bytes, %.40q", len(s), s)
 	}
 }
+
+// TestStatus: verbose Status lists the ready handlers whose runtime can
+// checkpoint, and CRIU's verdict.
+func TestStatus(t *testing.T) {
+	e := newEnv(t)
+	st := e.m.Status(t.Context(), []string{"kata", "nope", "runc"})
+	if !st.Available || st.Reason != "" || len(st.Handlers) != 1 || st.Handlers[0] != "runc" || !st.RestoreFromArchives {
+		t.Errorf("Status %+v; want available, handlers [runc], restoring from archives", st)
+	}
+	e.criuErr = errors.New("criu is not installed")
+	if st := e.m.Status(t.Context(), nil); st.Available || st.Reason != "criu is not installed" || st.Handlers == nil {
+		t.Errorf("Status without CRIU %+v", st)
+	}
+}

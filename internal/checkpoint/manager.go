@@ -144,9 +144,40 @@ func New(c Config) *Manager {
 	return &Manager{c: c, log: c.Logger}
 }
 
-// CheckCRIU returns nil when CRIU works on this host, else an
-// errdefs.ErrFailedPrecondition error with CRIU's reason.
-func (m *Manager) CheckCRIU(ctx context.Context) error { return m.c.CRIU.Check(ctx) }
+// Status says, in crind's verbose Status (crictl info), where checkpoint
+// and restore work: the CRI has no feature flag for them.
+type Status struct {
+	// Available is whether CRIU passes "criu check" here; Reason says
+	// why not.
+	Available bool   `json:"available"`
+	Reason    string `json:"reason,omitempty"`
+	// Handlers are the handlers whose runtime can checkpoint and restore.
+	Handlers []string `json:"handlers"`
+	// RestoreFromArchives is cri.restore_from_archives: whether
+	// CreateContainer takes a checkpoint archive as its image.
+	RestoreFromArchives bool `json:"restoreFromArchives"`
+}
+
+// Status is Status now, of the configured handlers (in the order
+// given): those that are ready (Hub.Runtime) and whose runtime is a
+// runtime.Checkpointer are listed. It runs "criu check" at most once a
+// minute (CRIU); crind asks only for a verbose Status.
+func (m *Manager) Status(ctx context.Context, handlers []string) Status {
+	st := Status{RestoreFromArchives: m.c.RestoreArchives, Handlers: []string{}}
+	for _, name := range handlers {
+		if rt, err := m.c.Hub.Runtime(name); err == nil {
+			if _, ok := rt.(runtime.Checkpointer); ok {
+				st.Handlers = append(st.Handlers, name)
+			}
+		}
+	}
+	if err := m.c.CRIU.Check(ctx); err != nil {
+		st.Reason = err.Error()
+	} else {
+		st.Available = true
+	}
+	return st
+}
 
 // workDir is where checkpoints are put together: one dir per container
 // checkpoint, named "<container id>.<random>". One left by a crind that

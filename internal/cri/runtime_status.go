@@ -8,7 +8,6 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/crin-dev/crin/internal/cgroup"
-	"github.com/crin-dev/crin/internal/runtime"
 	"github.com/crin-dev/crin/internal/serving"
 )
 
@@ -68,44 +67,13 @@ func (s *Service) Status(ctx context.Context, r *runtimeapi.StatusRequest) (*run
 			"defaultRuntime": s.opts.DefaultRuntime,
 			"runtimes":       s.runtimeNames(),
 			"features":       s.features,
-			"checkpoint":     s.checkpointStatus(ctx),
+			"checkpoint":     s.ckpt.Status(ctx, s.runtimeNames()),
 		})
 		if err == nil {
 			resp.Info = map[string]string{"config": string(b)}
 		}
 	}
 	return resp, nil
-}
-
-// checkpointInfo says, in verbose Status (crictl info), where checkpoint
-// and restore work: the CRI has no feature flag for them.
-type checkpointInfo struct {
-	// Available is whether CRIU passes "criu check" here; Reason says
-	// why not.
-	Available bool   `json:"available"`
-	Reason    string `json:"reason,omitempty"`
-	// Handlers are the handlers whose runtime can checkpoint and restore.
-	Handlers []string `json:"handlers"`
-	// RestoreFromArchives is cri.restore_from_archives: whether
-	// CreateContainer takes a checkpoint archive as its image.
-	RestoreFromArchives bool `json:"restoreFromArchives"`
-}
-
-// checkpointStatus is checkpointInfo now. It runs "criu check" at most
-// once a minute (checkpoint.CRIU), and only for verbose Status.
-func (s *Service) checkpointStatus(ctx context.Context) checkpointInfo {
-	info := checkpointInfo{RestoreFromArchives: s.opts.RestoreArchives, Handlers: []string{}}
-	for _, name := range s.runtimeNames() {
-		if _, ok := s.opts.Runtimes[name].(runtime.Checkpointer); ok && s.notReady[name] == nil {
-			info.Handlers = append(info.Handlers, name)
-		}
-	}
-	if err := s.ckpt.CheckCRIU(ctx); err != nil {
-		info.Reason = err.Error()
-	} else {
-		info.Available = true
-	}
-	return info
 }
 
 // handlerFeatures is what a handler ("" for the default) supports. It says
