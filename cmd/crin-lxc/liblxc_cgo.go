@@ -1,0 +1,356 @@
+//go:build cgo
+
+package main
+
+/*
+#cgo pkg-config: lxc
+#define _GNU_SOURCE
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <sys/wait.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <lxc/lxccontainer.h>
+#include <lxc/attach_options.h>
+
+// crin_open loads container name of lxcpath; NULL if it has no config.
+static struct lxc_container *crin_open(const char *lxcpath, const char *name) {
+	struct lxc_container *c = lxc_container_new(name, lxcpath);
+	if (!c)
+		return NULL;
+	if (!c->is_defined(c)) {
+		lxc_container_put(c);
+		return NULL;
+	}
+	return c;
+}
+
+// crin_check loads the container's config: 0, or -1 when LXC refuses it.
+static int crin_check(const char *lxcpath, const char *name) {
+	struct lxc_container *c = crin_open(lxcpath, name);
+	if (!c)
+		return -1;
+	lxc_container_put(c);
+	return 0;
+}
+
+// The monitor: "crin-lxc __monitor <lxcpath> <name> <dir>" is handled
+// here, before the Go runtime starts, so the process that runs the
+// container is single-threaded: liblxc's signal handling (a signalfd
+// for SIGCHLD and the signals it forwards to the init) sees every
+// signal, and setns works for every namespace type.
+
+static void crin_fail(const char *dir, const char *what, int err) {
+	char path[4096];
+	snprintf(path, sizeof(path), "%s/start-error", dir);
+	FILE *f = fopen(path, "we");
+	if (f) {
+		if (err)
+			fprintf(f, "%s: %s", what, strerror(err));
+		else
+			fprintf(f, "%s", what);
+		fclose(f);
+	}
+	_exit(1);
+}
+
+// crin_read reads all of path (NUL-terminated, length in *len).
+static char *crin_read(const char *path, size_t *len) {
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return NULL;
+	size_t cap = 4096, n = 0;
+	char *buf = malloc(cap + 1);
+	for (;;) {
+		if (n == cap) {
+			cap *= 2;
+			buf = realloc(buf, cap + 1);
+		}
+		ssize_t r = read(fd, buf + n, cap - n);
+		if (r < 0) {
+			if (errno == EINTR)
+				continue;
+			close(fd);
+			free(buf);
+			return NULL;
+		}
+		if (r == 0)
+			break;
+		n += r;
+	}
+	close(fd);
+	buf[n] = '\0';
+	*len = n;
+	return buf;
+}
+
+static int crin_ns_flag(const char *t) {
+	if (!strcmp(t, "net")) return CLONE_NEWNET;
+	if (!strcmp(t, "ipc")) return CLONE_NEWIPC;
+	if (!strcmp(t, "uts")) return CLONE_NEWUTS;
+	if (!strcmp(t, "pid")) return CLONE_NEWPID;
+	return 0;
+}
+
+static void crin_monitor(const char *lxcpath, const char *name, const char *dir) {
+	char path[4096];
+	// Wait for "crin-lxc start": it opens the fifo and writes one byte.
+	// A reader that gets EOF (a writer that wrote nothing) waits again.
+	snprintf(path, sizeof(path), "%s/start", dir);
+	for (;;) {
+		int fd = open(path, O_RDONLY | O_CLOEXEC);
+		if (fd < 0)
+			crin_fail(dir, "open the start fifo", errno);
+		char b;
+		ssize_t r;
+		do
+			r = read(fd, &b, 1);
+		while (r < 0 && errno == EINTR);
+		close(fd);
+		if (r == 1)
+			break;
+	}
+	snprintf(path, sizeof(path), "%s/started", dir);
+	int sf = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+	if (sf >= 0)
+		close(sf);
+
+	// The run file: NUL-terminated words, argc, the argv, then pairs of
+	// namespace type and path to join.
+	size_t len;
+	snprintf(path, sizeof(path), "%s/run", dir);
+	char *run = crin_read(path, &len);
+	if (!run)
+		crin_fail(dir, "read the run file", errno);
+	char *words[4096];
+	int nw = 0;
+	for (size_t i = 0; i < len && nw < 4095; i += strlen(run + i) + 1)
+		words[nw++] = run + i;
+	if (nw < 1)
+		crin_fail(dir, "empty run file", 0);
+	int argc = atoi(words[0]);
+	if (argc < 1 || argc + 1 > nw)
+		crin_fail(dir, "bad run file", 0);
+	char **argv = calloc(argc + 1, sizeof(char *));
+	for (int i = 0; i < argc; i++)
+		argv[i] = words[1 + i];
+	for (int i = 1 + argc; i + 1 < nw; i += 2) {
+		int nsfd = open(words[i + 1], O_RDONLY | O_CLOEXEC);
+		if (nsfd < 0 || setns(nsfd, crin_ns_flag(words[i])) < 0) {
+			char what[4200];
+			snprintf(what, sizeof(what), "join the %s namespace %s", words[i], words[i + 1]);
+			crin_fail(dir, what, errno);
+		}
+		close(nsfd);
+	}
+
+	struct lxc_container *c = crin_open(lxcpath, name);
+	if (!c)
+		crin_fail(dir, "liblxc did not load the container's config", 0);
+	c->want_daemonize(c, false);
+	bool ok = c->start(c, 0, argv);
+	int status = c->error_num;
+	if (!ok)
+		crin_fail(dir, "liblxc did not start the container", 0);
+	snprintf(path, sizeof(path), "%s/ran", dir);
+	FILE *rf = fopen(path, "we");
+	if (rf) {
+		fprintf(rf, "%d\n", status);
+		fclose(rf);
+	}
+	// Exit as the container's init did. liblxc reports an init killed
+	// by a signal as (signal << 8) | 0x7f (the layout of a stop).
+	int sig = 0;
+	if (WIFSIGNALED(status))
+		sig = WTERMSIG(status);
+	else if (WIFSTOPPED(status))
+		sig = WSTOPSIG(status);
+	if (sig > 0) {
+		signal(sig, SIG_DFL);
+		sigset_t set;
+		sigemptyset(&set);
+		sigaddset(&set, sig);
+		sigprocmask(SIG_UNBLOCK, &set, NULL);
+		kill(getpid(), sig);
+		_exit(128 + sig);
+	}
+	_exit(WIFEXITED(status) ? WEXITSTATUS(status) : 255);
+}
+
+__attribute__((constructor)) static void crin_monitor_entry(void) {
+	size_t len;
+	char *cmd = crin_read("/proc/self/cmdline", &len);
+	if (!cmd)
+		return;
+	char *w[5] = {0};
+	int n = 0;
+	for (size_t i = 0; i < len && n < 5; i += strlen(cmd + i) + 1)
+		w[n++] = cmd + i;
+	if (n == 5 && !strcmp(w[1], "__monitor"))
+		crin_monitor(w[2], w[3], w[4]);
+	free(cmd);
+}
+
+// crin_init_pid is the running container's init pid, or -1.
+static int crin_init_pid(const char *lxcpath, const char *name) {
+	struct lxc_container *c = crin_open(lxcpath, name);
+	if (!c)
+		return -1;
+	pid_t pid = c->init_pid(c);
+	lxc_container_put(c);
+	return pid;
+}
+
+// crin_state copies LXC's state name of the container into buf.
+static int crin_state(const char *lxcpath, const char *name, char *buf, size_t len) {
+	struct lxc_container *c = crin_open(lxcpath, name);
+	if (!c)
+		return -1;
+	const char *s = c->state(c);
+	snprintf(buf, len, "%s", s ? s : "UNKNOWN");
+	lxc_container_put(c);
+	return 0;
+}
+
+// crin_freeze freezes (on != 0) or thaws the container.
+static int crin_freeze(const char *lxcpath, const char *name, int on) {
+	struct lxc_container *c = crin_open(lxcpath, name);
+	if (!c)
+		return -1;
+	bool ok = on ? c->freeze(c) : c->unfreeze(c);
+	lxc_container_put(c);
+	return ok ? 0 : -1;
+}
+
+// crin_attach runs argv in the running container with this process's
+// stdio, as uid:gid with groups, in cwd, with exactly env. liblxc makes
+// the process a child of this one (CLONE_PARENT from its intermediate).
+static int crin_attach(const char *lxcpath, const char *name, char **argv, char **env,
+		       const char *cwd, int uid, int gid, gid_t *groups, size_t ngroups,
+		       int no_new_privs, pid_t *pid) {
+	struct lxc_container *c = crin_open(lxcpath, name);
+	if (!c) {
+		errno = ENOENT;
+		return -1;
+	}
+	lxc_attach_options_t opts = LXC_ATTACH_OPTIONS_DEFAULT;
+	lxc_attach_command_t cmd = {.program = argv[0], .argv = argv};
+	opts.env_policy = LXC_ATTACH_CLEAR_ENV;
+	opts.extra_env_vars = env;
+	if (cwd && *cwd)
+		opts.initial_cwd = (char *)cwd;
+	opts.uid = uid;
+	opts.gid = gid;
+	opts.groups.size = ngroups;
+	opts.groups.list = groups;
+	opts.attach_flags |= LXC_ATTACH_SETGROUPS;
+	if (no_new_privs)
+		opts.attach_flags |= LXC_ATTACH_NO_NEW_PRIVS;
+	opts.stdin_fd = 0;
+	opts.stdout_fd = 1;
+	opts.stderr_fd = 2;
+	int ret = c->attach(c, lxc_attach_run_command, &cmd, &opts, pid);
+	lxc_container_put(c);
+	return ret;
+}
+*/
+import "C"
+
+import (
+	"errors"
+	"fmt"
+	"unsafe"
+)
+
+// liblxc is the container API, linked.
+type liblxc struct{ lxcpath string }
+
+func newLXC(lxcpath string) lxcAPI { return liblxc{lxcpath: lxcpath} }
+
+// cstrings is a NULL-terminated C array of copies of ss.
+func cstrings(ss []string) (**C.char, func()) {
+	arr := C.malloc(C.size_t(len(ss)+1) * C.size_t(unsafe.Sizeof(uintptr(0))))
+	view := unsafe.Slice((**C.char)(arr), len(ss)+1)
+	for i, s := range ss {
+		view[i] = C.CString(s)
+	}
+	view[len(ss)] = nil
+	return (**C.char)(arr), func() {
+		for i := range ss {
+			C.free(unsafe.Pointer(view[i]))
+		}
+		C.free(arr)
+	}
+}
+
+func (l liblxc) names(id string) (*C.char, *C.char, func()) {
+	p, n := C.CString(l.lxcpath), C.CString(id)
+	return p, n, func() { C.free(unsafe.Pointer(p)); C.free(unsafe.Pointer(n)) }
+}
+
+func (l liblxc) Check(id string) error {
+	p, n, free := l.names(id)
+	defer free()
+	if C.crin_check(p, n) != 0 {
+		return errors.New("liblxc did not load the container's config")
+	}
+	return nil
+}
+
+func (l liblxc) InitPid(id string) int {
+	p, n, free := l.names(id)
+	defer free()
+	return int(C.crin_init_pid(p, n))
+}
+
+func (l liblxc) State(id string) (string, error) {
+	p, n, free := l.names(id)
+	defer free()
+	buf := make([]byte, 64)
+	if C.crin_state(p, n, (*C.char)(unsafe.Pointer(&buf[0])), C.size_t(len(buf))) != 0 {
+		return "", errNotExist
+	}
+	return C.GoString((*C.char)(unsafe.Pointer(&buf[0]))), nil
+}
+
+func (l liblxc) Freeze(id string, on bool) error {
+	p, n, free := l.names(id)
+	defer free()
+	v := C.int(0)
+	if on {
+		v = 1
+	}
+	if C.crin_freeze(p, n, v) != 0 {
+		return errors.New("liblxc could not change the container's freezer state")
+	}
+	return nil
+}
+
+func (l liblxc) Attach(id string, a attachOptions) (int, error) {
+	p, n, free := l.names(id)
+	defer free()
+	cargv, freeArgv := cstrings(a.Args)
+	defer freeArgv()
+	cenv, freeEnv := cstrings(a.Env)
+	defer freeEnv()
+	cwd := C.CString(a.Cwd)
+	defer C.free(unsafe.Pointer(cwd))
+	groups := make([]C.gid_t, len(a.Groups)+1)
+	for i, g := range a.Groups {
+		groups[i] = C.gid_t(g)
+	}
+	nnp := C.int(0)
+	if a.NoNewPrivs {
+		nnp = 1
+	}
+	var pid C.pid_t
+	ret, errno := C.crin_attach(p, n, cargv, cenv, cwd, C.int(a.UID), C.int(a.GID), &groups[0], C.size_t(len(a.Groups)), nnp, &pid)
+	if ret != 0 {
+		return 0, fmt.Errorf("liblxc attach: %w", errno)
+	}
+	return int(pid), nil
+}

@@ -1,0 +1,198 @@
+package lxcconf
+
+import (
+	"fmt"
+	"path"
+	"slices"
+	"strings"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+)
+
+// refusedMountOptions are OCI mount options LXC's lxc.mount.entry does
+// not understand (it would hand them to mount(2) as file system data).
+var refusedMountOptions = []string{"tmpcopyup", "rro", "rrw", "idmap", "ridmap", "nosymfollow", "symfollow", "rnosymfollow", "rsymfollow"}
+
+// mounts are the spec's mounts as lxc.mount.entry lines (fstab format,
+// targets relative to the rootfs), in the spec's order. Two are LXC's
+// own instead: /dev/pts (a devpts instance LXC makes, lxc.pty.max) and
+// the cgroup file system (lxc.mount.auto = cgroup, which mounts the
+// container's view of every hierarchy, v1 or v2).
+func (t *translator) mounts() error {
+	for i, m := range t.s.Mounts {
+		field := fmt.Sprintf("mounts[%d]", i)
+		dst := path.Clean("/" + m.Destination)
+		if !path.IsAbs(m.Destination) {
+			return unsupported(field+".destination", "%q is not absolute", m.Destination)
+		}
+		if dst == "/" {
+			return unsupported(field+".destination", "a mount on / is not supported by lxc")
+		}
+		if len(m.UIDMappings) > 0 || len(m.GIDMappings) > 0 {
+			return unsupported(field+".uidMappings", "id-mapped mounts are not supported by crin-lxc")
+		}
+		for _, o := range m.Options {
+			if slices.Contains(refusedMountOptions, o) {
+				return unsupported(field+".options", "option %q is not supported by lxc", o)
+			}
+		}
+		switch {
+		case m.Type == "devpts" && dst == "/dev/pts":
+			continue
+		case m.Type == "cgroup" || m.Type == "cgroup2":
+			mode := "rw"
+			if slices.Contains(m.Options, "ro") {
+				mode = "ro"
+			}
+			if dst != "/sys/fs/cgroup" {
+				return unsupported(field+".destination", "lxc mounts cgroup file systems at /sys/fs/cgroup only, not %q", dst)
+			}
+			t.add("lxc.mount.auto", "cgroup:"+mode)
+			continue
+		}
+		entry, err := t.mountEntry(field, m, dst)
+		if err != nil {
+			return err
+		}
+		t.add("lxc.mount.entry", entry)
+	}
+	return t.maskedPaths()
+}
+
+func (t *translator) mountEntry(field string, m specs.Mount, dst string) (string, error) {
+	bind := m.Type == "bind" || slices.Contains(m.Options, "bind") || slices.Contains(m.Options, "rbind")
+	typ, src := m.Type, m.Source
+	if bind {
+		typ = "none"
+		if !path.IsAbs(src) {
+			src = path.Join(t.o.Bundle, src)
+		}
+	}
+	if typ == "" {
+		return "", unsupported(field+".type", "a mount that is not a bind mount needs a type")
+	}
+	if src == "" {
+		src = typ
+	}
+	opts := slices.DeleteFunc(slices.Clone(m.Options), func(o string) bool { return o == "" || strings.HasPrefix(o, "create=") })
+	create := "create=dir"
+	if bind {
+		if exists, dir := t.stat(src); exists && !dir {
+			create = "create=file"
+		}
+		if !slices.Contains(opts, "bind") && !slices.Contains(opts, "rbind") {
+			opts = append(opts, "bind")
+		}
+	}
+	opts = append(opts, create)
+	for _, s := range []string{src, dst, typ} {
+		if strings.ContainsRune(s, 0) {
+			return "", unsupported(field, "a NUL in %q", s)
+		}
+	}
+	for _, o := range opts {
+		if strings.ContainsAny(o, " \t\n\\") {
+			return "", unsupported(field+".options", "%q cannot be written in an lxc.mount.entry", o)
+		}
+	}
+	return fstabEntry(src, dst, typ, opts), nil
+}
+
+// fstabEntry is one lxc.mount.entry value: the target relative to the
+// rootfs, white space and backslashes escaped as getmntent reads them.
+func fstabEntry(src, dst, typ string, opts []string) string {
+	return fmt.Sprintf("%s %s %s %s 0 0", fstabEscape(src), fstabEscape(strings.TrimPrefix(dst, "/")), fstabEscape(typ), strings.Join(opts, ","))
+}
+
+func fstabEscape(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		switch r {
+		case ' ', '\t', '\n', '\\':
+			fmt.Fprintf(&b, "\\%03o", r)
+		default:
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
+
+func (t *translator) stat(p string) (exists, dir bool) {
+	if t.h.Stat == nil {
+		return false, false
+	}
+	return t.h.Stat(p)
+}
+
+// maskedPaths: a masked dir gets an empty read-only tmpfs over it, a
+// masked file /dev/null; read-only paths are bind mounts of themselves
+// (found under the rootfs's mount point while LXC sets the container
+// up), made read-only. Paths missing in the container are skipped
+// (optional), as runc does.
+func (t *translator) maskedPaths() error {
+	l := t.s.Linux
+	for i, p := range l.MaskedPaths {
+		field := fmt.Sprintf("linux.maskedPaths[%d]", i)
+		if !path.IsAbs(p) || strings.ContainsAny(p, "\n\x00") {
+			return unsupported(field, "%q is not an absolute path", p)
+		}
+		exists, dir := t.stat(p)
+		switch {
+		case !exists:
+		case dir:
+			t.add("lxc.mount.entry", fstabEntry("tmpfs", p, "tmpfs", []string{"ro", "optional"}))
+		default:
+			t.add("lxc.mount.entry", fstabEntry("/dev/null", p, "none", []string{"bind", "optional"}))
+		}
+	}
+	for i, p := range l.ReadonlyPaths {
+		field := fmt.Sprintf("linux.readonlyPaths[%d]", i)
+		if !path.IsAbs(p) || strings.ContainsAny(p, "\n\x00") {
+			return unsupported(field, "%q is not an absolute path", p)
+		}
+		if t.o.RootfsMount == "" {
+			return unsupported(field, "no rootfs mount point to find it under")
+		}
+		t.add("lxc.mount.entry", fstabEntry(path.Join(t.o.RootfsMount, p), p, "none", []string{"bind", "ro", "optional"}))
+	}
+	return nil
+}
+
+// defaultDevices are the nodes every container gets.
+var defaultDevices = []string{"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty"}
+
+// devices are bind mounts of the host's nodes of the same type and
+// numbers: LXC creates no device nodes outside its autodev set. The
+// node keeps the host's mode and owner.
+func (t *translator) devices() error {
+	listed := map[string]bool{}
+	for _, d := range t.s.Linux.Devices {
+		listed[path.Clean(d.Path)] = true
+	}
+	// The devices every container has (runc makes them whatever the
+	// spec lists): the host's own nodes.
+	for _, p := range defaultDevices {
+		if !listed[p] {
+			t.add("lxc.mount.entry", fstabEntry(p, p, "none", []string{"bind", "create=file"}))
+		}
+	}
+	for i, d := range t.s.Linux.Devices {
+		field := fmt.Sprintf("linux.devices[%d]", i)
+		typ := d.Type
+		if typ == "u" {
+			typ = "c"
+		}
+		if typ != "c" && typ != "b" {
+			return unsupported(field+".type", "%q: crin-lxc passes character and block devices only", d.Type)
+		}
+		p := path.Clean(d.Path)
+		if !path.IsAbs(d.Path) || strings.ContainsAny(p, "\n\x00") {
+			return unsupported(field+".path", "%q is not an absolute path", d.Path)
+		}
+		if t.h.Device == nil || !t.h.Device(p, typ[0], d.Major, d.Minor) {
+			return unsupported(field, "%s: the host has no %s node %d:%d at that path to bind mount (lxc makes no device nodes)", p, typ, d.Major, d.Minor)
+		}
+		t.add("lxc.mount.entry", fstabEntry(p, p, "none", []string{"bind", "create=file"}))
+	}
+	return nil
+}
