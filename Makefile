@@ -3,7 +3,7 @@ GO ?= go
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 
-.PHONY: build test prefetch unit integration integration-loaded integration-shimv2 critest e2e e2e-loaded node node-bench lint run bench clean deps fuzz soak restart-bench
+.PHONY: build test prefetch unit integration integration-loaded integration-shimv2 integration-lxc critest e2e e2e-loaded node node-bench lint run bench clean deps fuzz soak restart-bench
 
 # crind: pure Go (no libc mapped) and without grpc's x/net/trace (which
 # links text/template, whose reflection keeps every exported method in the
@@ -26,6 +26,8 @@ build:
 	CGO_ENABLED=0 $(GO) build -ldflags "-s -w" -o $(BINDIR)/crin-shim ./cmd/crin-shim
 	CGO_ENABLED=0 $(GO) build -ldflags "-s -w" -o $(BINDIR)/crin-logger ./cmd/crin-logger
 	CGO_ENABLED=0 $(GO) build -ldflags "-s -w" -o $(BINDIR)/crin-pause ./cmd/crin-pause
+	# crin-lxc links liblxc (lxc-dev): the one binary built with cgo.
+	CGO_ENABLED=1 $(GO) build -ldflags "-s -w $(LDFLAGS)" -o $(BINDIR)/crin-lxc ./cmd/crin-lxc
 
 deps:
 	./scripts/deps.sh
@@ -81,6 +83,13 @@ e2e-loaded:
 # not (tests of crin-shim's own files and faults; docs/runtimes.md).
 integration-shimv2:
 	CRIN_TEST_HANDLER=runc-v2 $(GO) test -tags integration -count=1 -p 1 -timeout 20m ./test/integration/
+
+# The integration suite again with the lxc handler (LXC containers through
+# crin-lxc and Debian's liblxc) as every daemon's default runtime: each
+# test says with runsOn whether it runs on lxc, with the reason next to it
+# when not (docs/runtimes.md, "LXC").
+integration-lxc:
+	CRIN_TEST_HANDLER=lxc $(GO) test -tags integration -count=1 -p 1 -timeout 20m ./test/integration/
 
 # critest v1.37.0, cri-tools' CRI conformance suite (critest, crictl and
 # ginkgo built once into ~/.cache/crin from the Go module proxy;

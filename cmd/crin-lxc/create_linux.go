@@ -197,9 +197,19 @@ func (c *cli) startContainer(id string, st *stateFile) error {
 	if _, err := os.Stat(filepath.Join(dir, "ran")); err == nil {
 		return fmt.Errorf("container %s has run already", id)
 	}
-	// O_NONBLOCK: with no monitor reading (it died) the open fails with
-	// ENXIO instead of hanging.
-	f, err := os.OpenFile(filepath.Join(dir, "start"), os.O_WRONLY|unix.O_NONBLOCK, 0)
+	deadline := time.Now().Add(startTimeout)
+	// O_NONBLOCK: with no monitor reading the open fails with ENXIO
+	// instead of hanging: a monitor just spawned (run) has not opened
+	// its end yet, a dead one never will.
+	var f *os.File
+	var err error
+	for {
+		f, err = os.OpenFile(filepath.Join(dir, "start"), os.O_WRONLY|unix.O_NONBLOCK, 0)
+		if err == nil || !errors.Is(err, unix.ENXIO) || !alive(st.Monitor) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
 	if err != nil {
 		return fmt.Errorf("container %s is not waiting to start: %w", id, err)
 	}
@@ -208,7 +218,6 @@ func (c *cli) startContainer(id string, st *stateFile) error {
 	if err != nil {
 		return fmt.Errorf("signal the monitor: %w", err)
 	}
-	deadline := time.Now().Add(startTimeout)
 	for time.Now().Before(deadline) {
 		if msg, err := os.ReadFile(filepath.Join(dir, "start-error")); err == nil {
 			return fmt.Errorf("start container %s: %s%s", id, msg, withLXCErrors(dir))

@@ -8,6 +8,7 @@ package main
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <fcntl.h>
 #include <sched.h>
@@ -96,6 +97,40 @@ static int crin_ns_flag(const char *t) {
 	return 0;
 }
 
+// crin_net_holder forks a child that enters the network namespace nsfd
+// and waits there until the monitor ends; returns its pid once it is in.
+static pid_t crin_net_holder(int nsfd) {
+	int p[2];
+	if (pipe2(p, O_CLOEXEC) < 0)
+		return -1;
+	pid_t parent = getpid();
+	pid_t pid = fork();
+	if (pid < 0)
+		return -1;
+	if (pid == 0) {
+		close(p[0]);
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (getppid() != parent)
+			_exit(0);
+		char ok = setns(nsfd, CLONE_NEWNET) == 0 ? 1 : 0;
+		int e = errno;
+		if (write(p[1], ok ? &ok : (char *)&e, ok ? 1 : sizeof(e)) < 0)
+			_exit(1);
+		if (!ok)
+			_exit(1);
+		for (;;)
+			pause();
+	}
+	close(p[1]);
+	char buf[sizeof(int)];
+	ssize_t n = read(p[0], buf, sizeof(buf));
+	close(p[0]);
+	if (n == 1)
+		return pid;
+	errno = n == sizeof(int) ? *(int *)buf : EIO;
+	return -1;
+}
+
 static void crin_monitor(const char *lxcpath, const char *name, const char *dir) {
 	char path[4096];
 	// Wait for "crin-lxc start": it opens the fifo and writes one byte.
@@ -138,12 +173,27 @@ static void crin_monitor(const char *lxcpath, const char *name, const char *dir)
 	char **argv = calloc(argc + 1, sizeof(char *));
 	for (int i = 0; i < argc; i++)
 		argv[i] = words[1 + i];
+	// The network namespace is not entered by the monitor: liblxc's
+	// command socket is an abstract one, which lives in the network
+	// namespace of the monitor, and crin-lxc reaches it from the host's.
+	// A child of the monitor enters it instead and stays, and the
+	// container shares it by that child's pid (lxc.namespace.share.net).
+	char netpid[32] = "";
 	for (int i = 1 + argc; i + 1 < nw; i += 2) {
 		int nsfd = open(words[i + 1], O_RDONLY | O_CLOEXEC);
-		if (nsfd < 0 || setns(nsfd, crin_ns_flag(words[i])) < 0) {
+		int err = nsfd < 0 ? errno : 0;
+		if (nsfd >= 0 && !strcmp(words[i], "net")) {
+			pid_t h = crin_net_holder(nsfd);
+			err = h < 0 ? errno : 0;
+			if (h > 0)
+				snprintf(netpid, sizeof(netpid), "%d", h);
+		} else if (nsfd >= 0 && setns(nsfd, crin_ns_flag(words[i])) < 0) {
+			err = errno;
+		}
+		if (err) {
 			char what[4200];
 			snprintf(what, sizeof(what), "join the %s namespace %s", words[i], words[i + 1]);
-			crin_fail(dir, what, errno);
+			crin_fail(dir, what, err);
 		}
 		close(nsfd);
 	}
@@ -151,6 +201,8 @@ static void crin_monitor(const char *lxcpath, const char *name, const char *dir)
 	struct lxc_container *c = crin_open(lxcpath, name);
 	if (!c)
 		crin_fail(dir, "liblxc did not load the container's config", 0);
+	if (netpid[0] && !c->set_config_item(c, "lxc.namespace.share.net", netpid))
+		crin_fail(dir, "liblxc did not take lxc.namespace.share.net", 0);
 	c->want_daemonize(c, false);
 	bool ok = c->start(c, 0, argv);
 	int status = c->error_num;

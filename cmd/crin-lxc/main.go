@@ -23,7 +23,12 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 )
+
+// version is set by the build (-X main.version).
+var version = "dev"
 
 // errNotExist is a container crin-lxc does not know; the message is the
 // one crind and crin-shim recognise ("does not exist").
@@ -67,8 +72,13 @@ func run(args []string) int {
 	logPath := fs.String("log", "", "log file (JSON lines)")
 	_ = fs.String("log-format", "json", "log format (json only)")
 	systemd := fs.Bool("systemd-cgroup", false, "refused: crin-lxc takes cgroupfs paths")
+	showVersion := fs.Bool("version", false, "print the version")
 	if err := fs.Parse(args); err != nil {
 		return 2
+	}
+	if *showVersion {
+		fmt.Printf("crin-lxc version %s\nspec: %s\n", version, specs.Version)
+		return 0
 	}
 	c := &cli{root: *root, log: os.Stderr}
 	if *logPath != "" {

@@ -131,9 +131,12 @@ func (c *cli) kill(args []string) error {
 
 // cgroupDirs are the container's cgroup dirs: one per v1 hierarchy (or
 // the v2 one).
-func cgroupDirs(st *stateFile) []string {
-	if st.CgroupV2 {
-		return []string{filepath.Join("/sys/fs/cgroup", st.CgroupDir)}
+func cgroupDirs(st *stateFile) []string { return hierarchyDirs(st.CgroupDir, st.CgroupV2) }
+
+// hierarchyDirs are the dirs of cgroup rel in every hierarchy.
+func hierarchyDirs(rel string, v2 bool) []string {
+	if v2 {
+		return []string{filepath.Join("/sys/fs/cgroup", rel)}
 	}
 	ents, err := os.ReadDir("/sys/fs/cgroup")
 	if err != nil {
@@ -143,7 +146,7 @@ func cgroupDirs(st *stateFile) []string {
 	for _, e := range ents {
 		if e.IsDir() || e.Type()&os.ModeSymlink == 0 {
 			if e.IsDir() {
-				dirs = append(dirs, filepath.Join("/sys/fs/cgroup", e.Name(), st.CgroupDir))
+				dirs = append(dirs, filepath.Join("/sys/fs/cgroup", e.Name(), rel))
 			}
 		}
 	}
@@ -232,17 +235,19 @@ func (c *cli) delete(args []string) error {
 		_ = unix.Kill(st.Monitor, unix.SIGKILL)
 	}
 	c.killCgroup(st, unix.SIGKILL)
-	removeCgroups(st)
+	removeCgroups(cgroupDirs(st))
+	// The monitor's: liblxc leaves it when the monitor was killed.
+	removeCgroups(hierarchyDirs(monitorCgroupParent+"/"+id, st.CgroupV2))
 	return os.RemoveAll(c.dir(id))
 }
 
 // removeCgroups removes what the monitor left of the container's cgroups
 // (it was killed): leaves first, a few tries while the last processes
 // die.
-func removeCgroups(st *stateFile) {
+func removeCgroups(roots []string) {
 	for try := 0; try < 50; try++ {
 		left := false
-		for _, d := range cgroupDirs(st) {
+		for _, d := range roots {
 			var dirs []string
 			_ = filepath.WalkDir(d, func(p string, e os.DirEntry, err error) error {
 				if err == nil && e.IsDir() {

@@ -63,7 +63,16 @@ func buildRuntimes(ctx context.Context, cfg *config.Config, driver cgroup.Driver
 			}
 		default:
 			var bin string
-			bin, err = exec.LookPath(rc.Path)
+			if rc.Type == "lxc" {
+				// crin-lxc speaks runc's command line; the oci backend
+				// drives it (docs/runtimes.md, "LXC").
+				bin, err = config.FindBinary(rc.Path, "crin-lxc")
+				if err == nil {
+					bin, err = exec.LookPath(bin)
+				}
+			} else {
+				bin, err = exec.LookPath(rc.Path)
+			}
 			if err != nil {
 				err = fmt.Errorf("%w: %w", err, errdefs.ErrNotFound)
 			} else {

@@ -116,12 +116,14 @@ type CRI struct {
 
 // Runtime is one runtime handler.
 type Runtime struct {
-	// Type is "oci" (an OCI runtime CLI under crin-shim) or "shimv2" (a
-	// containerd shim v2 runtime, docs/runtimes.md).
-	Type string `toml:"type" comment:"oci: an OCI runtime CLI (runc, crun) run under crin-shim; shimv2: a containerd shim v2 runtime"`
-	// Path is the runtime binary (oci) or the shim (shimv2); a bare name
-	// is looked up in $PATH.
-	Path string `toml:"path" comment:"runtime binary, or shim binary for shimv2; a bare name is looked up in $PATH"`
+	// Type is "oci" (an OCI runtime CLI under crin-shim), "shimv2" (a
+	// containerd shim v2 runtime) or "lxc" (LXC containers through
+	// crin-lxc under crin-shim), docs/runtimes.md.
+	Type string `toml:"type" comment:"oci: an OCI runtime CLI (runc, crun) run under crin-shim; shimv2: a containerd shim v2 runtime; lxc: LXC containers through crin-lxc"`
+	// Path is the runtime binary (oci), the shim (shimv2) or crin-lxc
+	// (lxc; empty: next to crind, else in $PATH); a bare name is looked
+	// up in $PATH.
+	Path string `toml:"path" comment:"runtime binary, shim binary for shimv2, crin-lxc for lxc (empty: next to crind or in $PATH); a bare name is looked up in $PATH"`
 	// Root is the runtime's state dir (--root); empty means <state>/runtimes/<name>.
 	Root string `toml:"root" comment:"runtime --root; empty: <state>/runtimes/<name>"`
 	// RuntimeType names a shim v2 runtime as containerd does
@@ -418,8 +420,12 @@ func (c *Config) validateRuntimes(bad func(key string, val any, why string)) {
 			if r.Path == "" && r.RuntimeType == "" {
 				bad(key+".runtime_type", r.RuntimeType, "a shimv2 runtime needs a path or a runtime type")
 			}
+		case "lxc":
+			if r.RuntimeType != "" || len(r.Options) > 0 {
+				bad(key+".type", r.Type, "runtime_type and options are for shimv2 runtimes")
+			}
 		default:
-			bad(key+".type", r.Type, `runtime types are "oci" and "shimv2"`)
+			bad(key+".type", r.Type, `runtime types are "oci", "shimv2" and "lxc"`)
 		}
 		if r.Root == "" {
 			r.Root = filepath.Join(c.State, "runtimes", name)

@@ -134,6 +134,12 @@ binary_name = "/usr/sbin/runc"
 		{name: "shimv2 by path", toml: "[runtimes.k]\ntype = \"shimv2\"\npath = \"/opt/kata/bin/containerd-shim-kata-v2\"\n"},
 		{name: "shimv2 without shim", toml: "[runtimes.k]\ntype = \"shimv2\"\n", wantErr: []string{"runtimes.k.runtime_type", "path or a runtime type"}},
 		{name: "oci with runtime type", toml: "[runtimes.x]\ntype = \"oci\"\npath = \"runc\"\nruntime_type = \"io.containerd.runc.v2\"\n", wantErr: []string{"runtimes.x.type", "shimv2"}},
+		{name: "lxc runtime", toml: "[runtimes.lxc]\ntype = \"lxc\"\n", check: func(t *testing.T, c *Config) {
+			if r := c.Runtimes["lxc"]; r.Type != "lxc" || r.Path != "" || r.Root != "/run/crin/runtimes/lxc" {
+				t.Errorf("runtime = %+v", r)
+			}
+		}},
+		{name: "lxc with options", toml: "[runtimes.lxc]\ntype = \"lxc\"\n[runtimes.lxc.options]\na = \"b\"\n", wantErr: []string{"runtimes.lxc.type", "shimv2"}},
 		{name: "mirror without scheme", toml: "[registry.mirrors.\"docker.io\"]\nendpoints = [\"127.0.0.1:5000\"]\n", wantErr: []string{"endpoints[0]", "127.0.0.1:5000"}},
 		{name: "metrics off host", toml: "[cri]\nmetrics_address = \"0.0.0.0:9000\"\n", wantErr: []string{"metrics_address", "loopback"}},
 		{name: "metrics disabled", toml: "[cri]\nmetrics_address = \"\"\n"},

@@ -23,12 +23,17 @@ const (
 	oci backend = "oci"
 	// shimv2 is a containerd shim v2: CRIN_TEST_HANDLER=runc-v2.
 	shimv2 backend = "shimv2"
+	// lxc is LXC through crin-lxc under crin-shim: CRIN_TEST_HANDLER=lxc.
+	lxc backend = "lxc"
 )
 
 // currentBackend is the backend handlerEnv selects.
 func currentBackend() backend {
-	if os.Getenv(handlerEnv) == shimv2Handler {
+	switch os.Getenv(handlerEnv) {
+	case shimv2Handler:
 		return shimv2
+	case lxcHandler:
+		return lxc
 	}
 	return oci
 }
@@ -47,7 +52,7 @@ func runsOn(t *testing.T, bs ...backend) {
 // TestEveryTestSaysItsBackends: every Test function of this suite starts
 // with runsOn.
 func TestEveryTestSaysItsBackends(t *testing.T) {
-	runsOn(t, oci, shimv2)
+	runsOn(t, oci, shimv2, lxc)
 	files, err := filepath.Glob("*_test.go")
 	if err != nil {
 		t.Fatal(err)

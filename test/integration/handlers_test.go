@@ -13,7 +13,8 @@ import (
 // handlerEnv names the runtime handler the suite runs pods on when they
 // name none: empty (the built-in default, runc under crin-shim), crun
 // (under crin-shim; only where crun can run, e.g. the node lane's cgroup
-// v2 VM) or shimv2Handler (containerd-shim-runc-v2). With
+// v2 VM), shimv2Handler (containerd-shim-runc-v2) or lxcHandler (LXC
+// through crin-lxc). With
 //
 //	CRIN_TEST_HANDLER=runc-v2 go test -tags integration -run 'TestExitCodes' ./test/integration/
 //
@@ -42,6 +43,15 @@ binary_name = %q
 `, shimv2Handler, shimv2Handler, runc)
 }
 
+// lxcHandler is the handler of the lxc runtime type: LXC containers
+// through crin-lxc (built next to crind) under crin-shim.
+const lxcHandler = "lxc"
+
+// lxcConfig configures lxcHandler.
+func lxcConfig() string {
+	return fmt.Sprintf("\n[runtimes.%s]\ntype = \"lxc\"\n", lxcHandler)
+}
+
 // defaultHandlerConfig makes $CRIN_TEST_HANDLER the default runtime of
 // the daemon whose config is cfg (extra is the test's own part of it).
 func defaultHandlerConfig(t *testing.T, cfg, extra string) string {
@@ -53,10 +63,14 @@ func defaultHandlerConfig(t *testing.T, cfg, extra string) string {
 		if !strings.Contains(extra, "[runtimes."+shimv2Handler+"]") {
 			cfg += shimv2Config(t)
 		}
+	case lxcHandler:
+		if !strings.Contains(extra, "[runtimes."+lxcHandler+"]") {
+			cfg += lxcConfig()
+		}
 	case "crun":
 		// configured by default (type oci under crin-shim)
 	default:
-		t.Fatalf("%s=%q: the suite knows %q and crun", handlerEnv, h, shimv2Handler)
+		t.Fatalf("%s=%q: the suite knows %q, %q and crun", handlerEnv, h, shimv2Handler, lxcHandler)
 	}
 	t.Logf("%s=%s: pods naming no handler run on %s", handlerEnv, h, h)
 	// Top-level keys come before the first table.
