@@ -88,7 +88,7 @@ func (c *cli) create(args []string, startNow bool) (retErr error) {
 		lxcconf.Item{Key: "lxc.log.file", Value: filepath.Join(dir, "lxc.log")},
 		lxcconf.Item{Key: "lxc.log.level", Value: "ERROR"})
 	st := &stateFile{ID: id, Bundle: b, Rootfs: spec.Root.Path, Created: time.Now().UTC(), CgroupDir: cfg.CgroupDir, CgroupV2: v2}
-	if err := writeContainer(dir, cfg); err != nil {
+	if err := writeContainer(dir, cfg, v2); err != nil {
 		return err
 	}
 	if err := c.lxc.Check(id); err != nil {
@@ -117,7 +117,7 @@ func (c *cli) create(args []string, startNow bool) (retErr error) {
 
 // writeContainer writes the LXC config, the seccomp profile, the run
 // file the monitor reads, the rootfs mount point and the start fifo.
-func writeContainer(dir string, cfg *lxcconf.Config) error {
+func writeContainer(dir string, cfg *lxcconf.Config, v2 bool) error {
 	if err := os.WriteFile(filepath.Join(dir, "config"), []byte(cfg.Render()), 0o600); err != nil {
 		return err
 	}
@@ -140,6 +140,12 @@ func writeContainer(dir string, cfg *lxcconf.Config) error {
 			word(t)
 			word(p)
 		}
+	}
+	if !v2 {
+		// The monitor's holder keeps the memory cgroup, and its OOM
+		// counter, until crin-shim has read it (liblxc_cgo.go).
+		word("memcg")
+		word(filepath.Join("/sys/fs/cgroup/memory", cfg.CgroupDir, "cgroup.procs"))
 	}
 	if err := os.WriteFile(filepath.Join(dir, "run"), run.Bytes(), 0o600); err != nil {
 		return err

@@ -97,9 +97,15 @@ static int crin_ns_flag(const char *t) {
 	return 0;
 }
 
-// crin_net_holder forks a child that enters the network namespace nsfd
-// and waits there until the monitor ends; returns its pid once it is in.
-static pid_t crin_net_holder(int nsfd) {
+// crin_holder forks a child that stays until the monitor ends: it enters
+// the network namespace nsfd (unless -1), for the container to share by
+// its pid, and it joins the container's memory cgroup (v1) once liblxc
+// made it, memcg being that cgroup's cgroup.procs (unless NULL): liblxc
+// removes the container's cgroups before the monitor exits, and the
+// holder in it keeps the memory cgroup, and so its OOM kill counter,
+// for crin-shim to read when it reaps the monitor ("crin-lxc delete"
+// removes it then). Returns the child's pid once it is in nsfd.
+static pid_t crin_holder(int nsfd, const char *memcg) {
 	int p[2];
 	if (pipe2(p, O_CLOEXEC) < 0)
 		return -1;
@@ -112,12 +118,24 @@ static pid_t crin_net_holder(int nsfd) {
 		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		if (getppid() != parent)
 			_exit(0);
-		char ok = setns(nsfd, CLONE_NEWNET) == 0 ? 1 : 0;
-		int e = errno;
-		if (write(p[1], ok ? &ok : (char *)&e, ok ? 1 : sizeof(e)) < 0)
+		int e = 0;
+		if (nsfd >= 0 && setns(nsfd, CLONE_NEWNET) < 0)
+			e = errno;
+		char ok = 1;
+		if (write(p[1], e ? (char *)&e : &ok, e ? sizeof(e) : 1) < 0 || e)
 			_exit(1);
-		if (!ok)
-			_exit(1);
+		close(p[1]);
+		// The container's cgroup appears as liblxc starts it.
+		for (int i = 0; memcg && i < 60000; i++) {
+			int fd = open(memcg, O_WRONLY | O_CLOEXEC);
+			if (fd >= 0) {
+				if (write(fd, "0", 1) < 0) {
+				}
+				close(fd);
+				break;
+			}
+			usleep(2000);
+		}
 		for (;;)
 			pause();
 	}
@@ -179,14 +197,18 @@ static void crin_monitor(const char *lxcpath, const char *name, const char *dir)
 	// A child of the monitor enters it instead and stays, and the
 	// container shares it by that child's pid (lxc.namespace.share.net).
 	char netpid[32] = "";
+	int netfd = -1;
+	const char *memcg = NULL;
 	for (int i = 1 + argc; i + 1 < nw; i += 2) {
+		if (!strcmp(words[i], "memcg")) {
+			memcg = words[i + 1];
+			continue;
+		}
 		int nsfd = open(words[i + 1], O_RDONLY | O_CLOEXEC);
 		int err = nsfd < 0 ? errno : 0;
 		if (nsfd >= 0 && !strcmp(words[i], "net")) {
-			pid_t h = crin_net_holder(nsfd);
-			err = h < 0 ? errno : 0;
-			if (h > 0)
-				snprintf(netpid, sizeof(netpid), "%d", h);
+			netfd = nsfd;
+			continue;
 		} else if (nsfd >= 0 && setns(nsfd, crin_ns_flag(words[i])) < 0) {
 			err = errno;
 		}
@@ -196,6 +218,15 @@ static void crin_monitor(const char *lxcpath, const char *name, const char *dir)
 			crin_fail(dir, what, err);
 		}
 		close(nsfd);
+	}
+	if (netfd >= 0 || memcg) {
+		pid_t h = crin_holder(netfd, memcg);
+		if (h < 0)
+			crin_fail(dir, "join the network namespace", errno);
+		if (netfd >= 0)
+			snprintf(netpid, sizeof(netpid), "%d", h);
+		if (netfd >= 0)
+			close(netfd);
 	}
 
 	struct lxc_container *c = crin_open(lxcpath, name);

@@ -2,6 +2,7 @@ package shimd
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -73,7 +74,7 @@ func newContainer(ctx context.Context, log *slog.Logger, cfg ctrConfig, rp *reap
 		cc.closePidfd()
 	}
 	ioDone := copyOutput(log, logw, cc.fan, c)
-	oom := newOOMWatch(log, c.pid)
+	oom := newOOMWatch(log, c.pid, specOOMCounterFile(cfg.Dir))
 	bg.Add(1)
 	rp.watch(c.pid, startedAt, func(ws unix.WaitStatus) {
 		// An exec'd process outlives the init when the PID namespace is
@@ -150,13 +151,22 @@ type oomCounter struct {
 // crun's scope and the pod's cgroup, and one more.
 const oomAncestors = 3
 
-func newOOMWatch(log *slog.Logger, pid int) oomWatch {
-	file, err := oomCounterFile(pid)
-	if err != nil {
-		log.Warn("no oom counter", "error", err)
-		return oomWatch{}
+// newOOMWatch watches specFile (from the spec's cgroupsPath, "" if none)
+// or else the memory cgroup pid is in. A specFile that does not exist yet
+// is a cgroup the runtime makes at start: its count starts at 0.
+func newOOMWatch(log *slog.Logger, pid int, specFile string) oomWatch {
+	file := specFile
+	if file == "" {
+		var err error
+		if file, err = oomCounterFile(pid); err != nil {
+			log.Warn("no oom counter", "error", err)
+			return oomWatch{}
+		}
 	}
 	base, err := shim.ReadOOMKills(file)
+	if errors.Is(err, os.ErrNotExist) && specFile != "" {
+		base, err = 0, nil
+	}
 	if err != nil {
 		log.Warn("read oom counter", "error", err)
 		return oomWatch{}

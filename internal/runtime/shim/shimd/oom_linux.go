@@ -1,6 +1,7 @@
 package shimd
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -39,4 +40,36 @@ func oomCounterFile(pid int) (string, error) {
 		}
 	}
 	return "", fmt.Errorf("no memory cgroup for %d", pid)
+}
+
+// specOOMCounterFile is the OOM kill counter of the cgroup the bundle's
+// spec names, when linux.cgroupsPath is a cgroupfs path (not the
+// systemd driver's slice:prefix:name), or "". The shim takes it over the
+// init pid's: a runtime that makes the container's cgroup only at start
+// (crin-lxc, whose "init" is its monitor) has no cgroup of the
+// container at create to look the pid up in.
+func specOOMCounterFile(bundle string) string {
+	data, err := os.ReadFile(filepath.Join(bundle, "config.json"))
+	if err != nil {
+		return ""
+	}
+	var spec struct {
+		Linux *struct {
+			CgroupsPath string `json:"cgroupsPath"`
+		} `json:"linux"`
+	}
+	if json.Unmarshal(data, &spec) != nil || spec.Linux == nil {
+		return ""
+	}
+	p := spec.Linux.CgroupsPath
+	if !strings.HasPrefix(p, "/") || strings.Contains(p, ":") {
+		return ""
+	}
+	if _, err := os.Stat(filepath.Join(cgroupRoot, "cgroup.controllers")); err == nil {
+		return filepath.Join(cgroupRoot, filepath.Clean(p), "memory.events")
+	}
+	if _, err := os.Stat(filepath.Join(cgroupRoot, "memory")); err == nil {
+		return filepath.Join(cgroupRoot, "memory", filepath.Clean(p), "memory.oom_control")
+	}
+	return ""
 }
