@@ -8,7 +8,8 @@ package main
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
-#include <sys/prctl.h>
+#include <poll.h>
+#include <stdbool.h>
 #include <sys/wait.h>
 #include <fcntl.h>
 #include <sched.h>
@@ -97,56 +98,111 @@ static int crin_ns_flag(const char *t) {
 	return 0;
 }
 
-// crin_holder forks a child that stays until the monitor ends: it enters
-// the network namespace nsfd (unless -1), for the container to share by
-// its pid, and it joins the container's memory cgroup (v1) once liblxc
-// made it, memcg being that cgroup's cgroup.procs (unless NULL): liblxc
-// removes the container's cgroups before the monitor exits, and the
-// holder in it keeps the memory cgroup, and so its OOM kill counter,
-// for crin-shim to read when it reaps the monitor ("crin-lxc delete"
-// removes it then). Returns the child's pid once it is in nsfd.
-static pid_t crin_holder(int nsfd, const char *memcg) {
-	int p[2];
-	if (pipe2(p, O_CLOEXEC) < 0)
+// crin_holder starts the process the container shares its joined
+// namespaces with (lxc.namespace.share.*: liblxc takes a pid there, not a
+// namespace file). The monitor itself enters none: liblxc's command
+// socket is an abstract one, which lives in the monitor's network
+// namespace, and crin-lxc reaches it from the host's; and liblxc starts a
+// container in a PID namespace it was told to share, not one its monitor
+// entered.
+//
+// The holder enters the namespaces in fds (types in flags, n of them).
+// For a PID namespace it forks an anchor child, which begins in it, and
+// whose pid is returned; otherwise its own. The holder also keeps the
+// container's memory cgroup (v1), memcg being its cgroup.procs (unless
+// NULL): it joins it once liblxc made it, since liblxc removes the
+// container's cgroups before the monitor exits, and crin-shim reads the
+// OOM kill counter when it reaps the monitor ("crin-lxc delete" removes
+// the cgroup then). The anchor ends once the container's init is in
+// that cgroup (liblxc holds the namespaces then); without memcg, with
+// the holder. The holder is not the monitor's child (liblxc reaps every
+// child, wait4(-1), when a start fails): an intermediate forks it and
+// exits, so the shim (a subreaper) inherits it. It ends when the pipe
+// the monitor holds closes, i.e. with the monitor.
+static pid_t crin_holder(int *fds, int *flags, int n, const char *memcg) {
+	int ready[2], life[2];
+	if (pipe2(ready, O_CLOEXEC) < 0 || pipe2(life, O_CLOEXEC) < 0)
 		return -1;
-	pid_t parent = getpid();
-	pid_t pid = fork();
-	if (pid < 0)
+	pid_t mid = fork();
+	if (mid < 0)
 		return -1;
-	if (pid == 0) {
-		close(p[0]);
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		if (getppid() != parent)
+	if (mid == 0) {
+		close(ready[0]);
+		close(life[1]);
+		if (fork() != 0)
 			_exit(0);
 		int e = 0;
-		if (nsfd >= 0 && setns(nsfd, CLONE_NEWNET) < 0)
-			e = errno;
-		char ok = 1;
-		if (write(p[1], e ? (char *)&e : &ok, e ? sizeof(e) : 1) < 0 || e)
-			_exit(1);
-		close(p[1]);
-		// The container's cgroup appears as liblxc starts it.
-		for (int i = 0; memcg && i < 60000; i++) {
-			int fd = open(memcg, O_WRONLY | O_CLOEXEC);
-			if (fd >= 0) {
-				if (write(fd, "0", 1) < 0) {
-				}
-				close(fd);
-				break;
-			}
-			usleep(2000);
+		bool pidns = false;
+		for (int i = 0; i < n && !e; i++) {
+			if (setns(fds[i], flags[i]) < 0)
+				e = errno;
+			if (flags[i] == CLONE_NEWPID)
+				pidns = true;
 		}
-		for (;;)
-			pause();
+		pid_t anchor = 0;
+		if (!e && pidns) {
+			anchor = fork();
+			if (anchor < 0)
+				e = errno;
+			if (anchor == 0) {
+				struct pollfd pfd = {.fd = life[0], .events = POLLIN};
+				poll(&pfd, 1, -1);
+				_exit(0);
+			}
+		}
+		pid_t share = anchor > 0 ? anchor : getpid();
+		if (write(ready[1], &share, sizeof(share)) < 0 || write(ready[1], &e, sizeof(e)) < 0 || e)
+			_exit(1);
+		close(ready[1]);
+		// The container's cgroup appears as liblxc starts it.
+		bool joined = memcg == NULL;
+		for (;;) {
+			if (!joined) {
+				int fd = open(memcg, O_WRONLY | O_CLOEXEC);
+				if (fd >= 0) {
+					joined = true;
+					if (write(fd, "0", 1) < 0) {
+					}
+					close(fd);
+				}
+			}
+			if (joined && anchor > 0 && memcg) {
+				// Two pids in the cgroup: the init is in.
+				size_t len = 0;
+				char *procs = crin_read(memcg, &len);
+				int lines = 0;
+				for (size_t i = 0; procs && i < len; i++)
+					lines += procs[i] == '\n';
+				free(procs);
+				if (lines >= 2) {
+					kill(anchor, SIGKILL);
+					waitpid(anchor, NULL, 0);
+					anchor = 0;
+				}
+			}
+			struct pollfd pfd = {.fd = life[0], .events = POLLIN};
+			if (poll(&pfd, 1, joined && anchor <= 0 ? -1 : 2) > 0) {
+				if (anchor > 0) {
+					kill(anchor, SIGKILL);
+					waitpid(anchor, NULL, 0);
+				}
+				_exit(0);
+			}
+		}
 	}
-	close(p[1]);
-	char buf[sizeof(int)];
-	ssize_t n = read(p[0], buf, sizeof(buf));
-	close(p[0]);
-	if (n == 1)
-		return pid;
-	errno = n == sizeof(int) ? *(int *)buf : EIO;
-	return -1;
+	close(ready[1]);
+	close(life[0]);
+	waitpid(mid, NULL, 0);
+	pid_t h = -1;
+	int e = EIO;
+	if (read(ready[0], &h, sizeof(h)) != sizeof(h) || read(ready[0], &e, sizeof(e)) != sizeof(e) || e) {
+		close(ready[0]);
+		errno = e ? e : EIO;
+		return -1;
+	}
+	close(ready[0]);
+	// life[1] stays open, close-on-exec, until the monitor ends.
+	return h;
 }
 
 static void crin_monitor(const char *lxcpath, const char *name, const char *dir) {
@@ -191,49 +247,43 @@ static void crin_monitor(const char *lxcpath, const char *name, const char *dir)
 	char **argv = calloc(argc + 1, sizeof(char *));
 	for (int i = 0; i < argc; i++)
 		argv[i] = words[1 + i];
-	// The network namespace is not entered by the monitor: liblxc's
-	// command socket is an abstract one, which lives in the network
-	// namespace of the monitor, and crin-lxc reaches it from the host's.
-	// A child of the monitor enters it instead and stays, and the
-	// container shares it by that child's pid (lxc.namespace.share.net).
-	char netpid[32] = "";
-	int netfd = -1;
+	// The joined namespaces are shared with the holder (crin_holder).
+	int fds[8], flags[8], n = 0;
+	const char *types[8];
 	const char *memcg = NULL;
 	for (int i = 1 + argc; i + 1 < nw; i += 2) {
 		if (!strcmp(words[i], "memcg")) {
 			memcg = words[i + 1];
 			continue;
 		}
-		int nsfd = open(words[i + 1], O_RDONLY | O_CLOEXEC);
-		int err = nsfd < 0 ? errno : 0;
-		if (nsfd >= 0 && !strcmp(words[i], "net")) {
-			netfd = nsfd;
-			continue;
-		} else if (nsfd >= 0 && setns(nsfd, crin_ns_flag(words[i])) < 0) {
-			err = errno;
-		}
-		if (err) {
+		if (n == 8 || !crin_ns_flag(words[i]))
+			crin_fail(dir, "bad run file", 0);
+		if ((fds[n] = open(words[i + 1], O_RDONLY | O_CLOEXEC)) < 0) {
 			char what[4200];
-			snprintf(what, sizeof(what), "join the %s namespace %s", words[i], words[i + 1]);
-			crin_fail(dir, what, err);
+			snprintf(what, sizeof(what), "open the %s namespace %s", words[i], words[i + 1]);
+			crin_fail(dir, what, errno);
 		}
-		close(nsfd);
+		flags[n] = crin_ns_flag(words[i]);
+		types[n++] = words[i];
 	}
-	if (netfd >= 0 || memcg) {
-		pid_t h = crin_holder(netfd, memcg);
+	char sharepid[32] = "";
+	if (n > 0 || memcg) {
+		pid_t h = crin_holder(fds, flags, n, memcg);
 		if (h < 0)
-			crin_fail(dir, "join the network namespace", errno);
-		if (netfd >= 0)
-			snprintf(netpid, sizeof(netpid), "%d", h);
-		if (netfd >= 0)
-			close(netfd);
+			crin_fail(dir, "join the pod's namespaces", errno);
+		snprintf(sharepid, sizeof(sharepid), "%d", h);
 	}
 
 	struct lxc_container *c = crin_open(lxcpath, name);
 	if (!c)
 		crin_fail(dir, "liblxc did not load the container's config", 0);
-	if (netpid[0] && !c->set_config_item(c, "lxc.namespace.share.net", netpid))
-		crin_fail(dir, "liblxc did not take lxc.namespace.share.net", 0);
+	for (int i = 0; i < n; i++) {
+		char key[64];
+		snprintf(key, sizeof(key), "lxc.namespace.share.%s", types[i]);
+		if (!c->set_config_item(c, key, sharepid))
+			crin_fail(dir, "liblxc did not take lxc.namespace.share", 0);
+		close(fds[i]);
+	}
 	c->want_daemonize(c, false);
 	bool ok = c->start(c, 0, argv);
 	int status = c->error_num;

@@ -86,6 +86,7 @@ func buildRuntimes(ctx context.Context, cfg *config.Config, driver cgroup.Driver
 					// in the driver's form (scopes in the pod's
 					// slice with systemd).
 					SystemdCgroup: driver == cgroup.Systemd,
+					InitFromState: rc.Type == "lxc",
 					PlaceShim:     shimPlacer(driver, units),
 					StateDir:      filepath.Join(cfg.State, "c"),
 					Logger:        rlog,

@@ -60,6 +60,12 @@ type OCIConfig struct {
 	// own to this value so it is not killed before its container. Nil
 	// leaves the shim with the value it inherits from crind.
 	OOMScoreAdj *int
+	// InitFromState: the process crin-shim waits for is not the
+	// container's init but the runtime's own (crin-lxc's monitor, whose
+	// exit is the container's), so Start reports the init's pid from
+	// "<runtime> state": the pid crind pins a pod's namespaces from and
+	// shows in ContainerStatus.
+	InitFromState bool
 	// CommandTimeout bounds each OCI runtime command (DefaultCommandTimeout
 	// when 0).
 	CommandTimeout time.Duration
@@ -277,8 +283,23 @@ func (o *OCI) Start(ctx context.Context, id string) (int, error) {
 		return 0, fmt.Errorf("start container %s: %w", id, err)
 	}
 	restoredCgroupConfig(dir)
+	pid = o.initPid(ctx, id, pid)
 	o.log.InfoContext(ctx, "container started", "container_id", id, "pid", pid)
 	return pid, nil
+}
+
+// initPid is the started container's init: pid (the one the shim waits
+// for), or with InitFromState the one "<runtime> state" reports while
+// the container runs. A container that already exited keeps pid.
+func (o *OCI) initPid(ctx context.Context, id string, pid int) int {
+	if !o.cfg.InitFromState {
+		return pid
+	}
+	st, err := o.runtimeState(ctx, id)
+	if err != nil || st.Pid <= 0 || st.Status != "running" {
+		return pid
+	}
+	return st.Pid
 }
 
 // Signal runs "<runtime> kill". A container that has already stopped is

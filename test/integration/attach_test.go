@@ -120,7 +120,7 @@ func stdinPod(t *testing.T, d *daemon, ref string, edit func(*runtimeapi.Contain
 // comes back on every attached client and in the log, and the end of one
 // client's input does not end the container's (no stdin_once).
 func TestAttachStdin(t *testing.T) {
-	runsOn(t, oci, shimv2)
+	runsOn(t, oci, shimv2, lxc)
 	d := startDaemon(t, daemonOptions{})
 	ref, _ := busybox(t)
 	d.pull(t, ref)
@@ -156,7 +156,7 @@ func TestAttachStdin(t *testing.T) {
 // TestAttachStdinOnce: with stdin_once, the end of the first attach's
 // input closes the container's stdin, so cat ends with 0.
 func TestAttachStdinOnce(t *testing.T) {
-	runsOn(t, oci, shimv2)
+	runsOn(t, oci, shimv2, lxc)
 	d := startDaemon(t, daemonOptions{})
 	ref, _ := busybox(t)
 	d.pull(t, ref)
@@ -181,7 +181,7 @@ func TestAttachStdinOnce(t *testing.T) {
 // the client's resize messages, and the terminal's output reaches the
 // client and the log.
 func TestAttachTTYResize(t *testing.T) {
-	runsOn(t, oci, shimv2)
+	runsOn(t, oci, shimv2, lxc)
 	d := startDaemon(t, daemonOptions{})
 	ref, _ := busybox(t)
 	d.pull(t, ref)
@@ -213,7 +213,7 @@ func TestAttachTTYResize(t *testing.T) {
 // attached: the shim holds the container's stdin, so the container keeps
 // it, and an attach through the restarted crind reaches it.
 func TestAttachAfterRestart(t *testing.T) {
-	runsOn(t, oci, shimv2)
+	runsOn(t, oci, shimv2, lxc)
 	d := startDaemon(t, daemonOptions{})
 	ref, _ := busybox(t)
 	d.pull(t, ref)
@@ -237,7 +237,7 @@ func TestAttachAfterRestart(t *testing.T) {
 // TestAttachStdinRefused: a container created without stdin has none to
 // attach to.
 func TestAttachStdinRefused(t *testing.T) {
-	runsOn(t, oci, shimv2)
+	runsOn(t, oci, shimv2, lxc)
 	d := startDaemon(t, daemonOptions{})
 	ref, _ := busybox(t)
 	d.pull(t, ref)
@@ -252,7 +252,7 @@ func TestAttachStdinRefused(t *testing.T) {
 // no log directory: the input reaches the shell and its output, a line
 // without its end, the client, though no log is kept for kubelet.
 func TestAttachWithoutLog(t *testing.T) {
-	runsOn(t, oci, shimv2)
+	runsOn(t, oci, shimv2, lxc)
 	d := startDaemon(t, daemonOptions{})
 	ref, _ := busybox(t)
 	d.pull(t, ref)

@@ -190,7 +190,7 @@ func TestShimKilledWhileDown(t *testing.T) {
 // CreateContainer in it is FailedPrecondition, the pod's next attempt
 // runs, and stopping and removing the dead pod leaves nothing.
 func TestInfraKilled(t *testing.T) {
-	runsOn(t, oci, shimv2)
+	runsOn(t, oci, shimv2, lxc)
 	d := startDaemon(t, daemonOptions{})
 	ref, _ := busybox(t)
 	d.pull(t, ref)
@@ -247,7 +247,7 @@ func nsInode(t *testing.T, path string) uint64 {
 // pinned under the state dir (not merely in its infra process's), that
 // the pins outlive the infra process, and that they are gone with the pod.
 func TestPinnedNamespaces(t *testing.T) {
-	runsOn(t, oci, shimv2)
+	runsOn(t, oci, shimv2, lxc)
 	d := startDaemon(t, daemonOptions{})
 	ref, _ := busybox(t)
 	d.pull(t, ref)

@@ -354,7 +354,7 @@ func (d *daemon) waitNoRuntimeLeaks(t *testing.T, when string) {
 // stop_signal is honoured (also after a restart), and an undefined CDI
 // device fails CreateContainer.
 func TestRequestsAnswerTruthfully(t *testing.T) {
-	runsOn(t, oci, shimv2)
+	runsOn(t, oci, shimv2, lxc)
 	d := startDaemon(t, daemonOptions{})
 	ref, _ := busybox(t)
 	d.pull(t, ref)

@@ -84,7 +84,7 @@ func (l *eventLog) of(id string) []string {
 // TestKubeletStats checks the figures kubelet's CRI stats provider and
 // metrics collector read, and the events its evented PLEG reads.
 func TestKubeletStats(t *testing.T) {
-	runsOn(t, oci, shimv2)
+	runsOn(t, oci, shimv2, lxc)
 	d := startDaemon(t, daemonOptions{})
 	withStatsPeriod(t, d, "1s")
 	ref, _ := busybox(t)

@@ -15,7 +15,7 @@ import (
 // default handler under "", the effective user of a container, the image
 // id in the container list, and the streaming list RPCs.
 func TestKubeletSurface(t *testing.T) {
-	runsOn(t, oci, shimv2)
+	runsOn(t, oci, shimv2, lxc)
 	d := startDaemon(t, daemonOptions{})
 	ctx := ctxT(t)
 	st, err := d.rs.Status(ctx, &runtimeapi.StatusRequest{})

@@ -178,7 +178,7 @@ func TestExitCodes(t *testing.T) {
 // TestCgroupLimits checks that resource limits are visible inside the
 // container, and that UpdateContainerResources changes them.
 func TestCgroupLimits(t *testing.T) {
-	runsOn(t, oci, shimv2)
+	runsOn(t, oci, shimv2, lxc)
 	d := startDaemon(t, daemonOptions{})
 	ref, _ := busybox(t)
 	d.pull(t, ref)

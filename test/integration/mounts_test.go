@@ -19,7 +19,7 @@ import (
 // options reach the mount, and the combinations the CRI forbids are
 // refused naming the field.
 func TestMountFeatures(t *testing.T) {
-	runsOn(t, oci, shimv2)
+	runsOn(t, oci, shimv2, lxc)
 	d := startDaemon(t, daemonOptions{})
 	ctx := ctxT(t)
 	st, err := d.rs.Status(ctx, &runtimeapi.StatusRequest{})

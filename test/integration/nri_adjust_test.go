@@ -88,7 +88,7 @@ func (d *daemon) waitFiles(t *testing.T, id string, want map[string]string) {
 // mount, an rlimit, a device node, an annotation, memory and CPU limits;
 // and that crinctl shows both plugins and who owns what.
 func TestNRIAdjustInContainer(t *testing.T) {
-	runsOn(t, oci, shimv2)
+	runsOn(t, oci, shimv2, lxc)
 	n := newNRISetup(t)
 	data := filepath.Join(n.Dir, "data.txt")
 	if err := os.WriteFile(data, []byte("mounted by nri\n"), 0o644); err != nil {
@@ -218,7 +218,7 @@ func hookScript(t *testing.T, n *nriSetup, marker string) string {
 // the default validator allows it, and that by default the validator
 // refuses it with an error naming the plugin, leaving nothing behind.
 func TestNRIHookAdjustment(t *testing.T) {
-	runsOn(t, oci, shimv2)
+	runsOn(t, oci, shimv2, lxc)
 	ref, _ := busybox(t)
 	setup := func(t *testing.T, extra string) (d *daemon, marker string) {
 		n := newNRISetup(t)
@@ -273,7 +273,7 @@ func TestNRIHookAdjustment(t *testing.T) {
 // container's CPU and memory while another container is created, in its
 // answer and with an unsolicited update.
 func TestNRIUpdateOtherContainer(t *testing.T) {
-	runsOn(t, oci, shimv2)
+	runsOn(t, oci, shimv2, lxc)
 	n := newNRISetup(t)
 	res := func(mem, quota int64) json.RawMessage {
 		return protoJSON(t, &api.LinuxResources{
@@ -320,7 +320,7 @@ func TestNRIUpdateOtherContainer(t *testing.T) {
 // gets exactly one StopContainer for it (also when CRI stops and removes it
 // afterwards), and that nothing else is touched.
 func TestNRIEviction(t *testing.T) {
-	runsOn(t, oci, shimv2)
+	runsOn(t, oci, shimv2, lxc)
 	n := newNRISetup(t)
 	n.install(t, "10", "obs", pluginConfig{})
 	d := nriDaemon(t, n, "")

@@ -21,7 +21,7 @@ import (
 // still controllable, the exited one shows its real exit code, and nothing
 // leaks once everything is removed.
 func TestCrashRecovery(t *testing.T) {
-	runsOn(t, oci, shimv2)
+	runsOn(t, oci, shimv2, lxc)
 	d := startDaemon(t, daemonOptions{})
 	ref, _ := busybox(t)
 	d.pull(t, ref)
@@ -141,7 +141,7 @@ exec runc "$@"
 // runtime started after its record said created is recorded running.
 // Removing everything then leaks nothing.
 func TestKillMidLifecycle(t *testing.T) {
-	runsOn(t, oci, shimv2)
+	runsOn(t, oci, shimv2, lxc)
 	dir, err := os.MkdirTemp("", "crinpause")
 	if err != nil {
 		t.Fatal(err)

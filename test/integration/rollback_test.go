@@ -45,7 +45,7 @@ exec runc "$@"
 // and is recorded exited (StartError); nothing of it runs, and removing it
 // leaves only the pod's state.
 func TestRollback(t *testing.T) {
-	runsOn(t, oci, shimv2)
+	runsOn(t, oci, shimv2, lxc)
 	dir, err := os.MkdirTemp("", "crinflaky")
 	if err != nil {
 		t.Fatal(err)

@@ -21,7 +21,7 @@ func (d *daemon) statusField(t *testing.T, id, field string) string {
 // TestSecurityContext checks that the security context a user asks for is
 // what the container's processes get.
 func TestSecurityContext(t *testing.T) {
-	runsOn(t, oci, shimv2)
+	runsOn(t, oci, shimv2, lxc)
 	d := startDaemon(t, daemonOptions{})
 	ref, _ := busybox(t)
 	d.pull(t, ref)
