@@ -36,7 +36,7 @@ func (c *cli) create(args []string, startNow bool) (retErr error) {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	bundle := fs.String("bundle", ".", "bundle dir")
 	pidFile := fs.String("pid-file", "", "file to write the monitor's pid to")
-	console := fs.String("console-socket", "", "refused: no terminal")
+	console := fs.String("console-socket", "", "socket to send the container's terminal to")
 	_ = fs.Bool("detach", false, "run: return once started")
 	_ = fs.Bool("no-pivot", false, "ignored")
 	_ = fs.Bool("no-new-keyring", false, "ignored")
@@ -45,9 +45,6 @@ func (c *cli) create(args []string, startNow bool) (retErr error) {
 		return err
 	}
 	id := rest[0]
-	if *console != "" {
-		return errors.New("--console-socket: crin-lxc does not give containers a terminal")
-	}
 	b, err := filepath.Abs(*bundle)
 	if err != nil {
 		return err
@@ -75,7 +72,12 @@ func (c *cli) create(args []string, startNow bool) (retErr error) {
 		}
 	}()
 	v2 := isCgroup2()
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
 	cfg, err := lxcconf.Translate(&spec, hostView(v2), lxcconf.Options{
+		ReadonlyHook:  self + " __readonly " + dir,
 		Bundle:        b,
 		RootfsMount:   filepath.Join(dir, "rootfs"),
 		SeccompFile:   filepath.Join(dir, "seccomp"),
@@ -93,6 +95,18 @@ func (c *cli) create(args []string, startNow bool) (retErr error) {
 	}
 	if err := c.lxc.Check(id); err != nil {
 		return fmt.Errorf("%w: %s", err, lxcErrors(dir))
+	}
+	if spec.Process.Terminal != (*console != "") {
+		return errors.New("process.terminal and --console-socket go together")
+	}
+	if *console != "" {
+		t, err := sendConsole(*console)
+		if err != nil {
+			return err
+		}
+		if err := useTerminal(t); err != nil {
+			return err
+		}
 	}
 	pid, err := c.spawnMonitor(id, dir)
 	if err != nil {
@@ -139,6 +153,16 @@ func writeContainer(dir string, cfg *lxcconf.Config, v2 bool) error {
 		if p, ok := cfg.Join[t]; ok {
 			word(t)
 			word(p)
+		}
+	}
+	if len(cfg.ReadonlyPaths) > 0 {
+		var ro bytes.Buffer
+		for _, p := range cfg.ReadonlyPaths {
+			ro.WriteString(p)
+			ro.WriteByte(0)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "readonly"), ro.Bytes(), 0o600); err != nil {
+			return err
 		}
 	}
 	if !v2 {

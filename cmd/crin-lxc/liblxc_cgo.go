@@ -10,6 +10,7 @@ package main
 #include <stdio.h>
 #include <poll.h>
 #include <stdbool.h>
+#include <sys/mount.h>
 #include <sys/wait.h>
 #include <fcntl.h>
 #include <sched.h>
@@ -314,6 +315,50 @@ static void crin_monitor(const char *lxcpath, const char *name, const char *dir)
 	_exit(WIFEXITED(status) ? WEXITSTATUS(status) : 255);
 }
 
+// crin_readonly is the start-host hook, "crin-lxc __readonly <dir> ...":
+// liblxc runs it on the host once the container is set up, just before
+// its init starts, with the init's pid in LXC_PID. It enters the
+// container's mount namespace and makes each path listed in
+// <dir>/readonly (NUL-terminated) read-only: later than the mount entries
+// could, since liblxc writes the spec's sysctls into /proc/sys after
+// those. Single-threaded (before the Go runtime), as setns to a mount
+// namespace must be.
+static void crin_readonly(const char *dir) {
+	const char *pid = getenv("LXC_PID");
+	char path[4096];
+	if (!pid) {
+		fprintf(stderr, "crin-lxc readonly hook: no LXC_PID\n");
+		_exit(1);
+	}
+	snprintf(path, sizeof(path), "%s/readonly", dir);
+	size_t len;
+	char *list = crin_read(path, &len);
+	if (!list) {
+		fprintf(stderr, "crin-lxc readonly hook: read %s: %s\n", path, strerror(errno));
+		_exit(1);
+	}
+	snprintf(path, sizeof(path), "/proc/%s/ns/mnt", pid);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0 || setns(fd, CLONE_NEWNS) < 0) {
+		fprintf(stderr, "crin-lxc readonly hook: enter %s: %s\n", path, strerror(errno));
+		_exit(1);
+	}
+	for (size_t i = 0; i < len; i += strlen(list + i) + 1) {
+		const char *p = list + i;
+		if (mount(p, p, NULL, MS_BIND | MS_REC, NULL) < 0) {
+			if (errno == ENOENT)
+				continue;
+			fprintf(stderr, "crin-lxc readonly hook: bind %s: %s\n", p, strerror(errno));
+			_exit(1);
+		}
+		if (mount(NULL, p, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0) {
+			fprintf(stderr, "crin-lxc readonly hook: read-only %s: %s\n", p, strerror(errno));
+			_exit(1);
+		}
+	}
+	_exit(0);
+}
+
 __attribute__((constructor)) static void crin_monitor_entry(void) {
 	size_t len;
 	char *cmd = crin_read("/proc/self/cmdline", &len);
@@ -325,6 +370,8 @@ __attribute__((constructor)) static void crin_monitor_entry(void) {
 		w[n++] = cmd + i;
 	if (n == 5 && !strcmp(w[1], "__monitor"))
 		crin_monitor(w[2], w[3], w[4]);
+	if (n >= 3 && !strcmp(w[1], "__readonly"))
+		crin_readonly(w[2]);
 	free(cmd);
 }
 

@@ -291,15 +291,12 @@ func (c *cli) exec(args []string) error {
 	procFile := fs.String("process", "", "process.json")
 	pidFile := fs.String("pid-file", "", "file to write the process's pid to")
 	_ = fs.Bool("detach", false, "return once started")
-	console := fs.String("console-socket", "", "refused: no terminal")
+	console := fs.String("console-socket", "", "socket to send the process's terminal to")
 	rest, err := parse(fs, args, 1)
 	if err != nil {
 		return err
 	}
 	id := rest[0]
-	if *console != "" {
-		return errors.New("--console-socket: crin-lxc does not give exec'd processes a terminal")
-	}
 	data, err := os.ReadFile(*procFile)
 	if err != nil {
 		return fmt.Errorf("read process: %w", err)
@@ -308,8 +305,8 @@ func (c *cli) exec(args []string) error {
 	if err := json.Unmarshal(data, &p); err != nil {
 		return fmt.Errorf("read process: %w", err)
 	}
-	if p.Terminal {
-		return errors.New("spec field process.terminal: crin-lxc does not give exec'd processes a terminal")
+	if p.Terminal != (*console != "") {
+		return errors.New("process.terminal and --console-socket go together")
 	}
 	if len(p.Args) == 0 {
 		return errors.New("spec field process.args: empty")
@@ -320,6 +317,15 @@ func (c *cli) exec(args []string) error {
 	}
 	if status, _ := c.status(id, st); status != "running" {
 		return fmt.Errorf("container %s is %s, not running", id, status)
+	}
+	if *console != "" {
+		t, err := sendConsole(*console)
+		if err != nil {
+			return err
+		}
+		if err := useTerminal(t); err != nil {
+			return err
+		}
 	}
 	pid, err := c.lxc.Attach(id, attachOptions{
 		Args: p.Args, Env: p.Env, Cwd: p.Cwd, UID: p.User.UID, GID: p.User.GID,

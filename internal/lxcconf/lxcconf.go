@@ -63,9 +63,11 @@ type Options struct {
 	// Bundle is the bundle dir; a relative root.path is resolved in it.
 	Bundle string
 	// RootfsMount is where LXC mounts the rootfs while it sets the
-	// container up (lxc.rootfs.mount): read-only paths are bind mounts
-	// of the container's own paths, found under it.
+	// container up (lxc.rootfs.mount).
 	RootfsMount string
+	// ReadonlyHook is the lxc.hook.start-host command that makes
+	// Config.ReadonlyPaths read-only.
+	ReadonlyHook string
 	// SeccompFile is where the LXC seccomp profile is written, when the
 	// spec has one.
 	SeccompFile string
@@ -91,6 +93,8 @@ type Config struct {
 	// CgroupDir is the container's cgroup, relative to the hierarchy
 	// roots, without a leading slash.
 	CgroupDir string
+	// ReadonlyPaths are linux.readonlyPaths, for the start-host hook.
+	ReadonlyPaths []string
 }
 
 // Render is the configuration file LXC reads.
@@ -145,6 +149,7 @@ func Translate(s *specs.Spec, h Host, o Options) (*Config, error) {
 			return nil, err
 		}
 	}
+	t.add("lxc.namespace.clone", strings.Join(t.clone, " "))
 	return t.c, nil
 }
 
@@ -260,7 +265,6 @@ func (t *translator) namespaces() error {
 	if len(t.s.Linux.TimeOffsets) > 0 {
 		return unsupported("linux.timeOffsets", "time namespace offsets are not supported by crin-lxc")
 	}
-	t.add("lxc.namespace.clone", strings.Join(t.clone, " "))
 	if h := t.s.Hostname; h != "" {
 		if !slices.Contains(t.clone, "uts") {
 			if _, joined := t.c.Join["uts"]; !joined {
@@ -282,9 +286,6 @@ func (t *translator) namespaces() error {
 // rlimits, no_new_privs.
 func (t *translator) process() error {
 	p := t.s.Process
-	if p.Terminal {
-		return unsupported("process.terminal", "crin-lxc does not give containers a terminal")
-	}
 	if len(p.Args) == 0 {
 		if p.CommandLine != "" {
 			return unsupported("process.commandLine", "a Windows command line")

@@ -31,7 +31,7 @@ func testHost(v2 bool) Host {
 	}
 }
 
-var testOptions = Options{Bundle: "/b", RootfsMount: "/state/c1/rootfs", SeccompFile: "/state/c1/seccomp", MonitorCgroup: "crin-lxc-monitor/c1"}
+var testOptions = Options{Bundle: "/b", RootfsMount: "/state/c1/rootfs", ReadonlyHook: "/bin/crin-lxc __readonly /state/c1", SeccompFile: "/state/c1/seccomp", MonitorCgroup: "crin-lxc-monitor/c1"}
 
 // testSpec is what crind writes for a container of a pod that shares
 // its namespaces.
@@ -92,7 +92,7 @@ func TestTranslate(t *testing.T) {
 	want := map[string][]string{
 		"lxc.rootfs.path":                        {"dir:/b/rootfs"},
 		"lxc.rootfs.options":                     {"ro"},
-		"lxc.namespace.clone":                    {"mnt"},
+		"lxc.namespace.clone":                    {"mnt cgroup"},
 		"lxc.uts.name":                           {"pod1"},
 		"lxc.environment":                        {"PATH=/bin", "GREETING=hello there"},
 		"lxc.init.cwd":                           {"/work dir"},
@@ -145,7 +145,6 @@ func TestTranslate(t *testing.T) {
 		`/data\040dir data none rbind,rprivate,create=dir 0 0`,
 		"/dev/null proc/kcore none bind,optional 0 0",
 		"tmpfs proc/acpi tmpfs ro,optional 0 0",
-		"/state/c1/rootfs/proc/sys proc/sys none bind,ro,optional 0 0",
 		"/dev/null dev/null none bind,create=file 0 0",
 		"/dev/fuse dev/fuse none bind,create=file 0 0",
 	} {
@@ -157,6 +156,9 @@ func TestTranslate(t *testing.T) {
 		if strings.Contains(e, "devpts") || strings.Contains(e, "missing") {
 			t.Errorf("mount entry %q: /dev/pts is LXC's, a missing masked path is skipped", e)
 		}
+	}
+	if !slices.Equal(c.ReadonlyPaths, []string{"/proc/sys"}) {
+		t.Errorf("read-only paths = %q", c.ReadonlyPaths)
 	}
 	if !strings.Contains(c.Render(), "lxc.init.cwd = /work dir\n") {
 		t.Errorf("render:\n%s", c.Render())
@@ -170,7 +172,7 @@ func TestTranslateNewNamespaces(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := c.Values("lxc.namespace.clone"); !slices.Equal(got, []string{"mnt pid uts ipc"}) {
+	if got := c.Values("lxc.namespace.clone"); !slices.Equal(got, []string{"mnt pid uts ipc cgroup"}) {
 		t.Errorf("clone = %q", got)
 	}
 	if len(c.Join) != 1 || c.Join["net"] != "/netns/p1" {
@@ -184,7 +186,7 @@ func TestTranslateRefusals(t *testing.T) {
 		name, field string
 		edit        func(*specs.Spec)
 	}{
-		{"terminal", "process.terminal", func(s *specs.Spec) { s.Process.Terminal = true }},
+		{"rootfs propagation", "linux.rootfsPropagation", func(s *specs.Spec) { s.Linux.RootfsPropagation = "shared" }},
 		{"hooks", "hooks.prestart", func(s *specs.Spec) { s.Hooks = &specs.Hooks{Prestart: []specs.Hook{{Path: "/x"}}} }}, //nolint:staticcheck // what is refused
 		{"user namespace", "linux.namespaces[5]", func(s *specs.Spec) {
 			s.Linux.Namespaces = append(s.Linux.Namespaces, specs.LinuxNamespace{Type: specs.UserNamespace})

@@ -48,6 +48,12 @@ func (t *translator) mounts() error {
 				return unsupported(field+".destination", "lxc mounts cgroup file systems at /sys/fs/cgroup only, not %q", dst)
 			}
 			t.add("lxc.mount.auto", "cgroup:"+mode)
+			// LXC shows the container its own cgroup at the root of
+			// each hierarchy (as runc's bind mounts do) only from a
+			// cgroup namespace of its own.
+			if !slices.Contains(t.clone, "cgroup") {
+				t.clone = append(t.clone, "cgroup")
+			}
 			continue
 		}
 		entry, err := t.mountEntry(field, m, dst)
@@ -125,10 +131,10 @@ func (t *translator) stat(p string) (exists, dir bool) {
 }
 
 // maskedPaths: a masked dir gets an empty read-only tmpfs over it, a
-// masked file /dev/null; read-only paths are bind mounts of themselves
-// (found under the rootfs's mount point while LXC sets the container
-// up), made read-only. Paths missing in the container are skipped
-// (optional), as runc does.
+// masked file /dev/null; paths missing in the container are skipped
+// (optional), as runc does. Read-only paths are made read-only by a
+// start-host hook (Options.ReadonlyHook), after liblxc wrote the spec's
+// sysctls: a mount entry would make /proc/sys read-only before that.
 func (t *translator) maskedPaths() error {
 	l := t.s.Linux
 	for i, p := range l.MaskedPaths {
@@ -150,10 +156,13 @@ func (t *translator) maskedPaths() error {
 		if !path.IsAbs(p) || strings.ContainsAny(p, "\n\x00") {
 			return unsupported(field, "%q is not an absolute path", p)
 		}
-		if t.o.RootfsMount == "" {
-			return unsupported(field, "no rootfs mount point to find it under")
+		t.c.ReadonlyPaths = append(t.c.ReadonlyPaths, path.Clean(p))
+	}
+	if len(t.c.ReadonlyPaths) > 0 {
+		if t.o.ReadonlyHook == "" {
+			return unsupported("linux.readonlyPaths", "no hook to make them read-only with")
 		}
-		t.add("lxc.mount.entry", fstabEntry(path.Join(t.o.RootfsMount, p), p, "none", []string{"bind", "ro", "optional"}))
+		t.add("lxc.hook.start-host", t.o.ReadonlyHook)
 	}
 	return nil
 }
