@@ -323,18 +323,34 @@ func hostView(v2 bool) lxcconf.Host {
 			}
 			return true, fi.IsDir()
 		},
-		Device: func(p string, typ byte, major, minor int64) bool {
-			var st unix.Stat_t
-			if unix.Stat(p, &st) != nil {
-				return false
-			}
-			want := uint32(unix.S_IFCHR)
-			if typ == 'b' {
-				want = unix.S_IFBLK
-			}
-			return st.Mode&unix.S_IFMT == want && int64(unix.Major(st.Rdev)) == major && int64(unix.Minor(st.Rdev)) == minor
-		},
+		Device: hostDevice,
 	}
+}
+
+// hostDevice is a host node of type typ and numbers major:minor: at p,
+// else the first one in /dev and the dirs right below it.
+func hostDevice(p string, typ byte, major, minor int64) string {
+	want := uint32(unix.S_IFCHR)
+	if typ == 'b' {
+		want = unix.S_IFBLK
+	}
+	is := func(path string) bool {
+		var st unix.Stat_t
+		return unix.Lstat(path, &st) == nil && st.Mode&unix.S_IFMT == want &&
+			int64(unix.Major(st.Rdev)) == major && int64(unix.Minor(st.Rdev)) == minor
+	}
+	if is(p) {
+		return p
+	}
+	for _, pattern := range []string{"/dev/*", "/dev/*/*"} {
+		matches, _ := filepath.Glob(pattern)
+		for _, m := range matches {
+			if is(m) {
+				return m
+			}
+		}
+	}
+	return ""
 }
 
 // isCgroup2 reports a unified hierarchy at /sys/fs/cgroup.

@@ -345,13 +345,18 @@ static void crin_readonly(const char *dir) {
 	}
 	for (size_t i = 0; i < len; i += strlen(list + i) + 1) {
 		const char *p = list + i;
-		if (mount(p, p, NULL, MS_BIND | MS_REC, NULL) < 0) {
+		// The root is remounted where it is: a bind mount over it
+		// would not be the init's root.
+		if (strcmp(p, "/") && mount(p, p, NULL, MS_BIND | MS_REC, NULL) < 0) {
 			if (errno == ENOENT)
 				continue;
 			fprintf(stderr, "crin-lxc readonly hook: bind %s: %s\n", p, strerror(errno));
 			_exit(1);
 		}
-		if (mount(NULL, p, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0) {
+		unsigned long flags = MS_REMOUNT | MS_BIND | MS_RDONLY;
+		if (strcmp(p, "/"))
+			flags |= MS_NOSUID | MS_NODEV | MS_NOEXEC;
+		if (mount(NULL, p, NULL, flags, NULL) < 0) {
 			fprintf(stderr, "crin-lxc readonly hook: read-only %s: %s\n", p, strerror(errno));
 			_exit(1);
 		}

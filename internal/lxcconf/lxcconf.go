@@ -53,9 +53,9 @@ type Host struct {
 	// means nothing exists. Masked paths are probed with it (they are
 	// /proc and /sys paths, the same kernel's inside and out).
 	Stat func(path string) (exists, dir bool)
-	// Device says whether a host device node at path has the type ('c'
-	// or 'b') and numbers asked; nil means none has.
-	Device func(path string, typ byte, major, minor int64) bool
+	// Device is a host device node of the type ('c' or 'b') and numbers
+	// asked, preferring one at path, or ""; nil means there is none.
+	Device func(path string, typ byte, major, minor int64) string
 }
 
 // Options are the container's place on the host.
@@ -167,8 +167,11 @@ func (t *translator) base() error {
 	}
 	t.add("lxc.rootfs.path", "dir:"+root)
 	t.add("lxc.rootfs.mount", t.o.RootfsMount)
+	// A read-only root is made so by the start-host hook with the
+	// read-only paths (mounts.go): the mount entries' create=dir and
+	// create=file need it writable.
 	if t.s.Root.Readonly {
-		t.add("lxc.rootfs.options", "ro")
+		t.c.ReadonlyPaths = append(t.c.ReadonlyPaths, "/")
 	}
 	// The container's stdio is the monitor's: no console, no ttys.
 	t.add("lxc.console.path", "none")

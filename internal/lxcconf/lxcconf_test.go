@@ -25,8 +25,11 @@ func testHost(v2 bool) Host {
 			}
 			return false, false
 		},
-		Device: func(p string, typ byte, major, minor int64) bool {
-			return p == "/dev/fuse" && typ == 'c' && major == 10 && minor == 229
+		Device: func(p string, typ byte, major, minor int64) string {
+			if typ == 'c' && major == 10 && minor == 229 {
+				return "/dev/fuse"
+			}
+			return ""
 		},
 	}
 }
@@ -73,7 +76,7 @@ func testSpec() *specs.Spec {
 			Sysctl:        map[string]string{"net.ipv4.ip_forward": "1"},
 			MaskedPaths:   []string{"/proc/kcore", "/proc/acpi", "/proc/missing"},
 			ReadonlyPaths: []string{"/proc/sys"},
-			Devices:       []specs.LinuxDevice{{Path: "/dev/fuse", Type: "c", Major: 10, Minor: 229}},
+			Devices:       []specs.LinuxDevice{{Path: "/dev/my-fuse", Type: "c", Major: 10, Minor: 229}},
 			Resources: &specs.LinuxResources{
 				Devices: []specs.LinuxDeviceCgroup{{Allow: false, Access: "rwm"}, {Allow: true, Type: "c", Major: ptr[int64](1), Minor: ptr[int64](3), Access: "rwm"}},
 				Memory:  &specs.LinuxMemory{Limit: ptr[int64](64 << 20), Swap: ptr[int64](128 << 20)},
@@ -91,7 +94,6 @@ func TestTranslate(t *testing.T) {
 	}
 	want := map[string][]string{
 		"lxc.rootfs.path":                        {"dir:/b/rootfs"},
-		"lxc.rootfs.options":                     {"ro"},
 		"lxc.namespace.clone":                    {"mnt cgroup"},
 		"lxc.uts.name":                           {"pod1"},
 		"lxc.environment":                        {"PATH=/bin", "GREETING=hello there"},
@@ -146,7 +148,7 @@ func TestTranslate(t *testing.T) {
 		"/dev/null proc/kcore none bind,optional 0 0",
 		"tmpfs proc/acpi tmpfs ro,optional 0 0",
 		"/dev/null dev/null none bind,create=file 0 0",
-		"/dev/fuse dev/fuse none bind,create=file 0 0",
+		"/dev/fuse dev/my-fuse none bind,create=file 0 0",
 	} {
 		if !slices.Contains(entries, e) {
 			t.Errorf("no mount entry %q in\n%s", e, strings.Join(entries, "\n"))
@@ -157,7 +159,7 @@ func TestTranslate(t *testing.T) {
 			t.Errorf("mount entry %q: /dev/pts is LXC's, a missing masked path is skipped", e)
 		}
 	}
-	if !slices.Equal(c.ReadonlyPaths, []string{"/proc/sys"}) {
+	if !slices.Equal(c.ReadonlyPaths, []string{"/", "/proc/sys"}) {
 		t.Errorf("read-only paths = %q", c.ReadonlyPaths)
 	}
 	if !strings.Contains(c.Render(), "lxc.init.cwd = /work dir\n") {

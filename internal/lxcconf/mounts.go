@@ -171,8 +171,8 @@ func (t *translator) maskedPaths() error {
 var defaultDevices = []string{"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty"}
 
 // devices are bind mounts of the host's nodes of the same type and
-// numbers: LXC creates no device nodes outside its autodev set. The
-// node keeps the host's mode and owner.
+// numbers (at the same path, or any other): LXC creates no device nodes
+// outside its autodev set. The node keeps the host's mode and owner.
 func (t *translator) devices() error {
 	listed := map[string]bool{}
 	for _, d := range t.s.Linux.Devices {
@@ -198,10 +198,14 @@ func (t *translator) devices() error {
 		if !path.IsAbs(d.Path) || strings.ContainsAny(p, "\n\x00") {
 			return unsupported(field+".path", "%q is not an absolute path", d.Path)
 		}
-		if t.h.Device == nil || !t.h.Device(p, typ[0], d.Major, d.Minor) {
-			return unsupported(field, "%s: the host has no %s node %d:%d at that path to bind mount (lxc makes no device nodes)", p, typ, d.Major, d.Minor)
+		src := ""
+		if t.h.Device != nil {
+			src = t.h.Device(p, typ[0], d.Major, d.Minor)
 		}
-		t.add("lxc.mount.entry", fstabEntry(p, p, "none", []string{"bind", "create=file"}))
+		if src == "" {
+			return unsupported(field, "%s: the host has no %s node %d:%d to bind mount (lxc makes no device nodes)", p, typ, d.Major, d.Minor)
+		}
+		t.add("lxc.mount.entry", fstabEntry(src, p, "none", []string{"bind", "create=file"}))
 	}
 	return nil
 }
