@@ -121,7 +121,7 @@ func openExecSession(t *testing.T, url string, tty bool) httpstream.Connection {
 // client gives up, when its timeout expires) or with their container.
 // Nothing is left, not even a zombie.
 func TestExecUnderShim(t *testing.T) {
-	runsOn(t, oci)
+	runsOn(t, oci, lxc)
 	d := startDaemon(t, daemonOptions{})
 	ref, _ := busybox(t)
 	d.pull(t, ref)
@@ -191,7 +191,7 @@ func TestExecUnderShim(t *testing.T) {
 // sessions end and kills them while crind is down; the container keeps
 // running and the restarted crind execs in it.
 func TestExecCrindKilled(t *testing.T) {
-	runsOn(t, oci)
+	runsOn(t, oci, lxc)
 	d := startDaemon(t, daemonOptions{})
 	ref, _ := busybox(t)
 	d.pull(t, ref)

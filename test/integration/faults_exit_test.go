@@ -106,7 +106,7 @@ func killPid(t *testing.T, pid int) {
 // namespaces) stays READY and its next container gets a new shim;
 // removing the pod leaves nothing (cleanupAll).
 func TestShimKilled(t *testing.T) {
-	runsOn(t, oci)
+	runsOn(t, oci, lxc)
 	d := startDaemon(t, daemonOptions{})
 	ref, _ := busybox(t)
 	d.pull(t, ref)
@@ -162,7 +162,7 @@ func TestShimKilled(t *testing.T) {
 // the restarted crind records exit 255, reason ShimDied, and kills the
 // container.
 func TestShimKilledWhileDown(t *testing.T) {
-	runsOn(t, oci)
+	runsOn(t, oci, lxc)
 	d := startDaemon(t, daemonOptions{})
 	ref, _ := busybox(t)
 	d.pull(t, ref)
@@ -272,7 +272,7 @@ func TestPinnedNamespaces(t *testing.T) {
 // TestInfraShimKilled kills the shim of a pod's infra container: the
 // infra process is killed with it and the pod turns NOTREADY.
 func TestInfraShimKilled(t *testing.T) {
-	runsOn(t, oci)
+	runsOn(t, oci, lxc)
 	d := startDaemon(t, daemonOptions{})
 	podCfg := podConfig("infrashim")
 	pod := d.runPod(t, podCfg)

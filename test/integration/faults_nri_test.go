@@ -296,7 +296,7 @@ func TestNRIFaultMissingMountSource(t *testing.T) {
 // TestUTSSysctlAccepted: kernel.domainname, a sysctl of the UTS namespace,
 // is accepted for a pod with its own UTS namespace and set in it.
 func TestUTSSysctlAccepted(t *testing.T) {
-	runsOn(t, oci)
+	runsOn(t, oci, lxc)
 	d := startDaemon(t, daemonOptions{})
 	ref, _ := busybox(t)
 	d.pull(t, ref)

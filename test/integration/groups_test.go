@@ -19,7 +19,7 @@ import (
 // says the same: Merge adds the groups the image's /etc/group gives the
 // user, Strict only the requested ones.
 func TestSupplementalGroupsPolicy(t *testing.T) {
-	runsOn(t, oci)
+	runsOn(t, oci, lxc)
 	d := startDaemon(t, daemonOptions{})
 	host := imagetest.StartRegistry(t)
 	img, err := mutate.AppendLayers(imagetest.Busybox(t), imagetest.Layer(t,

@@ -65,7 +65,7 @@ func volumeMount(path, image, sub string) *runtimeapi.Mount {
 // directory, bad requests are refused naming the field, the image cannot
 // be removed while mounted, and RemoveContainer leaves nothing mounted.
 func TestImageVolume(t *testing.T) {
-	runsOn(t, oci)
+	runsOn(t, oci, lxc)
 	d := startDaemon(t, daemonOptions{})
 	ctx := ctxT(t)
 	bb, data, _ := volumeImage(t)

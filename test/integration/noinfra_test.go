@@ -131,7 +131,7 @@ func nsLink(t *testing.T, kind, pin string) string {
 // hostname), its IP serves, it stays READY across a crind killed with
 // SIGKILL and its containers keep joining it, and removal leaves no pins.
 func TestNoInfraPod(t *testing.T) {
-	runsOn(t, oci)
+	runsOn(t, oci, lxc)
 	d := startDaemon(t, daemonOptions{})
 	ref, _ := busybox(t)
 	d.pull(t, ref)
@@ -229,7 +229,7 @@ func getPod(t *testing.T, ip, want string) {
 // TestSharedPIDPodHasInfra: a pod that shares its PID namespace still has
 // crin-pause as the PID 1 its containers see.
 func TestSharedPIDPodHasInfra(t *testing.T) {
-	runsOn(t, oci)
+	runsOn(t, oci, lxc)
 	d := startDaemon(t, daemonOptions{})
 	ref, _ := busybox(t)
 	d.pull(t, ref)

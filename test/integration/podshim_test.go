@@ -21,7 +21,7 @@ import (
 // of some of them, and exits once the last is removed; the pod's next
 // container starts a new one.
 func TestOneShimPerPod(t *testing.T) {
-	runsOn(t, oci)
+	runsOn(t, oci, lxc)
 	d := startDaemon(t, daemonOptions{})
 	ref, _ := busybox(t)
 	d.pull(t, ref)
@@ -104,7 +104,7 @@ func TestOneShimPerPod(t *testing.T) {
 // container (internal/cri's TestPodShimAhead covers RunPodSandbox's
 // rollback).
 func TestPodShimReleased(t *testing.T) {
-	runsOn(t, oci)
+	runsOn(t, oci, lxc)
 	d := startDaemon(t, daemonOptions{})
 	podCfg := noInfraPodConfig("released")
 	pod := d.runPod(t, podCfg)
