@@ -45,25 +45,12 @@ func (c *cli) create(args []string, startNow bool) (retErr error) {
 		return err
 	}
 	id := rest[0]
-	b, err := filepath.Abs(*bundle)
+	spec, b, err := readBundle(*bundle)
 	if err != nil {
 		return err
 	}
-	data, err := os.ReadFile(filepath.Join(b, "config.json"))
+	dir, err := c.makeDir(id)
 	if err != nil {
-		return fmt.Errorf("read bundle: %w", err)
-	}
-	var spec specs.Spec
-	if err := json.Unmarshal(data, &spec); err != nil {
-		return fmt.Errorf("read bundle config.json: %w", err)
-	}
-	if err := os.MkdirAll(c.root, 0o700); err != nil {
-		return err
-	}
-	dir := c.dir(id)
-	if err := os.Mkdir(dir, 0o700); errors.Is(err, os.ErrExist) {
-		return fmt.Errorf("container %s already exists", id)
-	} else if err != nil {
 		return err
 	}
 	defer func() {
@@ -76,7 +63,7 @@ func (c *cli) create(args []string, startNow bool) (retErr error) {
 	if err != nil {
 		return err
 	}
-	cfg, err := lxcconf.Translate(&spec, hostView(v2), lxcconf.Options{
+	cfg, err := lxcconf.Translate(spec, hostView(v2), lxcconf.Options{
 		ReadonlyHook:  self + " __readonly " + dir,
 		Bundle:        b,
 		RootfsMount:   filepath.Join(dir, "rootfs"),
@@ -96,17 +83,8 @@ func (c *cli) create(args []string, startNow bool) (retErr error) {
 	if err := c.lxc.Check(id); err != nil {
 		return fmt.Errorf("%w: %s", err, lxcErrors(dir))
 	}
-	if spec.Process.Terminal != (*console != "") {
-		return errors.New("process.terminal and --console-socket go together")
-	}
-	if *console != "" {
-		t, err := sendConsole(*console)
-		if err != nil {
-			return err
-		}
-		if err := useTerminal(t); err != nil {
-			return err
-		}
+	if err := attachConsole(spec.Process.Terminal, *console); err != nil {
+		return err
 	}
 	pid, err := c.spawnMonitor(id, dir)
 	if err != nil {
@@ -127,6 +105,57 @@ func (c *cli) create(args []string, startNow bool) (retErr error) {
 		return c.startContainer(id, st)
 	}
 	return nil
+}
+
+// makeDir makes the container's state dir; it must be new.
+func (c *cli) makeDir(id string) (string, error) {
+	if err := os.MkdirAll(c.root, 0o700); err != nil {
+		return "", err
+	}
+	dir := c.dir(id)
+	if err := os.Mkdir(dir, 0o700); errors.Is(err, os.ErrExist) {
+		return "", fmt.Errorf("container %s already exists", id)
+	} else if err != nil {
+		return "", err
+	}
+	return dir, nil
+}
+
+// readBundle reads the bundle's config.json; b is the bundle's absolute
+// path.
+func readBundle(bundle string) (spec *specs.Spec, b string, err error) {
+	if b, err = filepath.Abs(bundle); err != nil {
+		return nil, "", err
+	}
+	data, err := os.ReadFile(filepath.Join(b, "config.json"))
+	if err != nil {
+		return nil, "", fmt.Errorf("read bundle: %w", err)
+	}
+	spec = &specs.Spec{}
+	if err := json.Unmarshal(data, spec); err != nil {
+		return nil, "", fmt.Errorf("read bundle config.json: %w", err)
+	}
+	if spec.Process == nil || spec.Root == nil {
+		return nil, "", errors.New("read bundle config.json: no process or root")
+	}
+	return spec, b, nil
+}
+
+// attachConsole gives this process (and so the monitor, or the attached
+// process) a terminal sent to the console socket, when the process asks
+// for one.
+func attachConsole(terminal bool, socket string) error {
+	if terminal != (socket != "") {
+		return errors.New("process.terminal and --console-socket go together")
+	}
+	if socket == "" {
+		return nil
+	}
+	t, err := sendConsole(socket)
+	if err != nil {
+		return err
+	}
+	return useTerminal(t)
 }
 
 // writeContainer writes the LXC config, the seccomp profile, the run

@@ -34,9 +34,6 @@ var version = "dev"
 // one crind and crin-shim recognise ("does not exist").
 var errNotExist = errors.New("container does not exist")
 
-// nsJoin is a namespace the container joins by path.
-type nsJoin struct{ Type, Path string }
-
 // attachOptions is an exec'd process.
 type attachOptions struct {
 	Args, Env  []string

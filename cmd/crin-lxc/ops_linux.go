@@ -305,9 +305,6 @@ func (c *cli) exec(args []string) error {
 	if err := json.Unmarshal(data, &p); err != nil {
 		return fmt.Errorf("read process: %w", err)
 	}
-	if p.Terminal != (*console != "") {
-		return errors.New("process.terminal and --console-socket go together")
-	}
 	if len(p.Args) == 0 {
 		return errors.New("spec field process.args: empty")
 	}
@@ -318,14 +315,8 @@ func (c *cli) exec(args []string) error {
 	if status, _ := c.status(id, st); status != "running" {
 		return fmt.Errorf("container %s is %s, not running", id, status)
 	}
-	if *console != "" {
-		t, err := sendConsole(*console)
-		if err != nil {
-			return err
-		}
-		if err := useTerminal(t); err != nil {
-			return err
-		}
+	if err := attachConsole(p.Terminal, *console); err != nil {
+		return err
 	}
 	pid, err := c.lxc.Attach(id, attachOptions{
 		Args: p.Args, Env: p.Env, Cwd: p.Cwd, UID: p.User.UID, GID: p.User.GID,
