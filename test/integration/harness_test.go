@@ -95,6 +95,7 @@ type daemon struct {
 	socket  string
 	cgroup  string
 	disk    string // the tmpfs holding root and state, "" when none
+	made    time.Time
 	net     testnet.Net
 	logBuf  *lockedBuffer
 	cmd     *exec.Cmd
@@ -129,6 +130,7 @@ func startDaemon(t *testing.T, o daemonOptions) *daemon {
 	}
 	d := &daemon{
 		t:      t,
+		made:   time.Now(),
 		bin:    bin,
 		root:   filepath.Join(base, "root"),
 		state:  filepath.Join(base, "s"),
@@ -297,6 +299,19 @@ func (d *daemon) checkNoLeaks() {
 	if dirs, _ := filepath.Glob(filepath.Join(d.state, "shimv2", "*", "*")); len(dirs) > 0 {
 		for _, dir := range dirs {
 			t.Errorf("leaked shimv2 container state dir: %s", dir)
+		}
+	}
+	// crin-lxc's state, and its monitors' cgroups (outside the daemon's
+	// parent; liblxc removes each as its monitor ends).
+	if dirs, _ := filepath.Glob(filepath.Join(d.state, "runtimes", lxcHandler, "*")); len(dirs) > 0 {
+		for _, dir := range dirs {
+			t.Errorf("leaked crin-lxc container state dir: %s", dir)
+		}
+	}
+	monitors, _ := filepath.Glob("/sys/fs/cgroup/*/crin-lxc-monitor/*")
+	for _, m := range monitors {
+		if fi, err := os.Stat(m); err == nil && fi.IsDir() && fi.ModTime().After(d.made) {
+			t.Errorf("leaked crin-lxc monitor cgroup: %s", m)
 		}
 	}
 	if ents, _ := os.ReadDir(filepath.Join(d.state, "ns")); len(ents) > 0 {
