@@ -65,6 +65,7 @@ func (c *cli) create(args []string, startNow bool) (retErr error) {
 	}
 	cfg, err := lxcconf.Translate(spec, hostView(v2), lxcconf.Options{
 		ReadonlyHook:  self + " __readonly " + dir,
+		HooksHook:     self + " __hooks " + dir,
 		Bundle:        b,
 		RootfsMount:   filepath.Join(dir, "rootfs"),
 		SeccompFile:   filepath.Join(dir, "seccomp"),
@@ -279,12 +280,16 @@ func (c *cli) startContainer(id string, st *stateFile) error {
 	}
 	for time.Now().Before(deadline) {
 		if msg, err := os.ReadFile(filepath.Join(dir, "start-error")); err == nil {
+			if hm, err := os.ReadFile(filepath.Join(dir, hookError)); err == nil {
+				msg = hm
+			}
 			return fmt.Errorf("start container %s: %s%s", id, msg, withLXCErrors(dir))
 		}
 		if _, err := os.Stat(filepath.Join(dir, "ran")); err == nil {
 			return nil
 		}
 		if s, err := c.lxc.State(id); err == nil && (s == "RUNNING" || s == "FROZEN") {
+			c.postHooks(st, "poststart", specs.StateRunning, c.lxc.InitPid(id))
 			return nil
 		}
 		if !alive(st.Monitor) {

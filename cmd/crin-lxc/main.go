@@ -124,6 +124,8 @@ func (c *cli) dispatch(cmd string, args []string) error {
 		return c.pause(args, cmd == "pause")
 	case "features":
 		return c.features()
+	case "__hooks":
+		return c.startHostHooks(args)
 	case "checkpoint", "restore":
 		return fmt.Errorf("%s: checkpoint and restore are not supported by crin-lxc", cmd)
 	case "ps", "events", "spec", "list":
@@ -136,6 +138,14 @@ func (c *cli) dispatch(cmd string, args []string) error {
 func (c *cli) errorf(format string, args ...any) {
 	rec, _ := json.Marshal(map[string]string{
 		"level": "error", "msg": fmt.Sprintf(format, args...), "time": time.Now().UTC().Format(time.RFC3339Nano),
+	})
+	_, _ = fmt.Fprintf(c.log, "%s\n", rec)
+}
+
+// warnf writes a warning record to the log.
+func (c *cli) warnf(format string, args ...any) {
+	rec, _ := json.Marshal(map[string]string{
+		"level": "warning", "msg": fmt.Sprintf(format, args...), "time": time.Now().UTC().Format(time.RFC3339Nano),
 	})
 	_, _ = fmt.Fprintf(c.log, "%s\n", rec)
 }

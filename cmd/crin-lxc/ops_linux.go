@@ -238,6 +238,9 @@ func (c *cli) delete(args []string) error {
 	removeCgroups(cgroupDirs(st))
 	// The monitor's: liblxc leaves it when the monitor was killed.
 	removeCgroups(hierarchyDirs(monitorCgroupParent+"/"+id, st.CgroupV2))
+	if _, err := os.Stat(filepath.Join(c.dir(id), "started")); err == nil {
+		c.postHooks(st, "poststop", specs.StateStopped, 0)
+	}
 	return os.RemoveAll(c.dir(id))
 }
 
@@ -398,7 +401,7 @@ func (c *cli) features() error {
 	f := features.Features{
 		OCIVersionMin: "1.0.0",
 		OCIVersionMax: specs.Version,
-		Hooks:         []string{},
+		Hooks:         []string{"prestart", "createRuntime", "poststart", "poststop"},
 		MountOptions: []string{"ro", "rw", "nosuid", "suid", "nodev", "dev", "noexec", "exec", "sync", "async",
 			"dirsync", "remount", "mand", "nomand", "atime", "noatime", "diratime", "nodiratime", "bind", "rbind",
 			"relatime", "norelatime", "strictatime", "nostrictatime", "private", "rprivate", "shared", "rshared",

@@ -68,6 +68,9 @@ type Options struct {
 	// ReadonlyHook is the lxc.hook.start-host command that makes
 	// Config.ReadonlyPaths read-only.
 	ReadonlyHook string
+	// HooksHook is the lxc.hook.start-host command that runs the spec's
+	// prestart and createRuntime hooks.
+	HooksHook string
 	// SeccompFile is where the LXC seccomp profile is written, when the
 	// spec has one.
 	SeccompFile string
@@ -155,7 +158,7 @@ func Translate(s *specs.Spec, h Host, o Options) (*Config, error) {
 
 // base is the rootfs, the console and what LXC would add by itself.
 func (t *translator) base() error {
-	if err := hooksEmpty(t.s.Hooks); err != nil {
+	if err := t.hooks(); err != nil {
 		return err
 	}
 	root := t.s.Root.Path
@@ -198,17 +201,27 @@ func (t *translator) base() error {
 	return nil
 }
 
-func hooksEmpty(h *specs.Hooks) error {
+// hooks: prestart and createRuntime hooks run from a start-host hook
+// (Options.HooksHook), once the container's namespaces exist, before its
+// process starts; crin-lxc's start and delete run poststart and poststop
+// hooks. createContainer and startContainer hooks, which run inside the
+// container's mount namespace, are refused.
+func (t *translator) hooks() error {
+	h := t.s.Hooks
 	if h == nil {
 		return nil
 	}
-	for name, hs := range map[string][]specs.Hook{
-		"prestart": h.Prestart, "createRuntime": h.CreateRuntime, "createContainer": h.CreateContainer, //nolint:staticcheck // refused, not used
-		"startContainer": h.StartContainer, "poststart": h.Poststart, "poststop": h.Poststop,
-	} {
-		if len(hs) > 0 {
-			return unsupported("hooks."+name, "OCI hooks are not run by crin-lxc")
+	switch {
+	case len(h.CreateContainer) > 0:
+		return unsupported("hooks.createContainer", "crin-lxc runs no hooks in the container's mount namespace")
+	case len(h.StartContainer) > 0:
+		return unsupported("hooks.startContainer", "crin-lxc runs no hooks in the container's mount namespace")
+	}
+	if len(h.Prestart) > 0 || len(h.CreateRuntime) > 0 { //nolint:staticcheck // prestart still comes from NRI plugins
+		if t.o.HooksHook == "" {
+			return unsupported("hooks.createRuntime", "no hook to run them from")
 		}
+		t.add("lxc.hook.start-host", t.o.HooksHook)
 	}
 	return nil
 }

@@ -34,7 +34,7 @@ func testHost(v2 bool) Host {
 	}
 }
 
-var testOptions = Options{Bundle: "/b", RootfsMount: "/state/c1/rootfs", ReadonlyHook: "/bin/crin-lxc __readonly /state/c1", SeccompFile: "/state/c1/seccomp", MonitorCgroup: "crin-lxc-monitor/c1"}
+var testOptions = Options{Bundle: "/b", RootfsMount: "/state/c1/rootfs", ReadonlyHook: "/bin/crin-lxc __readonly /state/c1", HooksHook: "/bin/crin-lxc __hooks /state/c1", SeccompFile: "/state/c1/seccomp", MonitorCgroup: "crin-lxc-monitor/c1"}
 
 // testSpec is what crind writes for a container of a pod that shares
 // its namespaces.
@@ -189,7 +189,7 @@ func TestTranslateRefusals(t *testing.T) {
 		edit        func(*specs.Spec)
 	}{
 		{"rootfs propagation", "linux.rootfsPropagation", func(s *specs.Spec) { s.Linux.RootfsPropagation = "shared" }},
-		{"hooks", "hooks.prestart", func(s *specs.Spec) { s.Hooks = &specs.Hooks{Prestart: []specs.Hook{{Path: "/x"}}} }}, //nolint:staticcheck // what is refused
+		{"hooks", "hooks.createContainer", func(s *specs.Spec) { s.Hooks = &specs.Hooks{CreateContainer: []specs.Hook{{Path: "/x"}}} }},
 		{"user namespace", "linux.namespaces[5]", func(s *specs.Spec) {
 			s.Linux.Namespaces = append(s.Linux.Namespaces, specs.LinuxNamespace{Type: specs.UserNamespace})
 		}},
@@ -225,6 +225,19 @@ func TestTranslateRefusals(t *testing.T) {
 				t.Errorf("field = %q (%v), want %q", ue.Field, err, tc.field)
 			}
 		})
+	}
+}
+
+func TestHooks(t *testing.T) {
+	s := testSpec()
+	s.Hooks = &specs.Hooks{CreateRuntime: []specs.Hook{{Path: "/h"}}, Poststop: []specs.Hook{{Path: "/p"}}}
+	c, err := Translate(s, testHost(false), testOptions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"/bin/crin-lxc __hooks /state/c1", "/bin/crin-lxc __readonly /state/c1"}
+	if got := c.Values("lxc.hook.start-host"); !slices.Equal(got, want) {
+		t.Errorf("start-host hooks = %q, want %q", got, want)
 	}
 }
 

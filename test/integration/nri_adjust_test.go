@@ -218,9 +218,7 @@ func hookScript(t *testing.T, n *nriSetup, marker string) string {
 // the default validator allows it, and that by default the validator
 // refuses it with an error naming the plugin, leaving nothing behind.
 func TestNRIHookAdjustment(t *testing.T) {
-	// Not lxc: crin-lxc runs no OCI hooks and refuses a spec with them
-	// (docs/runtimes.md, "LXC").
-	runsOn(t, oci, shimv2)
+	runsOn(t, oci, shimv2, lxc)
 	ref, _ := busybox(t)
 	setup := func(t *testing.T, extra string) (d *daemon, marker string) {
 		n := newNRISetup(t)
