@@ -185,10 +185,20 @@ func writeContainer(dir string, cfg *lxcconf.Config, v2 bool) error {
 			word(p)
 		}
 	}
-	if len(cfg.ReadonlyPaths) > 0 {
+	if len(cfg.ReadonlyPaths) > 0 || len(cfg.RecursiveReadonly) > 0 || len(cfg.BindRemounts) > 0 {
+		// 'p': the path read-only; 'r': the path and every mount below
+		// it read-only; 'b<flags>:': the bind mount remounted with flags.
 		var ro bytes.Buffer
+		for _, b := range cfg.BindRemounts {
+			ro.WriteString("b" + strconv.FormatUint(b.Flags, 10) + ":" + b.Path)
+			ro.WriteByte(0)
+		}
 		for _, p := range cfg.ReadonlyPaths {
-			ro.WriteString(p)
+			ro.WriteString("p" + p)
+			ro.WriteByte(0)
+		}
+		for _, p := range cfg.RecursiveReadonly {
+			ro.WriteString("r" + p)
 			ro.WriteByte(0)
 		}
 		if err := os.WriteFile(filepath.Join(dir, "readonly"), ro.Bytes(), 0o600); err != nil {
@@ -280,7 +290,7 @@ func (c *cli) startContainer(id string, st *stateFile) error {
 	}
 	for time.Now().Before(deadline) {
 		if msg, err := os.ReadFile(filepath.Join(dir, "start-error")); err == nil {
-			if hm, err := os.ReadFile(filepath.Join(dir, hookError)); err == nil {
+			if hm, err := os.ReadFile(filepath.Join(dir, hookError)); err == nil && len(hm) > 0 {
 				msg = hm
 			}
 			return fmt.Errorf("start container %s: %s%s", id, msg, withLXCErrors(dir))
@@ -295,6 +305,9 @@ func (c *cli) startContainer(id string, st *stateFile) error {
 		if !alive(st.Monitor) {
 			if _, err := os.Stat(filepath.Join(dir, "ran")); err == nil {
 				return nil
+			}
+			if hm, err := os.ReadFile(filepath.Join(dir, hookError)); err == nil && len(hm) > 0 {
+				return fmt.Errorf("start container %s: %s%s", id, hm, withLXCErrors(dir))
 			}
 			return fmt.Errorf("start container %s: the monitor ended%s", id, withLXCErrors(dir))
 		}

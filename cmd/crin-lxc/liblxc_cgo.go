@@ -11,6 +11,7 @@ package main
 #include <poll.h>
 #include <stdbool.h>
 #include <sys/mount.h>
+#include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <fcntl.h>
 #include <sched.h>
@@ -315,51 +316,133 @@ static void crin_monitor(const char *lxcpath, const char *name, const char *dir)
 	_exit(WIFEXITED(status) ? WEXITSTATUS(status) : 255);
 }
 
+// crin_hook_errfd is <dir>/hook-error of the hook running, opened before
+// it enters the container's mount namespace, for crin_hook_fail.
+static int crin_hook_errfd = -1;
+
+// crin_hook_fail ends a hook with an error, also left in <dir>/hook-error
+// for crin-lxc start to report (liblxc logs only that the hook failed).
+static void crin_hook_fail(const char *what, const char *p, int err) {
+	char msg[4400];
+	int n = snprintf(msg, sizeof(msg), "crin-lxc read-only hook: %s %s: %s", what, p, strerror(err));
+	fprintf(stderr, "%s\n", msg);
+	if (crin_hook_errfd >= 0 && n > 0 && write(crin_hook_errfd, msg, strlen(msg)) < 0) {
+	}
+	_exit(1);
+}
+
+// crin_unescape decodes mountinfo's octal escapes (\040) in place.
+static void crin_unescape(char *s) {
+	char *w = s;
+	for (char *r = s; *r; r++) {
+		if (r[0] == '\\' && r[1] >= '0' && r[1] <= '3' && r[2] && r[3]) {
+			*w++ = (char)((r[1] - '0') * 64 + (r[2] - '0') * 8 + (r[3] - '0'));
+			r += 3;
+		} else {
+			*w++ = *r;
+		}
+	}
+	*w = '\0';
+}
+
+// crin_readonly_tree remounts read-only every mount at or below dir
+// (an rro mount's submounts), keeping each one's other flags; mountinfo
+// is the container init's, read before entering its mount namespace
+// (the container's /proc shows its own PID namespace, without us).
+static void crin_readonly_tree(const char *dir, const char *mountinfo) {
+	size_t dl = strlen(dir);
+	char *mi = strdup(mountinfo);
+	for (char *line = strtok(mi, "\n"); line; line = strtok(NULL, "\n")) {
+		// id parent major:minor root mountpoint options ...
+		char *f[5];
+		int n = 0;
+		for (char *q = line; n < 5 && q; n++) {
+			f[n] = q;
+			q = strchr(q, ' ');
+			if (q)
+				*q++ = '\0';
+		}
+		if (n < 5)
+			continue;
+		char *mp = f[4];
+		crin_unescape(mp);
+		if (strncmp(mp, dir, dl) || (mp[dl] != '\0' && mp[dl] != '/'))
+			continue;
+		struct statvfs sv;
+		unsigned long flags = MS_REMOUNT | MS_BIND | MS_RDONLY;
+		if (statvfs(mp, &sv) == 0) {
+			if (sv.f_flag & ST_NOSUID) flags |= MS_NOSUID;
+			if (sv.f_flag & ST_NODEV) flags |= MS_NODEV;
+			if (sv.f_flag & ST_NOEXEC) flags |= MS_NOEXEC;
+			if (sv.f_flag & ST_NOATIME) flags |= MS_NOATIME;
+			if (sv.f_flag & ST_NODIRATIME) flags |= MS_NODIRATIME;
+			if (sv.f_flag & ST_RELATIME) flags |= MS_RELATIME;
+		}
+		if (mount(NULL, mp, NULL, flags, NULL) < 0)
+			crin_hook_fail("make read-only", mp, errno);
+	}
+	free(mi);
+}
+
 // crin_readonly is the start-host hook, "crin-lxc __readonly <dir> ...":
 // liblxc runs it on the host once the container is set up, just before
 // its init starts, with the init's pid in LXC_PID. It enters the
 // container's mount namespace and makes each path listed in
-// <dir>/readonly (NUL-terminated) read-only: later than the mount entries
+// <dir>/readonly (NUL-terminated; 'p' then the path, or 'r' then the path
+// of an rro mount, whose submounts too) read-only, and remounts each bind
+// mount listed as 'b<MS_* flags>:<path>' with its flags (liblxc applies
+// them only with ro): later than the mount entries
 // could, since liblxc writes the spec's sysctls into /proc/sys after
 // those. Single-threaded (before the Go runtime), as setns to a mount
 // namespace must be.
 static void crin_readonly(const char *dir) {
 	const char *pid = getenv("LXC_PID");
 	char path[4096];
-	if (!pid) {
-		fprintf(stderr, "crin-lxc readonly hook: no LXC_PID\n");
-		_exit(1);
-	}
+	snprintf(path, sizeof(path), "%s/hook-error", dir);
+	crin_hook_errfd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (!pid)
+		crin_hook_fail("find the container's init:", "LXC_PID", ENOENT);
 	snprintf(path, sizeof(path), "%s/readonly", dir);
 	size_t len;
 	char *list = crin_read(path, &len);
-	if (!list) {
-		fprintf(stderr, "crin-lxc readonly hook: read %s: %s\n", path, strerror(errno));
-		_exit(1);
-	}
+	if (!list)
+		crin_hook_fail("read", path, errno);
+	snprintf(path, sizeof(path), "/proc/%s/mountinfo", pid);
+	size_t milen;
+	char *mountinfo = crin_read(path, &milen);
+	if (!mountinfo)
+		crin_hook_fail("read", path, errno);
 	snprintf(path, sizeof(path), "/proc/%s/ns/mnt", pid);
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0 || setns(fd, CLONE_NEWNS) < 0) {
-		fprintf(stderr, "crin-lxc readonly hook: enter %s: %s\n", path, strerror(errno));
-		_exit(1);
-	}
+	if (fd < 0 || setns(fd, CLONE_NEWNS) < 0)
+		crin_hook_fail("enter", path, errno);
 	for (size_t i = 0; i < len; i += strlen(list + i) + 1) {
-		const char *p = list + i;
+		const char *p = list + i + 1;
+		if (list[i] == 'r') {
+			crin_readonly_tree(p, mountinfo);
+			continue;
+		}
+		if (list[i] == 'b') {
+			char *end;
+			unsigned long flags = strtoul(p, &end, 10);
+			if (*end != ':')
+				crin_hook_fail("parse", p, EINVAL);
+			if (mount(NULL, end + 1, NULL, MS_REMOUNT | MS_BIND | flags, NULL) < 0)
+				crin_hook_fail("remount", end + 1, errno);
+			continue;
+		}
 		// The root is remounted where it is: a bind mount over it
 		// would not be the init's root.
 		if (strcmp(p, "/") && mount(p, p, NULL, MS_BIND | MS_REC, NULL) < 0) {
 			if (errno == ENOENT)
 				continue;
-			fprintf(stderr, "crin-lxc readonly hook: bind %s: %s\n", p, strerror(errno));
-			_exit(1);
+			crin_hook_fail("bind", p, errno);
 		}
 		unsigned long flags = MS_REMOUNT | MS_BIND | MS_RDONLY;
 		if (strcmp(p, "/"))
 			flags |= MS_NOSUID | MS_NODEV | MS_NOEXEC;
-		if (mount(NULL, p, NULL, flags, NULL) < 0) {
-			fprintf(stderr, "crin-lxc readonly hook: read-only %s: %s\n", p, strerror(errno));
-			_exit(1);
-		}
+		if (mount(NULL, p, NULL, flags, NULL) < 0)
+			crin_hook_fail("make read-only", p, errno);
 	}
 	_exit(0);
 }

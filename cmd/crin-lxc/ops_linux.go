@@ -405,7 +405,7 @@ func (c *cli) features() error {
 		MountOptions: []string{"ro", "rw", "nosuid", "suid", "nodev", "dev", "noexec", "exec", "sync", "async",
 			"dirsync", "remount", "mand", "nomand", "atime", "noatime", "diratime", "nodiratime", "bind", "rbind",
 			"relatime", "norelatime", "strictatime", "nostrictatime", "private", "rprivate", "shared", "rshared",
-			"slave", "rslave", "unbindable", "runbindable"},
+			"slave", "rslave", "unbindable", "runbindable", "rro"},
 		Linux: &features.Linux{
 			Namespaces:   []string{"pid", "network", "ipc", "uts", "mount", "cgroup"},
 			Capabilities: capNames(),

@@ -96,8 +96,14 @@ type Config struct {
 	// CgroupDir is the container's cgroup, relative to the hierarchy
 	// roots, without a leading slash.
 	CgroupDir string
-	// ReadonlyPaths are linux.readonlyPaths, for the start-host hook.
+	// ReadonlyPaths are linux.readonlyPaths (and "/" for a read-only
+	// root), for the start-host hook.
 	ReadonlyPaths []string
+	// RecursiveReadonly are the destinations of mounts with the rro
+	// option: the hook makes every mount below them read-only too.
+	RecursiveReadonly []string
+	// BindRemounts are bind mounts the hook remounts with their flags.
+	BindRemounts []BindRemount
 }
 
 // Render is the configuration file LXC reads.

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
 )
 
 func ptr[T any](v T) *T { return &v }
@@ -61,7 +62,7 @@ func testSpec() *specs.Spec {
 			{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "mode=755"}},
 			{Destination: "/dev/pts", Type: "devpts", Source: "devpts", Options: []string{"newinstance"}},
 			{Destination: "/sys/fs/cgroup", Type: "cgroup", Source: "cgroup", Options: []string{"ro", "nosuid"}},
-			{Destination: "/etc/hosts", Type: "bind", Source: "/etc/hosts", Options: []string{"rbind", "ro"}},
+			{Destination: "/etc/hosts", Type: "bind", Source: "/etc/hosts", Options: []string{"rbind", "ro", "nosuid"}},
 			{Destination: "/data", Source: "/data dir", Options: []string{"rbind", "rprivate"}},
 		},
 		Linux: &specs.Linux{
@@ -143,7 +144,7 @@ func TestTranslate(t *testing.T) {
 	for _, e := range []string{
 		"proc proc proc nosuid,noexec,nodev,create=dir 0 0",
 		"tmpfs dev tmpfs nosuid,mode=755,create=dir 0 0",
-		"/etc/hosts etc/hosts none rbind,ro,create=file 0 0",
+		"/etc/hosts etc/hosts none rbind,ro,nosuid,create=file 0 0",
 		`/data\040dir data none rbind,rprivate,create=dir 0 0`,
 		"/dev/null proc/kcore none bind,optional 0 0",
 		"tmpfs proc/acpi tmpfs ro,optional 0 0",
@@ -158,6 +159,9 @@ func TestTranslate(t *testing.T) {
 		if strings.Contains(e, "devpts") || strings.Contains(e, "missing") {
 			t.Errorf("mount entry %q: /dev/pts is LXC's, a missing masked path is skipped", e)
 		}
+	}
+	if want := []BindRemount{{Path: "/etc/hosts", Flags: unix.MS_RDONLY | unix.MS_NOSUID}}; !slices.Equal(c.BindRemounts, want) {
+		t.Errorf("bind remounts = %v, want %v", c.BindRemounts, want)
 	}
 	if !slices.Equal(c.ReadonlyPaths, []string{"/", "/proc/sys"}) {
 		t.Errorf("read-only paths = %q", c.ReadonlyPaths)
@@ -204,6 +208,7 @@ func TestTranslateRefusals(t *testing.T) {
 		{"systemd cgroup", "linux.cgroupsPath", func(s *specs.Spec) { s.Linux.CgroupsPath = "kubepods.slice:crin:c1" }},
 		{"device not on host", "linux.devices[0]", func(s *specs.Spec) { s.Linux.Devices[0].Minor = 1 }},
 		{"tmpcopyup", "mounts[1].options", func(s *specs.Spec) { s.Mounts[1].Options = append(s.Mounts[1].Options, "tmpcopyup") }},
+		{"rrw", "mounts[1].options", func(s *specs.Spec) { s.Mounts[1].Options = append(s.Mounts[1].Options, "rrw") }},
 		{"unified on v1", "linux.resources.unified", func(s *specs.Spec) { s.Linux.Resources.Unified = map[string]string{"memory.high": "1"} }},
 		{"rdt", "linux.intelRdt", func(s *specs.Spec) { s.Linux.IntelRdt = &specs.LinuxIntelRdt{ClosID: "x"} }},
 		{"seccomp notify", "linux.seccomp.syscalls[0].action", func(s *specs.Spec) {
@@ -225,6 +230,21 @@ func TestTranslateRefusals(t *testing.T) {
 				t.Errorf("field = %q (%v), want %q", ue.Field, err, tc.field)
 			}
 		})
+	}
+}
+
+func TestRecursiveReadonly(t *testing.T) {
+	s := testSpec()
+	s.Mounts[5].Options = []string{"rbind", "rprivate", "rro"}
+	c, err := Translate(s, testHost(false), testOptions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(c.Values("lxc.mount.entry"), `/data\040dir data none rbind,rprivate,ro,create=dir 0 0`) {
+		t.Errorf("entries %q", c.Values("lxc.mount.entry"))
+	}
+	if !slices.Equal(c.RecursiveReadonly, []string{"/data"}) {
+		t.Errorf("recursive read-only = %q", c.RecursiveReadonly)
 	}
 }
 

@@ -7,11 +7,12 @@ import (
 	"strings"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
 )
 
 // refusedMountOptions are OCI mount options LXC's lxc.mount.entry does
 // not understand (it would hand them to mount(2) as file system data).
-var refusedMountOptions = []string{"tmpcopyup", "rro", "rrw", "idmap", "ridmap", "nosymfollow", "symfollow", "rnosymfollow", "rsymfollow"}
+var refusedMountOptions = []string{"tmpcopyup", "rrw", "idmap", "ridmap", "nosymfollow", "symfollow", "rnosymfollow", "rsymfollow"}
 
 // mounts are the spec's mounts as lxc.mount.entry lines (fstab format,
 // targets relative to the rootfs), in the spec's order. Two are LXC's
@@ -81,6 +82,12 @@ func (t *translator) mountEntry(field string, m specs.Mount, dst string) (string
 		src = typ
 	}
 	opts := slices.DeleteFunc(slices.Clone(m.Options), func(o string) bool { return o == "" || strings.HasPrefix(o, "create=") })
+	// rro: LXC makes the mount itself read-only, the start-host hook
+	// its submounts (maskedPaths).
+	if i := slices.Index(opts, "rro"); i >= 0 {
+		opts[i] = "ro"
+		t.c.RecursiveReadonly = append(t.c.RecursiveReadonly, dst)
+	}
 	create := "create=dir"
 	if bind {
 		if exists, dir := t.stat(src); exists && !dir {
@@ -91,6 +98,13 @@ func (t *translator) mountEntry(field string, m specs.Mount, dst string) (string
 		}
 	}
 	opts = append(opts, create)
+	// liblxc applies a bind mount's flags only with ro: the start-host
+	// hook remounts it with them all (maskedPaths).
+	if bind {
+		if flags := bindFlags(opts); flags&^unix.MS_RDONLY != 0 {
+			t.c.BindRemounts = append(t.c.BindRemounts, BindRemount{Path: dst, Flags: flags})
+		}
+	}
 	for _, s := range []string{src, dst, typ} {
 		if strings.ContainsRune(s, 0) {
 			return "", unsupported(field, "a NUL in %q", s)
@@ -102,6 +116,28 @@ func (t *translator) mountEntry(field string, m specs.Mount, dst string) (string
 		}
 	}
 	return fstabEntry(src, dst, typ, opts), nil
+}
+
+// BindRemount is a bind mount the start-host hook remounts with Flags
+// (MS_* flags: MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, the atime ones).
+type BindRemount struct {
+	Path  string
+	Flags uint64
+}
+
+var bindFlagOptions = map[string]uint64{
+	"ro": unix.MS_RDONLY, "nosuid": unix.MS_NOSUID, "nodev": unix.MS_NODEV, "noexec": unix.MS_NOEXEC,
+	"noatime": unix.MS_NOATIME, "nodiratime": unix.MS_NODIRATIME, "relatime": unix.MS_RELATIME,
+	"strictatime": unix.MS_STRICTATIME,
+}
+
+// bindFlags are the per-mount flags opts ask for.
+func bindFlags(opts []string) uint64 {
+	var f uint64
+	for _, o := range opts {
+		f |= bindFlagOptions[o]
+	}
+	return f
 }
 
 // fstabEntry is one lxc.mount.entry value: the target relative to the
@@ -158,7 +194,7 @@ func (t *translator) maskedPaths() error {
 		}
 		t.c.ReadonlyPaths = append(t.c.ReadonlyPaths, path.Clean(p))
 	}
-	if len(t.c.ReadonlyPaths) > 0 {
+	if len(t.c.ReadonlyPaths) > 0 || len(t.c.RecursiveReadonly) > 0 || len(t.c.BindRemounts) > 0 {
 		if t.o.ReadonlyHook == "" {
 			return unsupported("linux.readonlyPaths", "no hook to make them read-only with")
 		}
