@@ -87,7 +87,8 @@ integration-shimv2:
 # The integration suite again with the lxc handler (LXC containers through
 # crin-lxc and Debian's liblxc) as every daemon's default runtime: each
 # test says with runsOn whether it runs on lxc, with the reason next to it
-# when not (docs/runtimes.md, "LXC"). About 1.5 minutes here (40 tests run).
+# when not (docs/runtimes.md, "LXC"). 1 to 3 minutes on a 2-core machine
+# (42 tests run on lxc, the rest skip).
 integration-lxc:
 	CRIN_TEST_HANDLER=lxc $(GO) test -tags integration -count=1 -p 1 -timeout 20m ./test/integration/
 
