@@ -36,7 +36,7 @@ func (s *Service) sweep(ctx context.Context) {
 	s.sweepIPAM(ctx)
 	s.sweepDirs(ctx)
 	s.ckpt.Sweep(ctx)
-	s.startCleanups()
+	s.goOwned(func() { s.cleanups.Run(s.ctx) })
 }
 
 // stateDirLister is a runtime backend that keeps per-container state dirs
