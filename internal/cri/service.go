@@ -6,6 +6,10 @@
 // file per RPC; the state machines are described in
 // docs/state-machines.md.
 //
+// What crind does on start-up before it serves (reload the records,
+// reattach to the shims, record the exits nobody saw, sweep orphans) is a
+// recovery (recover.go), which asks the hub only through a recoveryHub.
+//
 // Cleanup steps that fail (a rollback's runtime delete or rootfs release,
 // a pod cgroup, id-mapped mounts) are journaled and retried by
 // internal/cleanup (a cleanup.Journal); the hub hands them over and owns
@@ -326,7 +330,7 @@ func New(ctx context.Context, o Options) (*Service, error) {
 			cancel()
 		}
 	}
-	if err := s.recover(ctx); err != nil {
+	if err := newRecovery(s).run(ctx); err != nil {
 		s.cancel()
 		return nil, fmt.Errorf("recover state: %w", err)
 	}
