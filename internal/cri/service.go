@@ -10,6 +10,10 @@
 // reattach to the shims, record the exits nobody saw, sweep orphans) is a
 // recovery (recover.go), which asks the hub only through a recoveryHub.
 //
+// What NRI plugins may ask of crind on their own (nri.Engine: Snapshot,
+// UpdateContainers, EvictContainer) is served by the adapter NRIEngine
+// returns (nri_engine.go), under the lock rules at the top of nri.go.
+//
 // Cleanup steps that fail (a rollback's runtime delete or rootfs release,
 // a pod cgroup, id-mapped mounts) are journaled and retried by
 // internal/cleanup (a cleanup.Journal); the hub hands them over and owns
