@@ -409,7 +409,7 @@ func startNRI(ctx context.Context, cfg *config.Config, svc *cri.Service, reg pro
 	if err != nil {
 		return nil, err
 	}
-	ad, err := nri.New(nriConfig(cfg.NRI, version), svc,
+	ad, err := nri.New(nriConfig(cfg.NRI, version), svc.NRIEngine(),
 		nri.WithLogger(log.With("component", "nri")),
 		nri.WithMetrics(metrics),
 	)

@@ -215,7 +215,10 @@ func (s *Service) prepareRootfs(ctx context.Context, rec *store.Container, undo 
 	}
 	rec.Rootfs = rootfs
 	// Releasing the rootfs releases the image volumes too.
-	undo.add("release rootfs", func(ctx context.Context) error { return s.releaseRootfs(ctx, id) })
+	undo.add("release rootfs", func(ctx context.Context) error {
+		s.ckpt.RemoveRestoreDir(ctx, id)
+		return s.cleanups.ReleaseRootfs(ctx, id)
+	})
 	if rec.RestoreFrom != "" {
 		return s.ckpt.ApplyRootfsDiff(ctx, rec.ID, rec.RestoreFrom)
 	}
@@ -234,7 +237,7 @@ func (s *Service) createInRuntime(ctx context.Context, rt runtime.Runtime, handl
 	}); err != nil {
 		return fmt.Errorf("create container: %w", err)
 	}
-	undo.add("delete container", func(ctx context.Context) error { return s.deleteFromRuntime(ctx, handler, id) })
+	undo.add("delete container", func(ctx context.Context) error { return s.cleanups.DeleteFromRuntime(ctx, handler, id) })
 	return nil
 }
 

@@ -107,7 +107,7 @@ func (s *Service) hooks() nriHooks {
 }
 
 // AttachNRI makes the hub relay lifecycle events to a (started)
-// adaptation. Call it once, after nri.New(cfg, svc) and Start, before
+// adaptation. Call it once, after nri.New(cfg, svc.NRIEngine()) and Start, before
 // serving CRI. Self-exits recorded before it (also while crind was down)
 // whose NRI StopContainer was never delivered are delivered then.
 func (s *Service) AttachNRI(ctx context.Context, a *nri.Adaptation) {
@@ -157,53 +157,6 @@ func addPending[V any](s *Service, pending map[string]V, id string, view V, undo
 	s.mu.Lock()
 	pending[id] = view
 	s.mu.Unlock()
-}
-
-// Snapshot implements nri.Engine: every visible pod and container, plus
-// those whose RunPodSandbox / CreateContainer event is in progress. It
-// takes only Service.mu and container.mu, briefly.
-func (s *Service) Snapshot(ctx context.Context) ([]*api.PodSandbox, []*api.Container, error) {
-	s.mu.RLock()
-	sbs := make([]*sandbox, 0, len(s.sandboxes))
-	for _, sb := range s.sandboxes {
-		sbs = append(sbs, sb)
-	}
-	cs := make([]*container, 0, len(s.containers))
-	for _, c := range s.containers {
-		cs = append(cs, c)
-	}
-	pods := make([]*api.PodSandbox, 0, len(sbs)+len(s.pendingPods))
-	ctrs := make([]*api.Container, 0, len(cs)+len(s.pendingCtrs))
-	for _, p := range s.pendingPods {
-		pods = append(pods, proto.Clone(p).(*api.PodSandbox))
-	}
-	for _, c := range s.pendingCtrs {
-		ctrs = append(ctrs, proto.Clone(c).(*api.Container))
-	}
-	s.mu.RUnlock()
-	for _, sb := range sbs {
-		if p := sb.nri.load(); p != nil {
-			pods = append(pods, p)
-		}
-	}
-	for _, c := range cs {
-		c.mu.Lock()
-		if !c.removed {
-			ctrs = append(ctrs, nriContainerLocked(c))
-		}
-		c.mu.Unlock()
-	}
-	return pods, ctrs, nil
-}
-
-// UpdateContainers implements nri.Engine: it applies each update to the
-// container's recorded resources and the runtime and returns the failed
-// ones; a failure the update marks IgnoreFailure is logged, not returned.
-// It takes only container.upd and container.mu (see the top of this file).
-// The api.ContainerUpdate does not say which plugin sent it (the
-// adaptation logs that), so errors say "an NRI plugin's UpdateContainers".
-func (s *Service) UpdateContainers(ctx context.Context, updates []*api.ContainerUpdate) ([]*api.ContainerUpdate, error) {
-	return s.applyUpdates(ctx, updates, "", updateSource{request: "UpdateContainers"}), nil
 }
 
 // updateSource says which NRI call plugin updates came with, for errors
@@ -291,44 +244,6 @@ func failedUpdatesError(failed []*api.ContainerUpdate) error {
 		ids[i] = u.GetContainerId()
 	}
 	return fmt.Errorf("nri: updating containers %v as plugins required failed (see the log): %w", ids, errdefs.ErrFailedPrecondition)
-}
-
-// EvictContainer implements nri.Engine: it records the eviction, sends
-// the container its stop signal and returns; an owned goroutine kills it
-// after evictGrace and delivers NRI StopContainer. The container's status
-// then shows reason "Evicted" and the plugin's reason as message. The
-// eviction is persisted before the signal, so a crind that dies during the
-// grace period kills the container when it recovers (docs/recovery.md).
-// Evicting an exited container is a no-op; an unknown one is NotFound.
-func (s *Service) EvictContainer(ctx context.Context, containerID, reason string) error {
-	s.mu.RLock()
-	c, ok := s.containers[containerID]
-	s.mu.RUnlock()
-	if !ok {
-		return fmt.Errorf("evict container %q: %w", containerID, errdefs.ErrNotFound)
-	}
-	if reason == "" {
-		reason = "evicted by an NRI plugin"
-	}
-	c.mu.Lock()
-	rec := c.rec
-	if c.removed || rec.State == store.ContainerExited || rec.Evicting {
-		c.mu.Unlock()
-		return nil
-	}
-	rec.Evicting, rec.EvictMessage = true, reason
-	if err := s.opts.Store.PutContainer(rec); err != nil {
-		rec.Evicting, rec.EvictMessage = false, ""
-		c.mu.Unlock()
-		return fmt.Errorf("evict container %s: record the eviction: %w", containerID, err)
-	}
-	c.mu.Unlock()
-	s.log.InfoContext(ctx, "evicting container on nri plugin request", "container_id", containerID, "reason", reason)
-	if !s.goOwned(func() { s.evict(c, evictGrace) }) {
-		// Recorded: the next crind finishes it.
-		return fmt.Errorf("evict container %s: crind is shutting down: %w", containerID, errdefs.ErrUnavailable)
-	}
-	return nil
 }
 
 // evict stops an evicted container (on an owned goroutine).
@@ -422,5 +337,3 @@ func (s *Service) updateOptions(id, handler string) oci.UpdateOptions {
 		RdtClass:     s.opts.RdtClass,
 	}
 }
-
-var _ nri.Engine = (*Service)(nil)

@@ -150,7 +150,7 @@ func TestNRIUpdateErrorsNameThePlugin(t *testing.T) {
 	}
 	h.nri.createUpdates, h.nri.claim = nil, nil
 
-	failed, err := h.UpdateContainers(ctx, []*api.ContainerUpdate{cpuUpdate(y, 1, false)})
+	failed, err := h.NRIEngine().UpdateContainers(ctx, []*api.ContainerUpdate{cpuUpdate(y, 1, false)})
 	if err != nil || len(failed) != 1 {
 		t.Fatalf("UpdateContainers = %v, %v; want the update back as failed", failed, err)
 	}
@@ -274,7 +274,7 @@ func TestEvictionSurvivesRestart(t *testing.T) {
 	h.rt.mu.Lock()
 	h.rt.ignoreTerm = true
 	h.rt.mu.Unlock()
-	if err := h.EvictContainer(ctx, id, "node too hot"); err != nil {
+	if err := h.NRIEngine().EvictContainer(ctx, id, "node too hot"); err != nil {
 		t.Fatal(err)
 	}
 	recs, _ := h.opts.Store.Containers()

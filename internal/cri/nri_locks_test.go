@@ -66,7 +66,7 @@ func TestRuntimeCallsDoNotBlockReaders(t *testing.T) {
 			return err
 		})
 		promptly(t, phase+": Snapshot", func() error {
-			_, _, err := h.Snapshot(ctx)
+			_, _, err := h.NRIEngine().Snapshot(ctx)
 			return err
 		})
 	}
@@ -85,7 +85,7 @@ func TestRuntimeCallsDoNotBlockReaders(t *testing.T) {
 	// fake holds the update as well: release it from here).
 	upd := make(chan []*api.ContainerUpdate, 1)
 	go func() {
-		failed, _ := h.UpdateContainers(ctx, []*api.ContainerUpdate{{ContainerId: id,
+		failed, _ := h.NRIEngine().UpdateContainers(ctx, []*api.ContainerUpdate{{ContainerId: id,
 			Linux: &api.LinuxContainerUpdate{Resources: &api.LinuxResources{Cpu: &api.LinuxCPU{Shares: api.UInt64(uint64(300))}}}}})
 		upd <- failed
 	}()
@@ -149,7 +149,7 @@ func TestUpdatesOfOneContainerAreSerialized(t *testing.T) {
 	<-blocked
 	second := make(chan []*api.ContainerUpdate, 1)
 	go func() {
-		failed, _ := h.UpdateContainers(context.WithoutCancel(ctx), []*api.ContainerUpdate{{ContainerId: id,
+		failed, _ := h.NRIEngine().UpdateContainers(context.WithoutCancel(ctx), []*api.ContainerUpdate{{ContainerId: id,
 			Linux: &api.LinuxContainerUpdate{Resources: &api.LinuxResources{Memory: &api.LinuxMemory{Limit: api.Int64(int64(64 << 20))}}}}})
 		second <- failed
 	}()

@@ -246,10 +246,10 @@ func TestNRICreateContainerHookFails(t *testing.T) {
 	if len(list.Containers) != 0 || len(recs) != 0 || len(h.images.rootfs) != 0 {
 		t.Errorf("left behind: %d listed, %d records, %d rootfs", len(list.Containers), len(recs), len(h.images.rootfs))
 	}
-	if _, _, err := h.Snapshot(ctx); err != nil {
+	if _, _, err := h.NRIEngine().Snapshot(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, ctrs, _ := h.Snapshot(ctx); len(ctrs) != 0 {
+	if _, ctrs, _ := h.NRIEngine().Snapshot(ctx); len(ctrs) != 0 {
 		t.Errorf("Snapshot still has %d containers", len(ctrs))
 	}
 	delete(h.nri.fail, "CreateContainer")
@@ -337,15 +337,15 @@ func TestNRIEngineCallsFromInsideAnEvent(t *testing.T) {
 	var failed []*api.ContainerUpdate
 	var snapCtrs []*api.Container
 	h.nri.during["CreateContainer"] = func(_ *api.PodSandbox, _ *api.Container) {
-		if err := h.EvictContainer(ctx, victim, "too hungry"); err != nil {
+		if err := h.NRIEngine().EvictContainer(ctx, victim, "too hungry"); err != nil {
 			t.Errorf("EvictContainer: %v", err)
 		}
-		failed, _ = h.UpdateContainers(ctx, []*api.ContainerUpdate{
+		failed, _ = h.NRIEngine().UpdateContainers(ctx, []*api.ContainerUpdate{
 			cpuUpdate(kept, 512, false),
 			{ContainerId: "gone", IgnoreFailure: true},
 			{ContainerId: "gone-too"},
 		})
-		_, snapCtrs, _ = h.Snapshot(ctx)
+		_, snapCtrs, _ = h.NRIEngine().Snapshot(ctx)
 	}
 	done := make(chan error, 1)
 	go func() {
@@ -387,7 +387,7 @@ func TestNRIEngineCallsFromInsideAnEvent(t *testing.T) {
 	if i, j := slices.Index(ev, "PostCreateContainer new"), slices.Index(ev, "StopContainer victim"); j < slices.Index(ev, "CreateContainer new") || i < 0 {
 		t.Errorf("events = %v: StopContainer of the victim must come after the CreateContainer that evicted it", ev)
 	}
-	if err := h.EvictContainer(ctx, "nope", "x"); !errdefs.IsNotFound(err) {
+	if err := h.NRIEngine().EvictContainer(ctx, "nope", "x"); !errdefs.IsNotFound(err) {
 		t.Errorf("EvictContainer(unknown) = %v, want NotFound", err)
 	}
 }
@@ -401,7 +401,7 @@ func TestNRISnapshotViews(t *testing.T) {
 	if got := h.nri.seen["CreateContainer"]; got.GetState() != api.ContainerState_CONTAINER_CREATED || got.GetName() != "app" || got.GetId() != id {
 		t.Errorf("CreateContainer saw %v", got)
 	}
-	pods, ctrs, err := h.Snapshot(ctx)
+	pods, ctrs, err := h.NRIEngine().Snapshot(ctx)
 	if err != nil || len(pods) != 1 || len(ctrs) != 1 {
 		t.Fatalf("Snapshot = %d pods, %d containers, %v; want 1, 1", len(pods), len(ctrs), err)
 	}
@@ -434,7 +434,7 @@ func TestNRISnapshotViews(t *testing.T) {
 
 	// A restart shows plugins the same pods and containers.
 	h.start(t, true)
-	pods2, ctrs2, _ := h.Snapshot(ctx)
+	pods2, ctrs2, _ := h.NRIEngine().Snapshot(ctx)
 	if diff := cmp.Diff(pods, pods2, protocmp.Transform()); diff != "" {
 		t.Errorf("pods after restart (-before +after):\n%s", diff)
 	}
@@ -444,10 +444,10 @@ func TestNRISnapshotViews(t *testing.T) {
 
 	h.rt.exit(id, 3)
 	waitFor(t, "the exit", func() bool {
-		_, cs, _ := h.Snapshot(ctx)
+		_, cs, _ := h.NRIEngine().Snapshot(ctx)
 		return len(cs) == 1 && cs[0].GetState() == api.ContainerState_CONTAINER_STOPPED
 	})
-	_, cs, _ := h.Snapshot(ctx)
+	_, cs, _ := h.NRIEngine().Snapshot(ctx)
 	if c := cs[0]; c.GetExitCode() != 3 || c.GetStatusReason() != "Error" || c.GetFinishedAt() == 0 {
 		t.Errorf("exited view: exit %d reason %q finished %d", c.GetExitCode(), c.GetStatusReason(), c.GetFinishedAt())
 	}
@@ -464,7 +464,7 @@ func TestNRIUpdatePodSandboxResources(t *testing.T) {
 		t.Fatalf("UpdatePodSandboxResources error = %v, want the plugin's", err)
 	}
 	shares := func() uint64 {
-		pods, _, _ := h.Snapshot(ctx)
+		pods, _, _ := h.NRIEngine().Snapshot(ctx)
 		return pods[0].GetLinux().GetPodResources().GetCpu().GetShares().GetValue()
 	}
 	if got := shares(); got != 512 {

@@ -26,17 +26,17 @@ import (
 // (checkpoint.Manager.Sweep). Then it
 // starts the loop that retries recorded cleanup steps. Failures are
 // logged: the sweep never stops crind from starting.
-func (s *Service) sweep(ctx context.Context) {
-	s.sweepShims(ctx)
-	s.env.SweepMounts(ctx, s.knownID, func(ctx context.Context, id string) error {
-		return s.opts.Images.ReleaseRootfs(ctx, id)
+func (r *recovery) sweep(ctx context.Context) {
+	r.sweepShims(ctx)
+	r.env.SweepMounts(ctx, r.hub.knownID, func(ctx context.Context, id string) error {
+		return r.images.ReleaseRootfs(ctx, id)
 	})
-	s.env.SweepUserNS(ctx, s.knownID)
-	s.env.SweepCgroups(ctx, s.knownID)
-	s.sweepIPAM(ctx)
-	s.sweepDirs(ctx)
-	s.ckpt.Sweep(ctx)
-	s.startCleanups()
+	r.env.SweepUserNS(ctx, r.hub.knownID)
+	r.env.SweepCgroups(ctx, r.hub.knownID)
+	r.sweepIPAM(ctx)
+	r.sweepDirs(ctx)
+	r.ckpt.Sweep(ctx)
+	r.hub.runCleanups()
 }
 
 // stateDirLister is a runtime backend that keeps per-container state dirs
@@ -57,9 +57,9 @@ func isID(name string) bool {
 // sweepShims kills crin-shim processes whose dir is in a runtime's state
 // directory and belongs to no known pod or container, with their
 // children (a runc init waiting for a start that never comes).
-func (s *Service) sweepShims(ctx context.Context) {
+func (r *recovery) sweepShims(ctx context.Context) {
 	var dirs []string
-	for _, rt := range s.opts.Runtimes {
+	for _, rt := range r.runtimes {
 		if l, ok := rt.(stateDirLister); ok && !slices.Contains(dirs, l.StateDir()) {
 			dirs = append(dirs, l.StateDir())
 		}
@@ -79,10 +79,10 @@ func (s *Service) sweepShims(ctx context.Context) {
 		// A pod's shim serves from "<state dir>/.pod-<pod id>", a
 		// container's of crind before one shim per pod from its own dir.
 		id := strings.TrimPrefix(filepath.Base(dir), ".pod-")
-		if s.knownID(id) {
+		if r.hub.knownID(id) {
 			continue
 		}
-		s.log.InfoContext(ctx, "killing orphaned shim", "id", id, "shim_pid", p.pid)
+		r.log.InfoContext(ctx, "killing orphaned shim", "id", id, "shim_pid", p.pid)
 		killTree(procs, p.pid)
 		if strings.HasPrefix(filepath.Base(dir), ".pod-") {
 			// A pod shim removes its dir as it exits; killed, it cannot.
@@ -156,23 +156,18 @@ type ipamSweeper interface {
 }
 
 // sweepIPAM releases the IP reservations of pods no record owns.
-func (s *Service) sweepIPAM(ctx context.Context) {
-	sw, ok := s.opts.Network.(ipamSweeper)
+func (r *recovery) sweepIPAM(ctx context.Context) {
+	sw, ok := r.network.(ipamSweeper)
 	if !ok {
 		return
 	}
 	sctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	n, err := sw.SweepIPAM(sctx, func(id string) bool {
-		s.mu.RLock()
-		defer s.mu.RUnlock()
-		_, ok := s.sandboxes[id]
-		return ok
-	})
+	n, err := sw.SweepIPAM(sctx, r.hub.knownPod)
 	if err != nil {
-		s.log.WarnContext(ctx, "sweep ip reservations", "error", err)
+		r.log.WarnContext(ctx, "sweep ip reservations", "error", err)
 	}
 	if n > 0 {
-		s.log.InfoContext(ctx, "released ip reservations no pod owns", "count", n)
+		r.log.InfoContext(ctx, "released ip reservations no pod owns", "count", n)
 	}
 }

@@ -20,22 +20,22 @@ type rootfsOwnerLister interface {
 // mount or shim of theirs is left; a dir that still has a mount below it
 // is left alone and logged. Names that are not of crind's form are left
 // alone and logged too: crind cannot tell whose they are.
-func (s *Service) sweepDirs(ctx context.Context) {
-	owned, err := s.recordedIDs()
+func (r *recovery) sweepDirs(ctx context.Context) {
+	owned, err := r.recordedIDs()
 	if err != nil {
-		s.log.WarnContext(ctx, "sweep dirs: read the records", "error", err)
+		r.log.WarnContext(ctx, "sweep dirs: read the records", "error", err)
 		return
 	}
-	s.sweepRootfs(ctx, owned)
-	s.env.SweepPodDirs(ctx, owned)
-	if s.opts.RootDir != "" {
-		s.env.SweepIDDirs(ctx, s.ckpt.RestoreDirs(), owned)
+	r.sweepRootfs(ctx, owned)
+	r.env.SweepPodDirs(ctx, owned)
+	if r.rootDir != "" {
+		r.env.SweepIDDirs(ctx, r.ckpt.RestoreDirs(), owned)
 	}
 	var done []string
-	for _, rt := range s.opts.Runtimes {
+	for _, rt := range r.runtimes {
 		if l, ok := rt.(stateDirLister); ok && !slices.Contains(done, l.StateDir()) {
 			done = append(done, l.StateDir())
-			s.env.SweepIDDirs(ctx, l.StateDir(), owned)
+			r.env.SweepIDDirs(ctx, l.StateDir(), owned)
 		}
 	}
 }
@@ -43,12 +43,12 @@ func (s *Service) sweepDirs(ctx context.Context) {
 // recordedIDs returns a func reporting whether an id is a pod or
 // container crind knows or has a record of: a record whose recovery
 // failed (and so is not in memory) still owns its files.
-func (s *Service) recordedIDs() (func(string) bool, error) {
-	sbs, err := s.opts.Store.Sandboxes()
+func (r *recovery) recordedIDs() (func(string) bool, error) {
+	sbs, err := r.store.Sandboxes()
 	if err != nil {
 		return nil, err
 	}
-	cs, err := s.opts.Store.Containers()
+	cs, err := r.store.Containers()
 	if err != nil {
 		return nil, err
 	}
@@ -59,18 +59,18 @@ func (s *Service) recordedIDs() (func(string) bool, error) {
 	for _, r := range cs {
 		ids[r.ID] = true
 	}
-	return func(id string) bool { return ids[id] || s.knownID(id) }, nil
+	return func(id string) bool { return ids[id] || r.hub.knownID(id) }, nil
 }
 
 // sweepRootfs releases the rootfs of containers no record owns.
-func (s *Service) sweepRootfs(ctx context.Context, owned func(string) bool) {
-	l, ok := s.opts.Images.(rootfsOwnerLister)
+func (r *recovery) sweepRootfs(ctx context.Context, owned func(string) bool) {
+	l, ok := r.images.(rootfsOwnerLister)
 	if !ok {
 		return
 	}
 	ids, err := l.RootfsOwners()
 	if err != nil {
-		s.log.WarnContext(ctx, "sweep rootfs", "error", err)
+		r.log.WarnContext(ctx, "sweep rootfs", "error", err)
 		return
 	}
 	for _, id := range ids {
@@ -78,13 +78,13 @@ func (s *Service) sweepRootfs(ctx context.Context, owned func(string) bool) {
 			continue
 		}
 		if !isID(id) {
-			s.log.WarnContext(ctx, "left alone a rootfs whose name is no crind id", "name", id)
+			r.log.WarnContext(ctx, "left alone a rootfs whose name is no crind id", "name", id)
 			continue
 		}
-		if err := s.opts.Images.ReleaseRootfs(ctx, id); err != nil {
-			s.log.WarnContext(ctx, "release the rootfs of a container no record owns", "container_id", id, "error", err)
+		if err := r.images.ReleaseRootfs(ctx, id); err != nil {
+			r.log.WarnContext(ctx, "release the rootfs of a container no record owns", "container_id", id, "error", err)
 			continue
 		}
-		s.log.InfoContext(ctx, "released the rootfs of a container no record owns", "container_id", id)
+		r.log.InfoContext(ctx, "released the rootfs of a container no record owns", "container_id", id)
 	}
 }

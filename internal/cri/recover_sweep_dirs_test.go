@@ -33,7 +33,7 @@ func TestSweepDirs(t *testing.T) {
 	h.images.rootfs["not-an-id"] = true
 	h.images.mu.Unlock()
 
-	h.sweepDirs(t.Context())
+	newRecovery(h.Service).sweepDirs(t.Context())
 
 	for _, d := range []string{pod, "not-an-id"} {
 		if _, err := os.Stat(filepath.Join(pods, d)); err != nil {

@@ -269,7 +269,7 @@ func (s *Service) startInfra(ctx context.Context, rt runtime.Runtime, rec *store
 	if err := rt.Create(ctx, runtime.CreateRequest{ID: id, PodID: id, Spec: spec}); err != nil {
 		return fmt.Errorf("create infra container: %w", err)
 	}
-	undo.add("delete infra", func(ctx context.Context) error { return s.deleteFromRuntime(ctx, handler, id) })
+	undo.add("delete infra", func(ctx context.Context) error { return s.cleanups.DeleteFromRuntime(ctx, handler, id) })
 	pid, err := rt.Start(ctx, id)
 	if err != nil {
 		return fmt.Errorf("start infra container: %w", err)

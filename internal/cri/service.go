@@ -6,6 +6,19 @@
 // file per RPC; the state machines are described in
 // docs/state-machines.md.
 //
+// What crind does on start-up before it serves (reload the records,
+// reattach to the shims, record the exits nobody saw, sweep orphans) is a
+// recovery (recover.go), which asks the hub only through a recoveryHub.
+//
+// What NRI plugins may ask of crind on their own (nri.Engine: Snapshot,
+// UpdateContainers, EvictContainer) is served by the adapter NRIEngine
+// returns (nri_engine.go), under the lock rules at the top of nri.go.
+//
+// Cleanup steps that fail (a rollback's runtime delete or rootfs release,
+// a pod cgroup, id-mapped mounts) are journaled and retried by
+// internal/cleanup (a cleanup.Journal); the hub hands them over and owns
+// the retry loop's goroutine.
+//
 // Checkpoint and restore are internal/checkpoint's work (a
 // checkpoint.Manager); the hub answers those RPCs and is the
 // checkpoint.Hub the Manager makes pods and containers through.
@@ -34,6 +47,7 @@ import (
 
 	"github.com/crin-dev/crin/internal/cgroup"
 	"github.com/crin-dev/crin/internal/checkpoint"
+	"github.com/crin-dev/crin/internal/cleanup"
 	"github.com/crin-dev/crin/internal/cni"
 	"github.com/crin-dev/crin/internal/image"
 	"github.com/crin-dev/crin/internal/podenv"
@@ -174,8 +188,9 @@ type Service struct {
 	// closed is set by Close; no owned goroutine starts after it.
 	closed bool
 
-	// cleanWake wakes the loop retrying failed cleanup steps (cleanup.go).
-	cleanWake chan struct{}
+	// cleanups journals the cleanup steps that failed and retries them
+	// (its Run is started by sweep, once recovery is done).
+	cleanups *cleanup.Journal
 
 	// nri is the attached adaptation; nil until AttachNRI.
 	nri atomic.Pointer[nriRef]
@@ -278,8 +293,18 @@ func New(ctx context.Context, o Options) (*Service, error) {
 		CgroupDriver: o.CgroupDriver,
 		Units:        o.Units,
 		CgroupFS:     o.CgroupFS,
-		Defer:        s.deferCleanup,
-		Logger:       o.Logger,
+		Defer: func(ctx context.Context, c store.Cleanup, cause error) {
+			s.cleanups.Defer(ctx, c, cause)
+		},
+		Logger: o.Logger,
+	})
+	s.cleanups = cleanup.New(cleanup.Config{
+		Store:    o.Store,
+		Runtimes: o.Runtimes,
+		Images:   o.Images,
+		Env:      s.env,
+		Known:    s.knownID,
+		Logger:   o.Logger,
 	})
 	s.stats = podstats.New(podstats.Config{Source: statsSource{s}, Images: o.Images, Period: o.StatsPeriod, Logger: o.Logger})
 	s.ckpt = newCheckpoints(s, nil)
@@ -309,7 +334,7 @@ func New(ctx context.Context, o Options) (*Service, error) {
 			cancel()
 		}
 	}
-	if err := s.recover(ctx); err != nil {
+	if err := newRecovery(s).run(ctx); err != nil {
 		s.cancel()
 		return nil, fmt.Errorf("recover state: %w", err)
 	}
@@ -375,6 +400,15 @@ func (s *Service) runtimeFor(handler string) (string, runtime.Runtime, error) {
 		return "", nil, fmt.Errorf("runtime_handler %q: not ready: %v: %w", name, err, errdefs.ErrFailedPrecondition)
 	}
 	return name, rt, nil
+}
+
+// knownID reports whether a pod or container with id is visible.
+func (s *Service) knownID(id string) bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	_, sb := s.sandboxes[id]
+	_, c := s.containers[id]
+	return sb || c
 }
 
 // getSandbox finds a visible pod by id or unique id prefix, for the RPCs

@@ -166,7 +166,7 @@ func TestNRIEmptyUpdates(t *testing.T) {
 	for _, id := range []string{a, b, c} {
 		h.startCtr(t, id)
 	}
-	failed, err := h.UpdateContainers(ctx, []*api.ContainerUpdate{
+	failed, err := h.NRIEngine().UpdateContainers(ctx, []*api.ContainerUpdate{
 		{ContainerId: a},
 		{ContainerId: b, Linux: &api.LinuxContainerUpdate{Resources: &api.LinuxResources{}}},
 		cpuUpdate(c, 512, false),
