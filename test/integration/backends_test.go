@@ -23,12 +23,20 @@ const (
 	oci backend = "oci"
 	// shimv2 is a containerd shim v2: CRIN_TEST_HANDLER=runc-v2.
 	shimv2 backend = "shimv2"
+	// gvisor is gVisor's shim v2 runtime (also the shimv2 backend, but
+	// its containers run in a sandbox with a kernel of its own):
+	// CRIN_TEST_HANDLER=runsc. A test that runs on shimv2 and not here
+	// says why beside its runsOn.
+	gvisor backend = "gvisor"
 )
 
 // currentBackend is the backend handlerEnv selects.
 func currentBackend() backend {
-	if os.Getenv(handlerEnv) == shimv2Handler {
+	switch os.Getenv(handlerEnv) {
+	case shimv2Handler:
 		return shimv2
+	case runscHandler:
+		return gvisor
 	}
 	return oci
 }

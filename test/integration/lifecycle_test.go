@@ -17,7 +17,7 @@ import (
 // from a registry on 127.0.0.1, execs in it, reads its log and stats, stops
 // and removes both, as kubelet would.
 func TestPodContainerLifecycle(t *testing.T) {
-	runsOn(t, oci, shimv2)
+	runsOn(t, oci, shimv2, gvisor)
 	d := startDaemon(t, daemonOptions{})
 	ref, _ := busybox(t)
 	imageID := d.pull(t, ref)
@@ -147,7 +147,7 @@ func TestPodContainerLifecycle(t *testing.T) {
 // TestExitCodes checks the exit code and reason of containers that exit by
 // themselves, including an OOM kill under a memory limit.
 func TestExitCodes(t *testing.T) {
-	runsOn(t, oci, shimv2)
+	runsOn(t, oci, shimv2, gvisor)
 	d := startDaemon(t, daemonOptions{})
 	ref, _ := busybox(t)
 	d.pull(t, ref)

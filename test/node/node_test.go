@@ -45,9 +45,16 @@ const defaultIntegrationRun = "^(TestCgroupDriver|TestCgroupLimits|TestCgroupV2F
 // until that is understood.
 const shimv2IntegrationRun = "^(TestExitCodes|TestCgroupV2Files)$"
 
+// gvisorIntegrationRun is the list run on gVisor's shim v2 handler
+// (runsc, platform systrap): lifecycle, exec, logs and stats of a pod in
+// one sandbox, and exit codes.
+const gvisorIntegrationRun = "^(TestPodContainerLifecycle|TestExitCodes)$"
+
 // IntegrationHandlersEnv names the runtime handlers (space-separated:
 // runc, crun, runc-v2) the integration tests run on in the VM, one after
-// the other in the same boot; the default is integrationHandlers.
+// the other in the same boot; the default is integrationHandlers. runsc
+// (gVisor, docs/runtimes.md) runs only when named: its runsc and shim are
+// built by scripts/gvisor.sh and copied into the guest then.
 const IntegrationHandlersEnv = "CRIN_NODE_INTEGRATION_HANDLERS"
 
 // integrationHandlers: runc; crun, which runs here (cgroup v2) and not on
@@ -60,8 +67,11 @@ func integrationRun(h string) string {
 	if run := os.Getenv(IntegrationRunEnv); run != "" {
 		return run
 	}
-	if h == "runc-v2" {
+	switch h {
+	case "runc-v2":
 		return shimv2IntegrationRun
+	case "runsc":
+		return gvisorIntegrationRun
 	}
 	return defaultIntegrationRun
 }
@@ -254,6 +264,9 @@ func TestIntegrationInVM(t *testing.T) {
 	if len(handlers) == 0 {
 		handlers = strings.Fields(integrationHandlers)
 	}
+	if contains(handlers, "runsc") {
+		installGvisor(t, vm)
+	}
 	for _, h := range handlers {
 		t.Run(h, func(t *testing.T) {
 			run := integrationRun(h)
@@ -278,6 +291,23 @@ func TestIntegrationInVM(t *testing.T) {
 				t.Errorf("no test passed in the VM: does %q match any?", run)
 			}
 		})
+	}
+}
+
+// installGvisor builds gVisor's runsc and its shim v2 runtime on the host
+// (scripts/gvisor.sh, cached) and copies both into the guest's $PATH.
+func installGvisor(t *testing.T, vm *VM) {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(harness.RepoRoot(), "scripts", "gvisor.sh"))
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("scripts/gvisor.sh: %v\n%s", err, stderr.String())
+	}
+	dir := strings.TrimSpace(string(out))
+	for _, name := range []string{"runsc", "containerd-shim-runsc-v1"} {
+		vm.CopyIn(filepath.Join(dir, name), binDir+"/"+name, 0o755)
 	}
 }
 

@@ -144,7 +144,11 @@ type Config struct {
 type Runtime struct {
 	cfg     Config
 	log     *slog.Logger
-	options *anypb.Any // nil for a shim that is not runc's
+	options *anypb.Any // nil for a shim that is neither runc's nor runsc's
+	runc    bool       // the shim is containerd-shim-runc-*
+	// fifoOutput: the shim takes no "binary" stdio (gVisor's), so every
+	// container logs through fifos to a crin-logger crind starts.
+	fifoOutput bool
 
 	// mu guards conns and logs.
 	mu    sync.Mutex
@@ -188,6 +192,7 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		r.log = slog.New(slog.DiscardHandler)
 	}
 
+	var err error
 	if strings.HasPrefix(filepath.Base(cfg.Binary), "containerd-shim-runc-") {
 		o, err := runcOptions(cfg.Options, cfg.Root)
 		if err != nil {
@@ -197,9 +202,14 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		if err != nil {
 			return nil, fmt.Errorf("runtime %s: encode options: %w", cfg.Name, err)
 		}
-		r.options = &anypb.Any{TypeUrl: runcOptionsURL, Value: data}
+		r.options, r.runc = &anypb.Any{TypeUrl: runcOptionsURL, Value: data}, true
+	} else if isRunscShim(cfg.Binary) {
+		r.fifoOutput = true
+		if r.options, err = runscOptions(cfg.Options, cfg.Root, cfg.StateDir); err != nil {
+			return nil, fmt.Errorf("runtime %s: %w", cfg.Name, err)
+		}
 	} else if len(cfg.Options) > 0 {
-		return nil, fmt.Errorf("runtime %s: options are only understood for containerd-shim-runc-*: %w", cfg.Name, errdefs.ErrInvalidArgument)
+		return nil, fmt.Errorf("runtime %s: options are only understood for containerd-shim-runc-* and containerd-shim-runsc-*: %w", cfg.Name, errdefs.ErrInvalidArgument)
 	}
 	for _, d := range []string{cfg.StateDir, cfg.Root} {
 		if d == "" {
@@ -531,7 +541,7 @@ func (r *Runtime) List(ctx context.Context) ([]string, error) {
 // are errdefs.ErrNotImplemented: the shim v2 API has no features call
 // (crind then assumes an OCI 1.0 runtime).
 func (r *Runtime) Features(ctx context.Context) (*features.Features, error) {
-	if r.options == nil {
+	if !r.runc {
 		return nil, fmt.Errorf("runtime %s: shim v2 runtimes do not report OCI features: %w", r.cfg.Name, errdefs.ErrNotImplemented)
 	}
 	bin := r.cfg.Options["binary_name"]
