@@ -149,6 +149,9 @@ type Runtime struct {
 	// fifoOutput: the shim takes no "binary" stdio (gVisor's), so every
 	// container logs through fifos to a crin-logger crind starts.
 	fifoOutput bool
+	// shimStats: the containers' usage comes from the shim's Stats, not
+	// from their cgroups (gVisor's: see Stats).
+	shimStats bool
 
 	// mu guards conns and logs.
 	mu    sync.Mutex
@@ -204,7 +207,7 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		}
 		r.options, r.runc = &anypb.Any{TypeUrl: runcOptionsURL, Value: data}, true
 	} else if isRunscShim(cfg.Binary) {
-		r.fifoOutput = true
+		r.fifoOutput, r.shimStats = true, true
 		if r.options, err = runscOptions(cfg.Options, cfg.Root, cfg.StateDir); err != nil {
 			return nil, fmt.Errorf("runtime %s: %w", cfg.Name, err)
 		}
