@@ -18,13 +18,13 @@ import (
 // gVisor's shim (containerd-shim-runsc-v1) takes its options at Create
 // as a runtimeoptions.v1.Options naming a TOML file (config_path), not as
 // the options themselves: crind writes that file once per handler, at
-// start-up, into the handler's state dir.
+// start-up, into the runtime's root (runsc's own state is in
+// <root>/<namespace>).
 const (
 	runtimeOptionsURL = "runtimeoptions.v1.Options"
 	runscOptionsType  = "io.containerd.runsc.v1.options"
-	// runscConfigFile is the TOML file in StateDir; its leading dot keeps
-	// it out of the container ids List returns.
-	runscConfigFile = ".runsc.toml"
+	// runscConfigFile is the TOML file in the runtime's root.
+	runscConfigFile = "shim.toml"
 )
 
 // runscShimConfig is the part of the runsc shim's TOML crind writes: the
@@ -86,9 +86,12 @@ func runscConfig(opts map[string]string, root string) (*runscShimConfig, error) 
 	return c, nil
 }
 
-// runscOptions writes the runsc shim's TOML into stateDir and returns the
-// Create options naming it.
-func runscOptions(opts map[string]string, root, stateDir string) (*anypb.Any, error) {
+// runscOptions writes the runsc shim's TOML into root and returns the
+// Create options naming it. An empty root is errdefs.ErrInvalidArgument.
+func runscOptions(opts map[string]string, root string) (*anypb.Any, error) {
+	if root == "" || !filepath.IsAbs(root) {
+		return nil, fmt.Errorf("runsc root %q must be absolute: %w", root, errdefs.ErrInvalidArgument)
+	}
 	c, err := runscConfig(opts, root)
 	if err != nil {
 		return nil, err
@@ -97,10 +100,10 @@ func runscOptions(opts map[string]string, root, stateDir string) (*anypb.Any, er
 	if err != nil {
 		return nil, fmt.Errorf("encode runsc config: %w", err)
 	}
-	if err := os.MkdirAll(stateDir, 0o700); err != nil {
+	if err := os.MkdirAll(root, 0o700); err != nil {
 		return nil, fmt.Errorf("make dir: %w", err)
 	}
-	path := filepath.Join(stateDir, runscConfigFile)
+	path := filepath.Join(root, runscConfigFile)
 	tmp := path + ".tmp"
 	if err := os.WriteFile(tmp, data, 0o600); err != nil {
 		return nil, fmt.Errorf("write runsc config: %w", err)

@@ -29,9 +29,9 @@ func fakeRunsc(t *testing.T) string {
 
 func TestRunscOptions(t *testing.T) {
 	bin := fakeRunsc(t)
-	state := t.TempDir()
+	root := t.TempDir()
 	opts := map[string]string{"platform": "systrap", "systemd_cgroup": "true", "log_level": "debug", "overlay2": "root:memory"}
-	a, err := runscOptions(opts, "/run/crin/runtimes/runsc", state)
+	a, err := runscOptions(opts, root)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +42,7 @@ func TestRunscOptions(t *testing.T) {
 	if err := proto.Unmarshal(a.GetValue(), &ro); err != nil {
 		t.Fatal(err)
 	}
-	if ro.GetConfigPath() != filepath.Join(state, runscConfigFile) || ro.GetTypeUrl() != "io.containerd.runsc.v1.options" {
+	if ro.GetConfigPath() != filepath.Join(root, runscConfigFile) || ro.GetTypeUrl() != "io.containerd.runsc.v1.options" {
 		t.Fatalf("options %v", &ro)
 	}
 	data, err := os.ReadFile(ro.GetConfigPath())
@@ -60,18 +60,13 @@ func TestRunscOptions(t *testing.T) {
 		t.Fatalf("%v\n%s", err, data)
 	}
 	want := map[string]string{"platform": "systrap", "systemd-cgroup": "true", "overlay2": "root:memory"}
-	if got.BinaryName != bin || got.Root != "/run/crin/runtimes/runsc" || got.LogLevel != "debug" || len(got.RunscConfig) != len(want) {
+	if got.BinaryName != bin || got.Root != root || got.LogLevel != "debug" || len(got.RunscConfig) != len(want) {
 		t.Fatalf("config:\n%s", data)
 	}
 	for k, v := range want {
 		if got.RunscConfig[k] != v {
 			t.Errorf("runsc_config[%s] = %q, want %q", k, got.RunscConfig[k], v)
 		}
-	}
-	// The state dir's List must not take the file for a container.
-	ids, err := (&Runtime{cfg: Config{StateDir: state}}).List(t.Context())
-	if err != nil || len(ids) != 0 {
-		t.Errorf("List = %v, %v", ids, err)
 	}
 }
 
@@ -87,7 +82,7 @@ func TestRunscOptionsRefused(t *testing.T) {
 		{"no such runsc", map[string]string{"binary_name": "/nonexistent/runsc"}, errdefs.ErrNotFound},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := runscOptions(tc.opts, "/r", t.TempDir())
+			_, err := runscOptions(tc.opts, t.TempDir())
 			if !errors.Is(err, tc.want) {
 				t.Fatalf("err %v, want %v", err, tc.want)
 			}
@@ -128,5 +123,23 @@ func TestDecodeMetrics(t *testing.T) {
 	}
 	if _, err := decodeMetrics("x.Metrics", nil); err == nil {
 		t.Error("unknown type decoded")
+	}
+}
+
+func TestParseStartOutput(t *testing.T) {
+	for _, tc := range []struct {
+		out, want string
+	}{
+		{"unix:///run/containerd/s/abc\n", "unix:///run/containerd/s/abc"},
+		{`{"version":2,"address":"unix:///run/containerd/s/abc","protocol":"ttrpc"}`, "unix:///run/containerd/s/abc"},
+		{`{"version":2,"address":"unix:///run/containerd/s/abc","protocol":"grpc"}`, ""},
+		{`{"version":3,"address":"unix:///run/containerd/s/abc"}`, ""},
+		{"/run/x", ""},
+		{"{", ""},
+	} {
+		got, err := parseStartOutput([]byte(tc.out))
+		if got != tc.want || (err == nil) != (tc.want != "") {
+			t.Errorf("parseStartOutput(%q) = %q, %v; want %q", tc.out, got, err, tc.want)
+		}
 	}
 }

@@ -208,7 +208,7 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		r.options, r.runc = &anypb.Any{TypeUrl: runcOptionsURL, Value: data}, true
 	} else if isRunscShim(cfg.Binary) {
 		r.fifoOutput, r.shimStats = true, true
-		if r.options, err = runscOptions(cfg.Options, cfg.Root, cfg.StateDir); err != nil {
+		if r.options, err = runscOptions(cfg.Options, cfg.Root); err != nil {
 			return nil, fmt.Errorf("runtime %s: %w", cfg.Name, err)
 		}
 	} else if len(cfg.Options) > 0 {
