@@ -25,6 +25,10 @@ const (
 	runscOptionsType  = "io.containerd.runsc.v1.options"
 	// runscConfigFile is the TOML file in the runtime's root.
 	runscConfigFile = "shim.toml"
+	// runscNullNetNS is where runsc pins, in its root, the empty network
+	// namespace its gofers share (a bind mount it keeps for later
+	// containers; runsc's specutils.NullNetNSFilename).
+	runscNullNetNS = "null-netns"
 )
 
 // runscShimConfig is the part of the runsc shim's TOML crind writes: the
@@ -66,7 +70,7 @@ func runscConfig(opts map[string]string, root string) (*runscShimConfig, error) 
 			c.LogPath = v
 		case "systemd_cgroup":
 			c.RunscConfig["systemd-cgroup"] = v
-		case "root", "debug-log", "log", "panic-log", "log-format":
+		case "root", "log", "panic-log", "log-format":
 			// The shim sets these itself (root comes from the
 			// handler's root, the logs go to the bundle).
 			return nil, fmt.Errorf("option %q: set by crind or the shim, not an option: %w", k, errdefs.ErrInvalidArgument)

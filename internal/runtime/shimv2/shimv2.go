@@ -152,6 +152,14 @@ type Runtime struct {
 	// shimStats: the containers' usage comes from the shim's Stats, not
 	// from their cgroups (gVisor's: see Stats).
 	shimStats bool
+	// podShim: the shim serves every container of a pod (runc's groups
+	// them by the sandbox-id annotation); gVisor's starts one per
+	// container.
+	podShim bool
+	// sharedState is runtime state kept across containers in the
+	// runtime's root, released with the last container (runsc's pinned
+	// null network namespace for its gofers, a bind mount).
+	sharedState string
 
 	// mu guards conns and logs.
 	mu    sync.Mutex
@@ -205,9 +213,10 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		if err != nil {
 			return nil, fmt.Errorf("runtime %s: encode options: %w", cfg.Name, err)
 		}
-		r.options, r.runc = &anypb.Any{TypeUrl: runcOptionsURL, Value: data}, true
+		r.options, r.runc, r.podShim = &anypb.Any{TypeUrl: runcOptionsURL, Value: data}, true, true
 	} else if isRunscShim(cfg.Binary) {
 		r.fifoOutput, r.shimStats = true, true
+		r.sharedState = filepath.Join(cfg.Root, cfg.Namespace, runscNullNetNS)
 		if r.options, err = runscOptions(cfg.Options, cfg.Root); err != nil {
 			return nil, fmt.Errorf("runtime %s: %w", cfg.Name, err)
 		}
@@ -396,13 +405,14 @@ func (r *Runtime) createTask(ctx context.Context, req runtime.CreateRequest, dir
 // placeShim hands the shim at address to cfg.PlaceShim when no other
 // container uses it yet (the pod's first, its infra container: the pod's
 // later containers join the running shim), before the task's create
-// starts the logger as the shim's child.
+// starts the logger as the shim's child. A shim of one container (gVisor)
+// is named after the container, not the pod.
 func (r *Runtime) placeShim(ctx context.Context, req runtime.CreateRequest, address string, pid int) {
 	if r.cfg.PlaceShim == nil || pid <= 0 || r.sharedShim(req.ID, address) {
 		return
 	}
 	name := req.ID
-	if pod := req.PodID; pod != "" {
+	if pod := req.PodID; pod != "" && r.podShim {
 		name = pod
 	}
 	if err := r.cfg.PlaceShim(ctx, "v2-"+name, pid); err != nil {
