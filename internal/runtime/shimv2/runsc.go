@@ -6,10 +6,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 
 	runtimeoptions "github.com/containerd/containerd/api/types/runtimeoptions/v1"
 	"github.com/containerd/errdefs"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"github.com/pelletier/go-toml/v2"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
@@ -29,6 +31,9 @@ const (
 	// namespace its gofers share (a bind mount it keeps for later
 	// containers; runsc's specutils.NullNetNSFilename).
 	runscNullNetNS = "null-netns"
+	// criContainerTypeKey tells a pod's infra ("sandbox") from its
+	// workloads ("container") to runsc; crind sets it (package oci).
+	criContainerTypeKey = "io.kubernetes.cri.container-type"
 )
 
 // runscShimConfig is the part of the runsc shim's TOML crind writes: the
@@ -120,4 +125,31 @@ func runscOptions(opts map[string]string, root string) (*anypb.Any, error) {
 		return nil, fmt.Errorf("encode options: %w", err)
 	}
 	return &anypb.Any{TypeUrl: runtimeOptionsURL, Value: ro}, nil
+}
+
+// runscSpec is spec as runsc reads it. runsc matches a container's
+// namespace paths against the paths in the specs of the sandbox's other
+// containers, not against the host's files: a workload container naming
+// the pod's pinned PID namespace (the pod shares one) would make a new
+// one for the first container, which every later one would then join,
+// and which dies with that first container (a later start fails with
+// "creating process: out of memory", the sentry's ENOMEM for a PID
+// namespace whose init is gone). Without a PID namespace in its spec a
+// container runs in the sandbox's root PID namespace, the infra's: the
+// pod's. So a workload container's PID namespace path is dropped, with
+// its entry. spec itself is not changed.
+func runscSpec(spec *specs.Spec) *specs.Spec {
+	if spec == nil || spec.Linux == nil || spec.Annotations[criContainerTypeKey] != "container" {
+		return spec
+	}
+	i := slices.IndexFunc(spec.Linux.Namespaces, func(n specs.LinuxNamespace) bool {
+		return n.Type == specs.PIDNamespace && n.Path != ""
+	})
+	if i < 0 {
+		return spec
+	}
+	out, linux := *spec, *spec.Linux
+	linux.Namespaces = slices.Delete(slices.Clone(spec.Linux.Namespaces), i, i+1)
+	out.Linux = &linux
+	return &out
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -11,6 +12,7 @@ import (
 	v2 "github.com/containerd/cgroups/v3/cgroup2/stats"
 	runtimeoptions "github.com/containerd/containerd/api/types/runtimeoptions/v1"
 	"github.com/containerd/errdefs"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"github.com/pelletier/go-toml/v2"
 	"google.golang.org/protobuf/proto"
 )
@@ -140,6 +142,30 @@ func TestParseStartOutput(t *testing.T) {
 		got, err := parseStartOutput([]byte(tc.out))
 		if got != tc.want || (err == nil) != (tc.want != "") {
 			t.Errorf("parseStartOutput(%q) = %q, %v; want %q", tc.out, got, err, tc.want)
+		}
+	}
+}
+
+func TestRunscSpec(t *testing.T) {
+	pidPin := specs.LinuxNamespace{Type: specs.PIDNamespace, Path: "/run/crin/ns/pod/pid"}
+	mk := func(typ string, ns ...specs.LinuxNamespace) *specs.Spec {
+		return &specs.Spec{Annotations: map[string]string{criContainerTypeKey: typ}, Linux: &specs.Linux{Namespaces: ns}}
+	}
+	net := specs.LinuxNamespace{Type: specs.NetworkNamespace, Path: "/run/crin/netns/pod"}
+	in := mk("container", net, pidPin, specs.LinuxNamespace{Type: specs.MountNamespace})
+	got := runscSpec(in)
+	if want := []specs.LinuxNamespace{net, {Type: specs.MountNamespace}}; !slices.Equal(got.Linux.Namespaces, want) {
+		t.Errorf("container sharing the pod's pid namespace: %v, want %v", got.Linux.Namespaces, want)
+	}
+	if len(in.Linux.Namespaces) != 3 || in.Linux.Namespaces[1] != pidPin {
+		t.Errorf("the caller's spec changed: %v", in.Linux.Namespaces)
+	}
+	for _, s := range []*specs.Spec{
+		mk("container", net, specs.LinuxNamespace{Type: specs.PIDNamespace}), // a pid namespace of its own
+		mk("sandbox", pidPin),
+	} {
+		if got := runscSpec(s); got != s {
+			t.Errorf("runscSpec changed %v", s.Linux.Namespaces)
 		}
 	}
 }

@@ -152,6 +152,8 @@ type Runtime struct {
 	// shimStats: the containers' usage comes from the shim's Stats, not
 	// from their cgroups (gVisor's: see Stats).
 	shimStats bool
+	// gvisor: the shim is gVisor's (runsc): see runscSpec.
+	gvisor bool
 	// podShim: the shim serves every container of a pod (runc's groups
 	// them by the sandbox-id annotation); gVisor's starts one per
 	// container.
@@ -215,7 +217,7 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		}
 		r.options, r.runc, r.podShim = &anypb.Any{TypeUrl: runcOptionsURL, Value: data}, true, true
 	} else if isRunscShim(cfg.Binary) {
-		r.fifoOutput, r.shimStats = true, true
+		r.gvisor, r.fifoOutput, r.shimStats = true, true, true
 		r.sharedState = filepath.Join(cfg.Root, cfg.Namespace, runscNullNetNS)
 		if r.options, err = runscOptions(cfg.Options, cfg.Root); err != nil {
 			return nil, fmt.Errorf("runtime %s: %w", cfg.Name, err)
@@ -342,7 +344,11 @@ func (r *Runtime) Create(ctx context.Context, req runtime.CreateRequest) (retErr
 // writeBundle writes the spec, the shim's log fifo (read from now on) and
 // meta.json, from which the logger reads the log path.
 func (r *Runtime) writeBundle(ctx context.Context, req runtime.CreateRequest, dir string, m meta) error {
-	data, err := json.Marshal(req.Spec)
+	spec := req.Spec
+	if r.gvisor {
+		spec = runscSpec(spec)
+	}
+	data, err := json.Marshal(spec)
 	if err != nil {
 		return fmt.Errorf("encode spec: %w", err)
 	}
