@@ -96,35 +96,36 @@ func runscConfig(opts map[string]string, root string) (*runscShimConfig, error) 
 }
 
 // runscOptions writes the runsc shim's TOML into root and returns the
-// Create options naming it. An empty root is errdefs.ErrInvalidArgument.
-func runscOptions(opts map[string]string, root string) (*anypb.Any, error) {
+// Create options naming it, and the runsc the shim runs. An empty root is
+// errdefs.ErrInvalidArgument.
+func runscOptions(opts map[string]string, root string) (*anypb.Any, string, error) {
 	if root == "" || !filepath.IsAbs(root) {
-		return nil, fmt.Errorf("runsc root %q must be absolute: %w", root, errdefs.ErrInvalidArgument)
+		return nil, "", fmt.Errorf("runsc root %q must be absolute: %w", root, errdefs.ErrInvalidArgument)
 	}
 	c, err := runscConfig(opts, root)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	data, err := toml.Marshal(c)
 	if err != nil {
-		return nil, fmt.Errorf("encode runsc config: %w", err)
+		return nil, "", fmt.Errorf("encode runsc config: %w", err)
 	}
 	if err := os.MkdirAll(root, 0o700); err != nil {
-		return nil, fmt.Errorf("make dir: %w", err)
+		return nil, "", fmt.Errorf("make dir: %w", err)
 	}
 	path := filepath.Join(root, runscConfigFile)
 	tmp := path + ".tmp"
 	if err := os.WriteFile(tmp, data, 0o600); err != nil {
-		return nil, fmt.Errorf("write runsc config: %w", err)
+		return nil, "", fmt.Errorf("write runsc config: %w", err)
 	}
 	if err := os.Rename(tmp, path); err != nil {
-		return nil, fmt.Errorf("write runsc config: %w", err)
+		return nil, "", fmt.Errorf("write runsc config: %w", err)
 	}
 	ro, err := proto.Marshal(&runtimeoptions.Options{TypeUrl: runscOptionsType, ConfigPath: path})
 	if err != nil {
-		return nil, fmt.Errorf("encode options: %w", err)
+		return nil, "", fmt.Errorf("encode options: %w", err)
 	}
-	return &anypb.Any{TypeUrl: runtimeOptionsURL, Value: ro}, nil
+	return &anypb.Any{TypeUrl: runtimeOptionsURL, Value: ro}, c.BinaryName, nil
 }
 
 // runscSpec is spec as runsc reads it. runsc matches a container's

@@ -33,9 +33,12 @@ func TestRunscOptions(t *testing.T) {
 	bin := fakeRunsc(t)
 	root := t.TempDir()
 	opts := map[string]string{"platform": "systrap", "systemd_cgroup": "true", "log_level": "debug", "overlay2": "root:memory"}
-	a, err := runscOptions(opts, root)
+	a, gotBin, err := runscOptions(opts, root)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if gotBin != bin {
+		t.Errorf("runsc %q, want %q", gotBin, bin)
 	}
 	if a.GetTypeUrl() != "runtimeoptions.v1.Options" {
 		t.Errorf("type url %q", a.GetTypeUrl())
@@ -84,7 +87,7 @@ func TestRunscOptionsRefused(t *testing.T) {
 		{"no such runsc", map[string]string{"binary_name": "/nonexistent/runsc"}, errdefs.ErrNotFound},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := runscOptions(tc.opts, t.TempDir())
+			_, _, err := runscOptions(tc.opts, t.TempDir())
 			if !errors.Is(err, tc.want) {
 				t.Fatalf("err %v, want %v", err, tc.want)
 			}

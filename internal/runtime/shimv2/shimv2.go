@@ -145,7 +145,9 @@ type Runtime struct {
 	cfg     Config
 	log     *slog.Logger
 	options *anypb.Any // nil for a shim that is neither runc's nor runsc's
-	runc    bool       // the shim is containerd-shim-runc-*
+	// ociBinary is the OCI runtime the shim drives, when crind knows it
+	// (runc's and gVisor's shims): Features asks it.
+	ociBinary string
 	// fifoOutput: the shim takes no "binary" stdio (gVisor's), so every
 	// container logs through fifos to a crin-logger crind starts.
 	fifoOutput bool
@@ -215,11 +217,14 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		if err != nil {
 			return nil, fmt.Errorf("runtime %s: encode options: %w", cfg.Name, err)
 		}
-		r.options, r.runc, r.podShim = &anypb.Any{TypeUrl: runcOptionsURL, Value: data}, true, true
+		r.options, r.podShim = &anypb.Any{TypeUrl: runcOptionsURL, Value: data}, true
+		if r.ociBinary = cfg.Options["binary_name"]; r.ociBinary == "" {
+			r.ociBinary = "runc"
+		}
 	} else if isRunscShim(cfg.Binary) {
 		r.gvisor, r.fifoOutput, r.shimStats = true, true, true
 		r.sharedState = filepath.Join(cfg.Root, cfg.Namespace, runscNullNetNS)
-		if r.options, err = runscOptions(cfg.Options, cfg.Root); err != nil {
+		if r.options, r.ociBinary, err = runscOptions(cfg.Options, cfg.Root); err != nil {
 			return nil, fmt.Errorf("runtime %s: %w", cfg.Name, err)
 		}
 	} else if len(cfg.Options) > 0 {
@@ -555,17 +560,14 @@ func (r *Runtime) List(ctx context.Context) ([]string, error) {
 	return runtime.ListBundles(r.cfg.StateDir)
 }
 
-// Features are those of the OCI runtime a runc shim drives ("<runc>
-// features", with the binary_name option or runc from $PATH). Other shims
-// are errdefs.ErrNotImplemented: the shim v2 API has no features call
-// (crind then assumes an OCI 1.0 runtime).
+// Features are those of the OCI runtime a runc or gVisor shim drives
+// ("<runc> features", with the binary_name option or runc from $PATH;
+// "<runsc> features"). Other shims are errdefs.ErrNotImplemented: the shim
+// v2 API has no features call (crind then assumes an OCI 1.0 runtime).
 func (r *Runtime) Features(ctx context.Context) (*features.Features, error) {
-	if !r.runc {
-		return nil, fmt.Errorf("runtime %s: shim v2 runtimes do not report OCI features: %w", r.cfg.Name, errdefs.ErrNotImplemented)
-	}
-	bin := r.cfg.Options["binary_name"]
+	bin := r.ociBinary
 	if bin == "" {
-		bin = "runc"
+		return nil, fmt.Errorf("runtime %s: shim v2 runtimes do not report OCI features: %w", r.cfg.Name, errdefs.ErrNotImplemented)
 	}
 	fctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
