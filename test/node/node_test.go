@@ -284,6 +284,14 @@ func TestIntegrationInVM(t *testing.T) {
 			out, stderr, err := vm.Exec(45*time.Minute, script)
 			t.Logf("integration tests %q on %s in the VM took %v:\n%s%s", run, h, time.Since(start).Round(100*time.Millisecond),
 				harness.Tail(out, 20000), harness.Tail(stderr, 4000))
+			// The tail above may have lost the first tests: their
+			// verdicts, and the whole output in a file.
+			t.Logf("verdicts on %s:\n%s", h, verdicts(out))
+			if f, ferr := os.CreateTemp("", "crin-node-integration-"+h+"-*.log"); ferr == nil {
+				_, _ = f.WriteString(out + stderr)
+				_ = f.Close()
+				t.Logf("the whole output on %s: %s", h, f.Name())
+			}
 			if err != nil {
 				t.Errorf("integration tests on %s in the VM: %v (VM console: %s)", h, err, vm.Console())
 			}
@@ -309,6 +317,18 @@ func installGvisor(t *testing.T, vm *VM) {
 	for _, name := range []string{"runsc", "containerd-shim-runsc-v1"} {
 		vm.CopyIn(filepath.Join(dir, name), binDir+"/"+name, 0o755)
 	}
+}
+
+// verdicts are the "--- PASS/FAIL/SKIP: Test..." lines of a go test -v
+// output, top-level tests only.
+func verdicts(out string) string {
+	var b strings.Builder
+	for _, l := range strings.Split(out, "\n") {
+		if t := strings.TrimSpace(l); strings.HasPrefix(t, "--- ") && strings.Contains(t, ": Test") && !strings.Contains(t, "/") {
+			b.WriteString(t + "\n")
+		}
+	}
+	return b.String()
 }
 
 func contains(s []string, v string) bool {
