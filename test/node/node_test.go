@@ -46,9 +46,11 @@ const defaultIntegrationRun = "^(TestCgroupDriver|TestCgroupLimits|TestCgroupV2F
 const shimv2IntegrationRun = "^(TestExitCodes|TestCgroupV2Files)$"
 
 // gvisorIntegrationRun is the list run on gVisor's shim v2 handler
-// (runsc, platform systrap): lifecycle, exec, logs and stats of a pod in
-// one sandbox, and exit codes.
-const gvisorIntegrationRun = "^(TestPodContainerLifecycle|TestExitCodes)$"
+// (runsc, platform systrap): lifecycle, exec (ExecSync and streamed),
+// attach and stdin, logs and stats of a pod in one sandbox, exit codes,
+// the pod network, an infra kill, idempotent stop and remove. The tests
+// that cannot pass there say why beside their runsOn.
+const gvisorIntegrationRun = "^(TestPodContainerLifecycle|TestExitCodes|TestPodNetwork|TestExecStream|TestAttach|TestAttachStdin|TestInfraKilled|TestIdempotentStopRemove)$"
 
 // IntegrationHandlersEnv names the runtime handlers (space-separated:
 // runc, crun, runc-v2) the integration tests run on in the VM, one after
