@@ -8,6 +8,7 @@ import (
 	"maps"
 	"os/exec"
 	"path/filepath"
+	"strings"
 
 	"github.com/containerd/errdefs"
 
@@ -51,7 +52,7 @@ func buildRuntimes(ctx context.Context, cfg *config.Config, driver cgroup.Driver
 					Binary:       bin,
 					StateDir:     filepath.Join(cfg.State, "shimv2", name),
 					Root:         rc.Root,
-					Options:      shimv2Options(rc.Options, driver),
+					Options:      shimv2Options(bin, rc.Options, driver),
 					LoggerBinary: logger,
 					PlaceShim:    shimPlacer(driver, units),
 					Logger:       rlog,
@@ -111,10 +112,12 @@ func buildRuntimes(ctx context.Context, cfg *config.Config, driver cgroup.Driver
 }
 
 // shimv2Options are a shim v2 handler's options with the cgroup driver's:
-// a runc shim is told systemd_cgroup under the systemd driver, unless
-// the handler's config says otherwise.
-func shimv2Options(opts map[string]string, driver cgroup.Driver) map[string]string {
-	if driver != cgroup.Systemd {
+// a runc or runsc shim (bin) is told systemd_cgroup under the systemd
+// driver, unless the handler's config says otherwise. Other shims take
+// no options crind knows.
+func shimv2Options(bin string, opts map[string]string, driver cgroup.Driver) map[string]string {
+	base := filepath.Base(bin)
+	if driver != cgroup.Systemd || !strings.HasPrefix(base, "containerd-shim-runc-") && !strings.HasPrefix(base, "containerd-shim-runsc-") {
 		return opts
 	}
 	if _, set := opts["systemd_cgroup"]; set {

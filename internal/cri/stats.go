@@ -7,6 +7,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/crin-dev/crin/internal/podstats"
+	"github.com/crin-dev/crin/internal/runtime"
 )
 
 // The stats and metrics RPCs: the hub finds and checks what a request
@@ -18,7 +19,7 @@ func (s *Service) ContainerStats(ctx context.Context, r *runtimeapi.ContainerSta
 	if err != nil {
 		return nil, err
 	}
-	st, err := s.stats.ContainerStats(statsContainer(c))
+	st, err := s.stats.ContainerStats(s.statsContainer(c))
 	if err != nil {
 		return nil, err
 	}
@@ -34,7 +35,7 @@ func (s *Service) ListContainerStats(ctx context.Context, r *runtimeapi.ListCont
 	}
 	var cs []podstats.Container
 	for _, c := range s.allContainers() {
-		v := statsContainer(c)
+		v := s.statsContainer(c)
 		if (f.GetId() == "" || hasPrefix(v.ID, f.GetId())) &&
 			(f.GetPodSandboxId() == "" || hasPrefix(v.PodID, f.GetPodSandboxId())) &&
 			labelsMatch(v.Labels, f.GetLabelSelector()) {
@@ -125,18 +126,18 @@ func (ss statsSource) Pods() []podstats.Pod {
 
 // Containers are the visible containers.
 func (ss statsSource) Containers() []podstats.Container {
-	return statsContainers(ss.s.allContainers())
+	return ss.s.statsContainers(ss.s.allContainers())
 }
 
 // PodContainers are the containers of pod podID.
 func (ss statsSource) PodContainers(podID string) []podstats.Container {
-	return statsContainers(ss.s.podContainers(podID))
+	return ss.s.statsContainers(ss.s.podContainers(podID))
 }
 
-func statsContainers(cs []*container) []podstats.Container {
+func (s *Service) statsContainers(cs []*container) []podstats.Container {
 	out := make([]podstats.Container, 0, len(cs))
 	for _, c := range cs {
-		out = append(out, statsContainer(c))
+		out = append(out, s.statsContainer(c))
 	}
 	return out
 }
@@ -152,13 +153,30 @@ func statsPod(sb *sandbox) podstats.Pod {
 	}
 }
 
-// statsContainer is a snapshot of c for podstats.
-func statsContainer(c *container) podstats.Container {
+// statsReader is the optional capability of a runtime backend whose
+// containers' usage is not in their own cgroups, so it reports it itself
+// (gVisor: every container of a pod runs inside its sandbox process). One
+// that returns errdefs.ErrNotImplemented for a container has its cgroup
+// read instead.
+type statsReader interface {
+	Stats(ctx context.Context, id string) (*runtime.Stats, error)
+}
+
+// statsContainer is a snapshot of c for podstats; its Usage asks c's
+// runtime when that reports usage itself (statsReader).
+func (s *Service) statsContainer(c *container) podstats.Container {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	rec, cfg := c.rec, c.config
-	return podstats.Container{
+	out := podstats.Container{
 		ID: rec.ID, PodID: rec.SandboxID, Metadata: cfg.GetMetadata(), Labels: cfg.GetLabels(), Annotations: cfg.GetAnnotations(),
 		Image: rec.ImageName, State: rec.State, CgroupsPath: rec.CgroupsPath, StartedAt: rec.StartedAt,
 	}
+	c.mu.Unlock()
+	if rt, err := s.containerRuntime(rec); err == nil {
+		if sr, ok := rt.(statsReader); ok {
+			id := rec.ID
+			out.Usage = func() (*runtime.Stats, error) { return sr.Stats(s.ctx, id) }
+		}
+	}
+	return out
 }

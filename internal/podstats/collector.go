@@ -21,6 +21,7 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/crin-dev/crin/internal/image"
+	"github.com/crin-dev/crin/internal/runtime"
 	"github.com/crin-dev/crin/internal/store"
 )
 
@@ -57,6 +58,11 @@ type Container struct {
 	// StartedAt is when the container started, unix nanoseconds; zero
 	// before it did.
 	StartedAt int64
+	// Usage, when set, reads the container's usage instead of its cgroup:
+	// its runtime reports it (gVisor, whose containers run inside the
+	// sandbox process and leave their own cgroups empty). An
+	// errdefs.ErrNotImplemented from it means: read the cgroup.
+	Usage func() (*runtime.Stats, error)
 }
 
 // Source is what a Collector needs of the hub: the pods and containers

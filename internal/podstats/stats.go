@@ -12,7 +12,7 @@ import (
 )
 
 // ContainerStats reads ctr's stats: CPU, memory, swap and IO pressure from
-// its cgroup while it is created or running (none once the cgroup is
+// its cgroup (or ctr.Usage) while it is created or running (none once the cgroup is
 // gone), its writable layer as the sampler last measured it. It fails
 // when the cgroup cannot be read.
 func (c *Collector) ContainerStats(ctr Container) (*runtimeapi.ContainerStats, error) {
@@ -25,7 +25,7 @@ func (c *Collector) ContainerStats(ctr Container) (*runtimeapi.ContainerStats, e
 	if ctr.State != store.ContainerRunning && ctr.State != store.ContainerCreated {
 		return out, nil
 	}
-	st, err := runtime.CgroupStats(ctr.CgroupsPath)
+	st, err := usage(ctr)
 	if errors.Is(err, errdefs.ErrNotFound) {
 		return out, nil
 	}
@@ -36,6 +36,18 @@ func (c *Collector) ContainerStats(ctr Container) (*runtimeapi.ContainerStats, e
 	c.fillNanoCores(ctr.ID, st, out.Cpu)
 	out.Swap, out.Io = swapUsage(st), ioUsage(st)
 	return out, nil
+}
+
+// usage is ctr's usage: from ctr.Usage when it has one that answers,
+// else from its cgroup.
+func usage(ctr Container) (*runtime.Stats, error) {
+	if ctr.Usage != nil {
+		st, err := ctr.Usage()
+		if !errors.Is(err, errdefs.ErrNotImplemented) {
+			return st, err
+		}
+	}
+	return runtime.CgroupStats(ctr.CgroupsPath)
 }
 
 // ListContainerStats is the ContainerStats of each of cs, leaving out

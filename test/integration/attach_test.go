@@ -120,7 +120,7 @@ func stdinPod(t *testing.T, d *daemon, ref string, edit func(*runtimeapi.Contain
 // comes back on every attached client and in the log, and the end of one
 // client's input does not end the container's (no stdin_once).
 func TestAttachStdin(t *testing.T) {
-	runsOn(t, oci, shimv2, lxc)
+	runsOn(t, oci, shimv2, lxc, gvisor)
 	d := startDaemon(t, daemonOptions{})
 	ref, _ := busybox(t)
 	d.pull(t, ref)

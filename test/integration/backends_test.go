@@ -25,6 +25,11 @@ const (
 	shimv2 backend = "shimv2"
 	// lxc is LXC through crin-lxc under crin-shim: CRIN_TEST_HANDLER=lxc.
 	lxc backend = "lxc"
+	// gvisor is gVisor's shim v2 runtime (also the shimv2 backend, but
+	// its containers run in a sandbox with a kernel of its own):
+	// CRIN_TEST_HANDLER=runsc. A test that runs on shimv2 and not here
+	// says why beside its runsOn.
+	gvisor backend = "gvisor"
 )
 
 // currentBackend is the backend handlerEnv selects.
@@ -34,6 +39,8 @@ func currentBackend() backend {
 		return shimv2
 	case lxcHandler:
 		return lxc
+	case runscHandler:
+		return gvisor
 	}
 	return oci
 }

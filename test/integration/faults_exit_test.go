@@ -190,7 +190,7 @@ func TestShimKilledWhileDown(t *testing.T) {
 // CreateContainer in it is FailedPrecondition, the pod's next attempt
 // runs, and stopping and removing the dead pod leaves nothing.
 func TestInfraKilled(t *testing.T) {
-	runsOn(t, oci, shimv2, lxc)
+	runsOn(t, oci, shimv2, lxc, gvisor)
 	d := startDaemon(t, daemonOptions{})
 	ref, _ := busybox(t)
 	d.pull(t, ref)

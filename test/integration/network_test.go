@@ -20,7 +20,7 @@ import (
 // TestPodNetwork checks that a pod gets an IP from CNI, shown by
 // PodSandboxStatus, and that a server in the pod is reachable from the host.
 func TestPodNetwork(t *testing.T) {
-	runsOn(t, oci, shimv2, lxc)
+	runsOn(t, oci, shimv2, lxc, gvisor)
 	d := startDaemon(t, daemonOptions{})
 	ref, _ := busybox(t)
 	d.pull(t, ref)

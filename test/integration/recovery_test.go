@@ -21,6 +21,12 @@ import (
 // still controllable, the exited one shows its real exit code, and nothing
 // leaks once everything is removed.
 func TestCrashRecovery(t *testing.T) {
+	// Not on gvisor: a container's pid there is a host process of its
+	// sandbox, which does not exit with the container, so the wait for
+	// the exit while crind is down never ends ("its process ... still
+	// runs" in the node lane's VM, 2026-11-28); the removal of that pod
+	// after crind's restart then timed out and left its shims (not yet
+	// understood: docs/runtimes.md, "gVisor").
 	runsOn(t, oci, shimv2, lxc)
 	d := startDaemon(t, daemonOptions{})
 	ref, _ := busybox(t)

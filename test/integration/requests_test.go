@@ -38,7 +38,7 @@ func TestNameConflicts(t *testing.T) {
 // TestIdempotentStopRemove checks that stopping and removing unknown or
 // already removed pods and containers succeeds, as the CRI contract says.
 func TestIdempotentStopRemove(t *testing.T) {
-	runsOn(t, oci, shimv2, lxc)
+	runsOn(t, oci, shimv2, lxc, gvisor)
 	d := startDaemon(t, daemonOptions{})
 	ref, _ := busybox(t)
 	d.pull(t, ref)

@@ -125,7 +125,7 @@ func checkAttachOutput(t *testing.T, d *daemon, ctr string) {
 // reaches the command, stdout and stderr come back apart, and the exit code
 // reaches the client; with a tty, the terminal's size follows the client.
 func TestExecStream(t *testing.T) {
-	runsOn(t, oci, shimv2, lxc)
+	runsOn(t, oci, shimv2, lxc, gvisor)
 	d := startDaemon(t, daemonOptions{})
 	ref, _ := busybox(t)
 	d.pull(t, ref)
@@ -229,7 +229,7 @@ func TestPortForward(t *testing.T) {
 // attaching arrive on stdout and stderr apart, and the session ends when
 // the container exits.
 func TestAttach(t *testing.T) {
-	runsOn(t, oci, shimv2, lxc)
+	runsOn(t, oci, shimv2, lxc, gvisor)
 	d := startDaemon(t, daemonOptions{})
 	ref, _ := busybox(t)
 	d.pull(t, ref)

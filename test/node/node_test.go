@@ -45,9 +45,18 @@ const defaultIntegrationRun = "^(TestCgroupDriver|TestCgroupLimits|TestCgroupV2F
 // until that is understood.
 const shimv2IntegrationRun = "^(TestExitCodes|TestCgroupV2Files)$"
 
+// gvisorIntegrationRun is the list run on gVisor's shim v2 handler
+// (runsc, platform systrap): lifecycle, exec (ExecSync and streamed),
+// attach and stdin, logs and stats of a pod in one sandbox, exit codes,
+// the pod network, an infra kill, idempotent stop and remove. The tests
+// that cannot pass there say why beside their runsOn.
+const gvisorIntegrationRun = "^(TestPodContainerLifecycle|TestExitCodes|TestPodNetwork|TestExecStream|TestAttach|TestAttachStdin|TestInfraKilled|TestIdempotentStopRemove)$"
+
 // IntegrationHandlersEnv names the runtime handlers (space-separated:
 // runc, crun, runc-v2) the integration tests run on in the VM, one after
-// the other in the same boot; the default is integrationHandlers.
+// the other in the same boot; the default is integrationHandlers. runsc
+// (gVisor, docs/runtimes.md) runs only when named: its runsc and shim are
+// built by scripts/gvisor.sh and copied into the guest then.
 const IntegrationHandlersEnv = "CRIN_NODE_INTEGRATION_HANDLERS"
 
 // integrationHandlers: runc; crun, which runs here (cgroup v2) and not on
@@ -60,8 +69,11 @@ func integrationRun(h string) string {
 	if run := os.Getenv(IntegrationRunEnv); run != "" {
 		return run
 	}
-	if h == "runc-v2" {
+	switch h {
+	case "runc-v2":
 		return shimv2IntegrationRun
+	case "runsc":
+		return gvisorIntegrationRun
 	}
 	return defaultIntegrationRun
 }
@@ -254,6 +266,9 @@ func TestIntegrationInVM(t *testing.T) {
 	if len(handlers) == 0 {
 		handlers = strings.Fields(integrationHandlers)
 	}
+	if contains(handlers, "runsc") {
+		installGvisor(t, vm)
+	}
 	for _, h := range handlers {
 		t.Run(h, func(t *testing.T) {
 			run := integrationRun(h)
@@ -271,6 +286,14 @@ func TestIntegrationInVM(t *testing.T) {
 			out, stderr, err := vm.Exec(45*time.Minute, script)
 			t.Logf("integration tests %q on %s in the VM took %v:\n%s%s", run, h, time.Since(start).Round(100*time.Millisecond),
 				harness.Tail(out, 20000), harness.Tail(stderr, 4000))
+			// The tail above may have lost the first tests: their
+			// verdicts, and the whole output in a file.
+			t.Logf("verdicts on %s:\n%s", h, verdicts(out))
+			if f, ferr := os.CreateTemp("", "crin-node-integration-"+h+"-*.log"); ferr == nil {
+				_, _ = f.WriteString(out + stderr)
+				_ = f.Close()
+				t.Logf("the whole output on %s: %s", h, f.Name())
+			}
 			if err != nil {
 				t.Errorf("integration tests on %s in the VM: %v (VM console: %s)", h, err, vm.Console())
 			}
@@ -279,6 +302,35 @@ func TestIntegrationInVM(t *testing.T) {
 			}
 		})
 	}
+}
+
+// installGvisor builds gVisor's runsc and its shim v2 runtime on the host
+// (scripts/gvisor.sh, cached) and copies both into the guest's $PATH.
+func installGvisor(t *testing.T, vm *VM) {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(harness.RepoRoot(), "scripts", "gvisor.sh"))
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("scripts/gvisor.sh: %v\n%s", err, stderr.String())
+	}
+	dir := strings.TrimSpace(string(out))
+	for _, name := range []string{"runsc", "containerd-shim-runsc-v1"} {
+		vm.CopyIn(filepath.Join(dir, name), binDir+"/"+name, 0o755)
+	}
+}
+
+// verdicts are the "--- PASS/FAIL/SKIP: Test..." lines of a go test -v
+// output, top-level tests only.
+func verdicts(out string) string {
+	var b strings.Builder
+	for _, l := range strings.Split(out, "\n") {
+		if t := strings.TrimSpace(l); strings.HasPrefix(t, "--- ") && strings.Contains(t, ": Test") && !strings.Contains(t, "/") {
+			b.WriteString(t + "\n")
+		}
+	}
+	return b.String()
 }
 
 func contains(s []string, v string) bool {

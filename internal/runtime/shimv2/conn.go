@@ -3,6 +3,7 @@ package shimv2
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -72,7 +73,30 @@ func (r *Runtime) startShim(ctx context.Context, id, dir string) (string, error)
 	if err := cmd.Run(); err != nil {
 		return "", fmt.Errorf("start shim: %w: %s", err, bytes.TrimSpace(stderr.Bytes()))
 	}
-	addr := strings.TrimSpace(stdout.String())
+	return parseStartOutput(stdout.Bytes())
+}
+
+// parseStartOutput reads the address a shim's start prints: the bare
+// address (containerd-shim-runc-v2), or the JSON bootstrap parameters of
+// containerd 2's shims (gVisor's: version 2, the address, the protocol,
+// which must be ttrpc).
+func parseStartOutput(out []byte) (string, error) {
+	out = bytes.TrimSpace(out)
+	addr := string(out)
+	if bytes.HasPrefix(out, []byte("{")) {
+		var p struct {
+			Version  int    `json:"version"`
+			Address  string `json:"address"`
+			Protocol string `json:"protocol"`
+		}
+		if err := json.Unmarshal(out, &p); err != nil {
+			return "", fmt.Errorf("start shim: decode %q: %w", out, err)
+		}
+		if p.Version != 2 || (p.Protocol != "" && p.Protocol != "ttrpc") {
+			return "", fmt.Errorf("start shim: bootstrap version %d protocol %q: want version 2 over ttrpc", p.Version, p.Protocol)
+		}
+		addr = p.Address
+	}
 	if !strings.HasPrefix(addr, "unix://") {
 		return "", fmt.Errorf("start shim: unexpected address %q", addr)
 	}

@@ -144,7 +144,26 @@ type Config struct {
 type Runtime struct {
 	cfg     Config
 	log     *slog.Logger
-	options *anypb.Any // nil for a shim that is not runc's
+	options *anypb.Any // nil for a shim that is neither runc's nor runsc's
+	// ociBinary is the OCI runtime the shim drives, when crind knows it
+	// (runc's and gVisor's shims): Features asks it.
+	ociBinary string
+	// fifoOutput: the shim takes no "binary" stdio (gVisor's), so every
+	// container logs through fifos to a crin-logger crind starts.
+	fifoOutput bool
+	// shimStats: the containers' usage comes from the shim's Stats, not
+	// from their cgroups (gVisor's: see Stats).
+	shimStats bool
+	// gvisor: the shim is gVisor's (runsc): see runscSpec.
+	gvisor bool
+	// podShim: the shim serves every container of a pod (runc's groups
+	// them by the sandbox-id annotation); gVisor's starts one per
+	// container.
+	podShim bool
+	// sharedState is runtime state kept across containers in the
+	// runtime's root, released with the last container (runsc's pinned
+	// null network namespace for its gofers, a bind mount).
+	sharedState string
 
 	// mu guards conns and logs.
 	mu    sync.Mutex
@@ -188,6 +207,7 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		r.log = slog.New(slog.DiscardHandler)
 	}
 
+	var err error
 	if strings.HasPrefix(filepath.Base(cfg.Binary), "containerd-shim-runc-") {
 		o, err := runcOptions(cfg.Options, cfg.Root)
 		if err != nil {
@@ -197,9 +217,18 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 		if err != nil {
 			return nil, fmt.Errorf("runtime %s: encode options: %w", cfg.Name, err)
 		}
-		r.options = &anypb.Any{TypeUrl: runcOptionsURL, Value: data}
+		r.options, r.podShim = &anypb.Any{TypeUrl: runcOptionsURL, Value: data}, true
+		if r.ociBinary = cfg.Options["binary_name"]; r.ociBinary == "" {
+			r.ociBinary = "runc"
+		}
+	} else if isRunscShim(cfg.Binary) {
+		r.gvisor, r.fifoOutput, r.shimStats = true, true, true
+		r.sharedState = filepath.Join(cfg.Root, cfg.Namespace, runscNullNetNS)
+		if r.options, r.ociBinary, err = runscOptions(cfg.Options, cfg.Root); err != nil {
+			return nil, fmt.Errorf("runtime %s: %w", cfg.Name, err)
+		}
 	} else if len(cfg.Options) > 0 {
-		return nil, fmt.Errorf("runtime %s: options are only understood for containerd-shim-runc-*: %w", cfg.Name, errdefs.ErrInvalidArgument)
+		return nil, fmt.Errorf("runtime %s: options are only understood for containerd-shim-runc-* and containerd-shim-runsc-*: %w", cfg.Name, errdefs.ErrInvalidArgument)
 	}
 	for _, d := range []string{cfg.StateDir, cfg.Root} {
 		if d == "" {
@@ -320,7 +349,11 @@ func (r *Runtime) Create(ctx context.Context, req runtime.CreateRequest) (retErr
 // writeBundle writes the spec, the shim's log fifo (read from now on) and
 // meta.json, from which the logger reads the log path.
 func (r *Runtime) writeBundle(ctx context.Context, req runtime.CreateRequest, dir string, m meta) error {
-	data, err := json.Marshal(req.Spec)
+	spec := req.Spec
+	if r.gvisor {
+		spec = runscSpec(spec)
+	}
+	data, err := json.Marshal(spec)
 	if err != nil {
 		return fmt.Errorf("encode spec: %w", err)
 	}
@@ -383,13 +416,14 @@ func (r *Runtime) createTask(ctx context.Context, req runtime.CreateRequest, dir
 // placeShim hands the shim at address to cfg.PlaceShim when no other
 // container uses it yet (the pod's first, its infra container: the pod's
 // later containers join the running shim), before the task's create
-// starts the logger as the shim's child.
+// starts the logger as the shim's child. A shim of one container (gVisor)
+// is named after the container, not the pod.
 func (r *Runtime) placeShim(ctx context.Context, req runtime.CreateRequest, address string, pid int) {
 	if r.cfg.PlaceShim == nil || pid <= 0 || r.sharedShim(req.ID, address) {
 		return
 	}
 	name := req.ID
-	if pod := req.PodID; pod != "" {
+	if pod := req.PodID; pod != "" && r.podShim {
 		name = pod
 	}
 	if err := r.cfg.PlaceShim(ctx, "v2-"+name, pid); err != nil {
@@ -526,17 +560,14 @@ func (r *Runtime) List(ctx context.Context) ([]string, error) {
 	return runtime.ListBundles(r.cfg.StateDir)
 }
 
-// Features are those of the OCI runtime a runc shim drives ("<runc>
-// features", with the binary_name option or runc from $PATH). Other shims
-// are errdefs.ErrNotImplemented: the shim v2 API has no features call
-// (crind then assumes an OCI 1.0 runtime).
+// Features are those of the OCI runtime a runc or gVisor shim drives
+// ("<runc> features", with the binary_name option or runc from $PATH;
+// "<runsc> features"). Other shims are errdefs.ErrNotImplemented: the shim
+// v2 API has no features call (crind then assumes an OCI 1.0 runtime).
 func (r *Runtime) Features(ctx context.Context) (*features.Features, error) {
-	if r.options == nil {
-		return nil, fmt.Errorf("runtime %s: shim v2 runtimes do not report OCI features: %w", r.cfg.Name, errdefs.ErrNotImplemented)
-	}
-	bin := r.cfg.Options["binary_name"]
+	bin := r.ociBinary
 	if bin == "" {
-		bin = "runc"
+		return nil, fmt.Errorf("runtime %s: shim v2 runtimes do not report OCI features: %w", r.cfg.Name, errdefs.ErrNotImplemented)
 	}
 	fctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()

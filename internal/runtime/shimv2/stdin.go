@@ -53,23 +53,29 @@ type taskStdio struct {
 // "binary" stdout), logs through a crin-logger the shim starts; one with
 // stdin and no terminal through a crin-logger crind starts on the output
 // fifos (startFifoLogger), which m records.
+//
+// gVisor's shim knows no "binary" scheme (it takes fifos or files): its
+// containers always log through fifos and a crin-logger crind starts.
 func (r *Runtime) prepareStdio(ctx context.Context, req runtime.CreateRequest, dir string, m *meta) (taskStdio, error) {
 	out := logger.URI(r.cfg.LoggerBinary, dir)
 	st := taskStdio{stdout: out, stderr: out}
-	if !req.Stdin {
-		return st, nil
+	terminal := req.Spec.Process != nil && req.Spec.Process.Terminal
+	if req.Stdin {
+		st.stdin = filepath.Join(dir, stdinFifo)
+		if err := unix.Mkfifo(st.stdin, 0o600); err != nil {
+			return st, fmt.Errorf("make fifo %s: %w", stdinFifo, err)
+		}
+		m.Stdin, m.StdinOnce = true, req.StdinOnce
 	}
-	st.stdin = filepath.Join(dir, stdinFifo)
-	if err := unix.Mkfifo(st.stdin, 0o600); err != nil {
-		return st, fmt.Errorf("make fifo %s: %w", stdinFifo, err)
-	}
-	m.Stdin, m.StdinOnce = true, req.StdinOnce
-	if req.Spec.Process != nil && req.Spec.Process.Terminal {
+	if !r.fifoOutput && (!req.Stdin || terminal) {
 		return st, nil
 	}
 	st.stdout, st.stderr = filepath.Join(dir, stdoutFifo), filepath.Join(dir, stderrFifo)
 	if err := r.startFifoLogger(ctx, req, dir, st.stdout, st.stderr); err != nil {
 		return st, err
+	}
+	if terminal {
+		st.stderr = "" // the terminal carries both
 	}
 	return st, nil
 }

@@ -7,6 +7,7 @@ import (
 
 	task "github.com/containerd/containerd/api/runtime/task/v2"
 	"github.com/containerd/errdefs"
+	"golang.org/x/sys/unix"
 )
 
 // teardown deletes the task, stops a shim nobody else uses, stops the
@@ -48,6 +49,25 @@ func (r *Runtime) teardown(ctx context.Context, id, dir string, m meta) {
 	r.closeShimLog(id)
 	if err := os.RemoveAll(dir); err != nil {
 		r.log.WarnContext(ctx, "remove container state", "container_id", id, "error", err)
+	}
+	r.releaseSharedState(ctx)
+}
+
+// releaseSharedState unmounts the runtime's shared state (sharedState)
+// once no container of this backend is left. A create racing with it
+// loses only the shortcut: runsc makes the namespace again.
+func (r *Runtime) releaseSharedState(ctx context.Context) {
+	if r.sharedState == "" {
+		return
+	}
+	if ids, err := r.List(ctx); err != nil || len(ids) > 0 {
+		return
+	}
+	// Creates are not serialized in runsc, so mounts may be stacked.
+	for range 16 {
+		if unix.Unmount(r.sharedState, unix.MNT_DETACH) != nil {
+			return
+		}
 	}
 }
 
