@@ -130,7 +130,7 @@ type Config struct {
 	CallTimeout time.Duration
 	// PlaceShim, when set, moves a shim this backend just started (pid;
 	// name is the id it groups by, the pod's) out of crind's cgroup, as
-	// runtime.OCIConfig.PlaceShim does for crin-shim: with the systemd
+	// oci.Config.PlaceShim does for crin-shim: with the systemd
 	// driver, into a scope of its own, so that a "systemctl kill" of
 	// crind's unit spares the shim, its output loggers and so the
 	// containers. A failure is logged; the shim runs on where it is.

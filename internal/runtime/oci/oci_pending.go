@@ -1,4 +1,4 @@
-package runtime
+package oci
 
 import (
 	"context"
@@ -102,7 +102,7 @@ func (l *startLocks) users(id string) int {
 // startPending has the pod's shim create and start the pending container
 // in dir; on error nothing of it runs and it is pending again. The
 // caller holds id's start lock.
-func (o *OCI) startPending(ctx context.Context, id, dir string) (int, error) {
+func (o *Runtime) startPending(ctx context.Context, id, dir string) (int, error) {
 	data, err := os.ReadFile(filepath.Join(dir, createFile))
 	if err != nil {
 		return 0, err
@@ -137,7 +137,7 @@ func (o *OCI) startPending(ctx context.Context, id, dir string) (int, error) {
 // rollbackStart undoes a failed or cancelled start of a pending
 // container: it is deleted from the runtime and the shim drops it; its
 // bundle stays, pending again.
-func (o *OCI) rollbackStart(ctx context.Context, id, dir, shimDir string) {
+func (o *Runtime) rollbackStart(ctx context.Context, id, dir, shimDir string) {
 	if _, err := o.run(ctx, runOpts{}, "delete", "--force", id); err != nil && !isRuntimeNotExist(err) {
 		o.log.WarnContext(ctx, "rollback start: runtime delete", "container_id", id, "error", err)
 	}
@@ -167,7 +167,7 @@ func (o *OCI) rollbackStart(ctx context.Context, id, dir, shimDir string) {
 // SIGKILL records it as killed (exit 137) so it never starts; other
 // signals have nothing to reach. The caller holds id's start lock, so no
 // start is under way.
-func (o *OCI) signalPending(id, dir string, sig syscall.Signal) error {
+func (o *Runtime) signalPending(id, dir string, sig syscall.Signal) error {
 	if sig != syscall.SIGKILL {
 		return nil
 	}
