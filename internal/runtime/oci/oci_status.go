@@ -36,7 +36,7 @@ func (o *Runtime) Status(ctx context.Context, id string) (runtime.Status, error)
 func (o *Runtime) statusWithoutShim(ctx context.Context, id string) (runtime.Status, error) {
 	dir := o.dir(id)
 	if e, err := shim.ReadExit(dir); err == nil {
-		return statusOfExit(e), nil
+		return runtime.StatusOfExit(e), nil
 	}
 	if pending(dir) {
 		return runtime.Status{State: runtime.StateCreated}, nil
@@ -73,23 +73,37 @@ func shimGone(dir string) (int, bool) {
 }
 
 // shimDied handles a container whose shim died before recording its exit
-// (killed, crashed, OOM-killed): nobody reads its output or will reap it,
-// so what is left of it is killed and removed from the runtime, and the
-// exit is recorded in the exit file on the shim's behalf with exit code
-// 255 and ReasonShimDied (docs/recovery.md). When the init is still a
-// zombie that ended other than by SIGKILL, its own status is recorded
-// instead (a process that wrote to its output after the shim died was
-// killed by SIGPIPE: 141), with the same reason. A SIGKILLed one was
-// killed along with what else the shim held (its pod's infra, whose PID
-// namespace it shared): 255. It is idempotent: a second caller reads the first one's record.
+// (killed, crashed, OOM-killed) by runtime.RecordShimDied: nobody reads
+// its output or will reap it, so what is left of it is killed and removed
+// from the runtime (settleShimDied), and the exit is recorded on the
+// shim's behalf with exit code 255 and ReasonShimDied (docs/recovery.md).
+// When the init is still a zombie that ended other than by SIGKILL, its
+// own status is recorded instead (a process that wrote to its output
+// after the shim died was killed by SIGPIPE: 141), with the same reason.
+// A SIGKILLed one was killed along with what else the shim held (its
+// pod's infra, whose PID namespace it shared): 255. It is idempotent: a
+// second caller reads the first one's record.
 func (o *Runtime) shimDied(ctx context.Context, id, dir string, shimPid int) (runtime.Status, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if e, err := shim.ReadExit(dir); err == nil {
-		return statusOfExit(e), nil
+	st, recorded, err := runtime.RecordShimDied(dir, func() shim.Exit {
+		return o.settleShimDied(ctx, id, dir, shimPid)
+	})
+	if err != nil {
+		return runtime.Status{}, fmt.Errorf("container %s: %w", id, err)
 	}
+	if recorded {
+		o.log.WarnContext(ctx, "container's shim died", "container_id", id, "shim_pid", shimPid,
+			"exit_code", st.ExitCode, "message", st.Message)
+	}
+	return st, nil
+}
+
+// settleShimDied kills and deletes what is left of a container whose shim
+// died, and says how it ended, for runtime.RecordShimDied.
+func (o *Runtime) settleShimDied(ctx context.Context, id, dir string, shimPid int) shim.Exit {
 	initPid := readPid(filepath.Join(dir, shim.InitPidFile))
-	e := shim.Exit{Pid: initPid, ExitCode: 255, Reason: runtime.ReasonShimDied}
+	e := shim.Exit{Pid: initPid, ExitCode: 255}
 	var ws unix.WaitStatus
 	zombie := false
 	if initPid > 0 {
@@ -121,13 +135,7 @@ func (o *Runtime) shimDied(ctx context.Context, id, dir string, shimPid int) (ru
 	if _, err := o.run(ctx, runOpts{}, "delete", "--force", id); err != nil && !isRuntimeNotExist(err) {
 		o.log.WarnContext(ctx, "delete container of a dead shim", "container_id", id, "error", err)
 	}
-	e.FinishedAt = time.Now()
-	if err := shim.WriteExit(dir, e); err != nil {
-		return runtime.Status{}, fmt.Errorf("container %s: record exit after its shim died: %w", id, err)
-	}
-	o.log.WarnContext(ctx, "container's shim died", "container_id", id, "shim_pid", shimPid,
-		"exit_code", e.ExitCode, "message", e.Message)
-	return statusOfExit(e), nil
+	return e
 }
 
 // exitCode is the shell convention: the status, or 128+signal.
@@ -147,20 +155,13 @@ func describeWait(ws unix.WaitStatus) string {
 
 func statusOf(r shim.Response) runtime.Status {
 	if r.Exit != nil {
-		return statusOfExit(*r.Exit)
+		return runtime.StatusOfExit(*r.Exit)
 	}
 	st := runtime.Status{State: runtime.StateUnknown, Pid: r.Pid, StartedAt: r.StartedAt}
 	if r.State == shim.StateRunning {
 		st.State = runtime.StateRunning
 	}
 	return st
-}
-
-func statusOfExit(e shim.Exit) runtime.Status {
-	return runtime.Status{
-		State: runtime.StateStopped, Pid: e.Pid, ExitCode: e.ExitCode, OOMKilled: e.OOMKilled,
-		StartedAt: e.StartedAt, FinishedAt: e.FinishedAt, Reason: e.Reason, Message: e.Message,
-	}
 }
 
 // Wait blocks on the shim until the container exits. A shim that dies
