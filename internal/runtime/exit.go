@@ -4,11 +4,11 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/crin-dev/crin/internal/runtime/shim"
+	"github.com/crin-dev/crin/internal/runtime/exitrec"
 )
 
 // StatusOfExit is the Status of a container whose exit e was recorded.
-func StatusOfExit(e shim.Exit) Status {
+func StatusOfExit(e exitrec.Exit) Status {
 	return Status{
 		State: StateStopped, Pid: e.Pid, ExitCode: e.ExitCode, OOMKilled: e.OOMKilled,
 		StartedAt: e.StartedAt, FinishedAt: e.FinishedAt, Reason: e.Reason, Message: e.Message,
@@ -26,14 +26,14 @@ func StatusOfExit(e shim.Exit) Status {
 // what happened. RecordShimDied then marks it ReasonShimDied, stamps
 // FinishedAt and writes the record, which outlives the shim
 // (docs/recovery.md). The caller serializes calls for one container.
-func RecordShimDied(dir string, settle func() shim.Exit) (st Status, recorded bool, err error) {
-	if e, err := shim.ReadExit(dir); err == nil {
+func RecordShimDied(dir string, settle func() exitrec.Exit) (st Status, recorded bool, err error) {
+	if e, err := exitrec.Read(dir); err == nil {
 		return StatusOfExit(e), false, nil
 	}
 	e := settle()
 	e.Reason = ReasonShimDied
 	e.FinishedAt = time.Now()
-	if err := shim.WriteExit(dir, e); err != nil {
+	if err := exitrec.Write(dir, e); err != nil {
 		return Status{}, false, fmt.Errorf("record exit after its shim died: %w", err)
 	}
 	return StatusOfExit(e), true, nil

@@ -3,10 +3,12 @@
 // Checkpointer, Checker, PodShims) and their types, and what every
 // backend shares: container ids and bundle dirs, an exec's process spec,
 // the reading of cgroup statistics (for podstats and the backends' Stats),
-// and the error of an OCI runtime command. Each backend is a subpackage:
-// oci (an OCI runtime CLI under one crin-shim per pod) and shimv2
-// (containerd shim v2 runtimes); crind picks one per runtime handler.
-// See docs/runtimes.md.
+// the error of an OCI runtime command, and the rule for the exit nobody
+// saw (RecordShimDied). Two leaf subpackages hold what both backends'
+// small processes share: exitrec (the exit record) and crilog (the CRI
+// log writer). Each backend is a subpackage: oci (an OCI runtime CLI
+// under one crin-shim per pod) and shimv2 (containerd shim v2 runtimes);
+// crind picks one per runtime handler. See docs/runtimes.md.
 package runtime
 
 import (
@@ -117,7 +119,7 @@ type CreateRequest struct {
 	// terminal (Spec.Process.Terminal) all output is stdout.
 	LogPath string
 	// LogRoot is the pod's log directory, which LogPath lies in: the log
-	// is opened beneath it, no symbolic link followed (shim.OpenBeneath).
+	// is opened beneath it, no symbolic link followed (crilog.OpenBeneath).
 	// Empty opens LogPath as it is.
 	LogRoot string
 	// Stdin keeps the container's stdin open for attach (see Attacher);

@@ -22,6 +22,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/crin-dev/crin/internal/runtime"
+	"github.com/crin-dev/crin/internal/runtime/exitrec"
 	"github.com/crin-dev/crin/internal/runtime/shim"
 	"github.com/crin-dev/crin/test/poll"
 )
@@ -531,7 +532,7 @@ func TestOOMKilled(t *testing.T) {
 	if !st.OOMKilled || st.ExitCode != 137 {
 		t.Errorf("Wait = %+v; want OOMKilled, exit 137", st)
 	}
-	e, err := shim.ReadExit(o.dir(id))
+	e, err := exitrec.Read(o.dir(id))
 	if err != nil || !e.OOMKilled {
 		t.Errorf("exit file = %+v, %v; want oom_killed", e, err)
 	}
@@ -560,7 +561,7 @@ func TestShimOutlivesCrind(t *testing.T) {
 		t.Fatalf("Status from new backend = %+v, %v; want running", st, err)
 	}
 	// The container exits while nobody is asking.
-	waitFile(t, filepath.Join(o2.dir(id), shim.ExitFile), time.Minute)
+	waitFile(t, filepath.Join(o2.dir(id), exitrec.File), time.Minute)
 	o3 := e.open(t)
 	st, err = o3.Wait(ctx, id)
 	if err != nil || st.State != runtime.StateStopped || st.ExitCode != 9 {

@@ -22,6 +22,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/crin-dev/crin/internal/runtime"
+	"github.com/crin-dev/crin/internal/runtime/exitrec"
 	"github.com/crin-dev/crin/internal/runtime/shim"
 	"github.com/crin-dev/crin/internal/topdir"
 )
@@ -276,7 +277,7 @@ func (o *Runtime) Start(ctx context.Context, id string) (int, error) {
 	if !pending(dir) {
 		return 0, fmt.Errorf("start container %s: it was started before: %w", id, errdefs.ErrFailedPrecondition)
 	}
-	if _, err := shim.ReadExit(dir); err == nil {
+	if _, err := exitrec.Read(dir); err == nil {
 		return 0, fmt.Errorf("start container %s: it was killed before it started: %w", id, errdefs.ErrFailedPrecondition)
 	}
 	pid, err := o.startPending(ctx, id, dir)
@@ -323,7 +324,7 @@ func (o *Runtime) Signal(ctx context.Context, id string, sig syscall.Signal, opt
 	unlock()
 	// An exited container has nothing left to signal (its shim deletes
 	// it from the runtime as it exits); the caller only wanted it to stop.
-	if _, err := shim.ReadExit(dir); err == nil {
+	if _, err := exitrec.Read(dir); err == nil {
 		return nil
 	}
 	// The shim signals the init through a pidfd, without a runtime
@@ -344,7 +345,7 @@ func (o *Runtime) Signal(ctx context.Context, id string, sig syscall.Signal, opt
 		if isRuntimeNotExist(err) {
 			return nil
 		}
-		if _, rerr := shim.ReadExit(dir); rerr == nil {
+		if _, rerr := exitrec.Read(dir); rerr == nil {
 			return nil
 		}
 		if st, serr := o.runtimeState(ctx, id); (serr == nil && st.Status == "stopped") || isRuntimeNotExist(serr) {
@@ -370,7 +371,7 @@ func (o *Runtime) Delete(ctx context.Context, id string) error {
 	}
 	// A recorded exit says it stopped, without asking its shim.
 	var st runtime.Status
-	_, err := shim.ReadExit(dir)
+	_, err := exitrec.Read(dir)
 	if err != nil {
 		st, err = o.Status(ctx, id)
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/containerd/errdefs"
 
+	"github.com/crin-dev/crin/internal/runtime/exitrec"
 	"github.com/crin-dev/crin/internal/runtime/shim"
 	"github.com/crin-dev/crin/internal/trace"
 )
@@ -158,7 +159,7 @@ func (o *Runtime) rollbackStart(ctx context.Context, id, dir, shimDir string) {
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
-	for _, f := range []string{shim.ShimPidFile, shim.ExitFile, shim.InitPidFile} {
+	for _, f := range []string{shim.ShimPidFile, exitrec.File, shim.InitPidFile} {
 		_ = os.Remove(filepath.Join(dir, f))
 	}
 }
@@ -171,11 +172,11 @@ func (o *Runtime) signalPending(id, dir string, sig syscall.Signal) error {
 	if sig != syscall.SIGKILL {
 		return nil
 	}
-	if _, err := shim.ReadExit(dir); err == nil {
+	if _, err := exitrec.Read(dir); err == nil {
 		return nil
 	}
-	e := shim.Exit{ExitCode: 128 + int32(sig), Signal: int(sig), FinishedAt: time.Now()}
-	if err := shim.WriteExit(dir, e); err != nil {
+	e := exitrec.Exit{ExitCode: 128 + int32(sig), Signal: int(sig), FinishedAt: time.Now()}
+	if err := exitrec.Write(dir, e); err != nil {
 		return fmt.Errorf("signal container %s: %w", id, err)
 	}
 	return nil

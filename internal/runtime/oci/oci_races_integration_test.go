@@ -16,6 +16,7 @@ import (
 	"github.com/containerd/errdefs"
 
 	"github.com/crin-dev/crin/internal/runtime"
+	"github.com/crin-dev/crin/internal/runtime/exitrec"
 	"github.com/crin-dev/crin/internal/runtime/shim"
 	"github.com/crin-dev/crin/test/poll"
 )
@@ -92,7 +93,7 @@ func TestDeleteOfContainerItsShimRuns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := shim.WriteExit(o.dir(id), shim.Exit{ExitCode: 137, Signal: 9, FinishedAt: time.Now()}); err != nil {
+	if err := exitrec.Write(o.dir(id), exitrec.Exit{ExitCode: 137, Signal: 9, FinishedAt: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
 	shimPid := readPid(filepath.Join(o.cfg.StateDir, shimDirPrefix+id, shim.ShimPidFile))

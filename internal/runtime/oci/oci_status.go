@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/crin-dev/crin/internal/runtime"
+	"github.com/crin-dev/crin/internal/runtime/exitrec"
 	"github.com/crin-dev/crin/internal/runtime/shim"
 )
 
@@ -35,7 +36,7 @@ func (o *Runtime) Status(ctx context.Context, id string) (runtime.Status, error)
 
 func (o *Runtime) statusWithoutShim(ctx context.Context, id string) (runtime.Status, error) {
 	dir := o.dir(id)
-	if e, err := shim.ReadExit(dir); err == nil {
+	if e, err := exitrec.Read(dir); err == nil {
 		return runtime.StatusOfExit(e), nil
 	}
 	if pending(dir) {
@@ -86,7 +87,7 @@ func shimGone(dir string) (int, bool) {
 func (o *Runtime) shimDied(ctx context.Context, id, dir string, shimPid int) (runtime.Status, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	st, recorded, err := runtime.RecordShimDied(dir, func() shim.Exit {
+	st, recorded, err := runtime.RecordShimDied(dir, func() exitrec.Exit {
 		return o.settleShimDied(ctx, id, dir, shimPid)
 	})
 	if err != nil {
@@ -101,9 +102,9 @@ func (o *Runtime) shimDied(ctx context.Context, id, dir string, shimPid int) (ru
 
 // settleShimDied kills and deletes what is left of a container whose shim
 // died, and says how it ended, for runtime.RecordShimDied.
-func (o *Runtime) settleShimDied(ctx context.Context, id, dir string, shimPid int) shim.Exit {
+func (o *Runtime) settleShimDied(ctx context.Context, id, dir string, shimPid int) exitrec.Exit {
 	initPid := readPid(filepath.Join(dir, shim.InitPidFile))
-	e := shim.Exit{Pid: initPid, ExitCode: 255}
+	e := exitrec.Exit{Pid: initPid, ExitCode: 255}
 	var ws unix.WaitStatus
 	zombie := false
 	if initPid > 0 {

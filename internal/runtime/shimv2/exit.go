@@ -11,7 +11,7 @@ import (
 	"github.com/containerd/errdefs"
 
 	"github.com/crin-dev/crin/internal/runtime"
-	"github.com/crin-dev/crin/internal/runtime/shim"
+	"github.com/crin-dev/crin/internal/runtime/exitrec"
 )
 
 // Status asks the shim; with its exit recorded it reads the record, and
@@ -43,7 +43,7 @@ func (r *Runtime) askShim(ctx context.Context, id, op string, ask func(c *conn, 
 	if err != nil {
 		return runtime.Status{}, err
 	}
-	if e, err := shim.ReadExit(dir); err == nil {
+	if e, err := exitrec.Read(dir); err == nil {
 		return runtime.StatusOfExit(e), nil
 	}
 	c, err := r.conn(ctx, m.Address)
@@ -79,16 +79,16 @@ func (r *Runtime) statusOf(ctx context.Context, id, dir string, m meta, resp *ta
 // it outlives the shim. It first gives the logger a moment to write the
 // last of the output, so the log is whole when the exit is reported.
 func (r *Runtime) recordExit(ctx context.Context, id, dir string, m meta, code uint32, at time.Time) (runtime.Status, error) {
-	if e, err := shim.ReadExit(dir); err == nil {
+	if e, err := exitrec.Read(dir); err == nil {
 		return runtime.StatusOfExit(e), nil
 	}
 	waitLogger(ctx, dir, ioDrainWait)
-	e := shim.Exit{Pid: m.Pid, ExitCode: int32(code), StartedAt: m.StartedAt, FinishedAt: at}
+	e := exitrec.Exit{Pid: m.Pid, ExitCode: int32(code), StartedAt: m.StartedAt, FinishedAt: at}
 	if code > 128 && code < 128+65 {
 		e.Signal = int(code - 128)
 	}
 	e.OOMKilled = oomKilled(m, code)
-	if err := shim.WriteExit(dir, e); err != nil {
+	if err := exitrec.Write(dir, e); err != nil {
 		return runtime.Status{}, fmt.Errorf("container %s: record exit: %w", id, err)
 	}
 	r.log.InfoContext(ctx, "container exited", "container_id", id, "exit_code", e.ExitCode)
@@ -126,12 +126,12 @@ func (r *Runtime) Wait(ctx context.Context, id string) (runtime.Status, error) {
 func (r *Runtime) shimDied(ctx context.Context, id, dir string, m meta) (runtime.Status, error) {
 	r.diedMu.Lock()
 	defer r.diedMu.Unlock()
-	st, recorded, err := runtime.RecordShimDied(dir, func() shim.Exit {
+	st, recorded, err := runtime.RecordShimDied(dir, func() exitrec.Exit {
 		r.dropConn(m.Address)
 		if err := r.shimDelete(ctx, id, dir); err != nil {
 			r.log.WarnContext(ctx, "clean up container of a dead shim", "container_id", id, "error", err)
 		}
-		return shim.Exit{
+		return exitrec.Exit{
 			Pid: m.Pid, ExitCode: 255, StartedAt: m.StartedAt,
 			Message: fmt.Sprintf("%s (pid %d) died before the container exited; crind deleted what was left of the container",
 				filepath.Base(r.cfg.Binary), m.ShimPid),
