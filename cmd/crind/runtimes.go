@@ -15,6 +15,7 @@ import (
 	"github.com/crin-dev/crin/internal/cgroup"
 	"github.com/crin-dev/crin/internal/config"
 	"github.com/crin-dev/crin/internal/runtime"
+	"github.com/crin-dev/crin/internal/runtime/oci"
 	"github.com/crin-dev/crin/internal/runtime/shimv2"
 )
 
@@ -77,8 +78,8 @@ func buildRuntimes(ctx context.Context, cfg *config.Config, driver cgroup.Driver
 			if err != nil {
 				err = fmt.Errorf("%w: %w", err, errdefs.ErrNotFound)
 			} else {
-				var o *runtime.OCI
-				o, err = runtime.NewOCI(ctx, runtime.OCIConfig{
+				var o *oci.Runtime
+				o, err = oci.New(ctx, oci.Config{
 					Name:       name,
 					Binary:     bin,
 					Root:       rc.Root,

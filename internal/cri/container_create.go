@@ -22,7 +22,7 @@ import (
 	"github.com/crin-dev/crin/internal/oci"
 	"github.com/crin-dev/crin/internal/podenv"
 	"github.com/crin-dev/crin/internal/runtime"
-	"github.com/crin-dev/crin/internal/runtime/shim"
+	"github.com/crin-dev/crin/internal/runtime/crilog"
 	"github.com/crin-dev/crin/internal/store"
 	"github.com/crin-dev/crin/internal/trace"
 )
@@ -396,7 +396,7 @@ func (s *Service) targetPid(cfg *runtimeapi.ContainerConfig) (int, error) {
 // prepareLog makes the directories of the container's CRI log beneath the
 // pod's log directory and refuses a log_path the shim could not write
 // without following a symbolic link or leaving that directory
-// (shim.PrepareLogPath), or that is too long once joined to it.
+// (crilog.PrepareLogPath), or that is too long once joined to it.
 func prepareLog(rec *store.Container, cfg *runtimeapi.ContainerConfig) error {
 	if rec.LogPath == "" {
 		return nil
@@ -409,8 +409,8 @@ func prepareLog(rec *store.Container, cfg *runtimeapi.ContainerConfig) error {
 	if err := os.MkdirAll(rec.LogRoot, 0o755); err != nil {
 		return fmt.Errorf("create log dir: %w", err)
 	}
-	if err := shim.PrepareLogPath(rec.LogRoot, rec.LogPath); err != nil {
-		if errors.Is(err, shim.ErrLogPath) {
+	if err := crilog.PrepareLogPath(rec.LogRoot, rec.LogPath); err != nil {
+		if errors.Is(err, crilog.ErrLogPath) {
 			return fmt.Errorf("config.log_path %q: %w: %w", cfg.GetLogPath(), err, errdefs.ErrInvalidArgument)
 		}
 		return fmt.Errorf("create log dir: %w", err)

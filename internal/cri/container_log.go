@@ -10,7 +10,7 @@ import (
 	"github.com/containerd/errdefs"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/crin-dev/crin/internal/runtime/shim"
+	"github.com/crin-dev/crin/internal/runtime/crilog"
 )
 
 // ReopenContainerLog makes the container's shim reopen its log file, after
@@ -52,8 +52,8 @@ func checkLogReopen(root, path string) error {
 		}
 		return nil
 	}
-	if err := shim.CheckLogPath(root, path); err != nil {
-		if errors.Is(err, shim.ErrLogPath) {
+	if err := crilog.CheckLogPath(root, path); err != nil {
+		if errors.Is(err, crilog.ErrLogPath) {
 			return fmt.Errorf("log %w: %w", err, errdefs.ErrFailedPrecondition)
 		}
 		return err

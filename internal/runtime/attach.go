@@ -2,13 +2,7 @@ package runtime
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"io"
-
-	"github.com/containerd/errdefs"
-
-	"github.com/crin-dev/crin/internal/runtime/shim"
 )
 
 // AttachRequest says where a container's output goes while attached, and
@@ -37,27 +31,4 @@ type Attacher interface {
 	// output writer also ends when its stdin ends. An unknown container is errdefs.ErrNotFound, one that
 	// has exited or has no live shim errdefs.ErrFailedPrecondition.
 	Attach(ctx context.Context, id string, req AttachRequest) error
-}
-
-var _ Attacher = (*OCI)(nil)
-
-// Attach asks the container's shim for its stdio (shim.OpAttach): the shim
-// holds the container's stdin and terminal, so an attach works the same
-// after crind restarted. A client too slow for the output is cut off
-// (shim.ErrAttachLagged).
-func (o *OCI) Attach(ctx context.Context, id string, req AttachRequest) error {
-	dir, err := o.known(id)
-	if err != nil {
-		return err
-	}
-	err = shim.Attach(ctx, shim.SocketPath(shimDirFor(dir)), id, shim.AttachStreams{
-		Stdin: req.Stdin, Stdout: req.Stdout, Stderr: req.Stderr, Resize: req.Resize,
-	})
-	switch {
-	case err == nil:
-		return nil
-	case errors.Is(err, shim.ErrShimGone):
-		return fmt.Errorf("attach to container %s: %w: %w", id, err, errdefs.ErrFailedPrecondition)
-	}
-	return fmt.Errorf("attach to container %s: %w", id, err)
 }

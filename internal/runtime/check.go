@@ -1,18 +1,6 @@
 package runtime
 
-import (
-	"bytes"
-	"context"
-	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"strings"
-	"time"
-
-	"github.com/containerd/cgroups/v3"
-	"github.com/containerd/errdefs"
-)
+import "context"
 
 // Checker is implemented by backends that can tell, before any pod uses
 // them, that they cannot run containers on this host. crind asks once at
@@ -22,47 +10,4 @@ type Checker interface {
 	// Check returns nil when the runtime can run containers here, else an
 	// error (FailedPrecondition) saying why.
 	Check(ctx context.Context) error
-}
-
-var _ Checker = (*OCI)(nil)
-
-// Check looks for what the OCI runtime is known to refuse on this host.
-// Today that is crun on a hybrid cgroup layout: crun (1.8 and later alike)
-// runs on cgroup v1 or v2 but refuses a host whose cgroup v2 mount holds
-// controllers while the others are on v1 hierarchies ("cgroups in hybrid
-// mode not supported"), which is this project's CI machine with hugetlb
-// alone on cgroup2. runc copes with that layout.
-func (o *OCI) Check(ctx context.Context) error {
-	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	ver, err := exec.CommandContext(cctx, o.cfg.Binary, "--version").Output()
-	if err != nil {
-		return fmt.Errorf("runtime %s: %s --version: %w", o.cfg.Name, o.cfg.Binary, err)
-	}
-	if !bytes.HasPrefix(ver, []byte("crun ")) {
-		return nil
-	}
-	mnt, ctrls, err := hybridV2Controllers(cgroups.Mode(), "/sys/fs/cgroup/unified")
-	if err != nil {
-		return fmt.Errorf("runtime %s: cgroup layout: %w", o.cfg.Name, err)
-	}
-	if len(ctrls) > 0 {
-		return fmt.Errorf("runtime %s: crun refuses this host's hybrid cgroup layout: controller(s) %s are on the cgroup v2 mount %s while the others are on cgroup v1; bind them to a v1 hierarchy to use crun: %w",
-			o.cfg.Name, strings.Join(ctrls, ","), mnt, errdefs.ErrFailedPrecondition)
-	}
-	return nil
-}
-
-// hybridV2Controllers returns, on a hybrid host (cgroup v1 hierarchies and
-// the cgroup2 mount at unified), that mount and the controllers enabled on
-// it; on a pure v1 or v2 host it returns no controllers.
-func hybridV2Controllers(mode cgroups.CGMode, unified string) (string, []string, error) {
-	if mode != cgroups.Hybrid {
-		return "", nil, nil
-	}
-	b, err := os.ReadFile(filepath.Join(unified, "cgroup.controllers"))
-	if err != nil {
-		return "", nil, err
-	}
-	return unified, strings.Fields(string(b)), nil
 }

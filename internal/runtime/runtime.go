@@ -1,65 +1,14 @@
-// Package runtime runs OCI containers for crind through one Runtime interface.
-// The oci backend drives any OCI runtime CLI (runc, crun) with one crin-shim
-// process per pod; the shim owns the stdio of each of the pod's containers,
-// writes their CRI logs, reaps them and records how they exited, and
-// outlives crind restarts. The shimv2 backend (package shimv2) drives
-// containerd shim v2 runtimes; see docs/runtimes.md for both.
-//
-// # The oci backend
-//
-// OCI keeps nothing in memory but per-pod locks. Each container has a
-// state dir, StateDir/<id>, which is also its bundle (config.json); each
-// pod's shim has a dir, StateDir/.pod-<pod id> (the pod is the create
-// request's PodID; a container without one gets a shim of its own).
-// The container's dir names its shim's dir and pid, and the shim keeps the
-// init pid, the runtime's JSON log and, once the container exited, the
-// exit record there (see package shim for the files and the control
-// protocol). A fresh OCI on the same StateDir therefore sees every
-// container a previous crind made: List reads the dirs, Status and Wait
-// ask the shim, and fall back to the exit record when the shim is gone,
-// and to "<runtime> state" when neither exists (StateUnknown when the
-// runtime no longer knows it either; the exit code is then lost).
-//
-// A shim that died without recording an exit (the container's pid file
-// names a process that is gone or is no longer that shim) is never taken
-// for a success: the first Status or Wait that finds it, for each of the
-// pod's containers, kills what is left of the container, deletes it from
-// the runtime and writes the exit record itself with exit code 255 and
-// ReasonShimDied. A Wait is a request on the shim's socket, which the
-// kernel closes when the shim dies, so a waiter learns of the death at
-// once.
-//
-// Create writes the bundle only. Start asks the pod's shim to create and
-// start the container (one request, one "<runtime> run --detach"); when
-// the pod has no live shim it starts one first. Until then the container
-// is pending: Status says created, Update rewrites the bundle, a SIGKILL
-// records it killed, Delete removes the bundle. A failed or cancelled
-// Start deletes the container from the runtime and has the shim drop it;
-// the container is pending again. Signal asks the shim, which signals the
-// init through a pidfd; "all" of a container that shares its PID
-// namespace, and a container without a live shim, go to "<runtime> kill".
-// Update runs the runtime CLI directly, with its own timeout and with
-// --log-format json so errors carry the runtime's messages (see
-// RuntimeError).
-//
-// Exec and ExecStream write the process spec into the container's dir and
-// have the pod's shim run it (shim.OpExec, "<runtime> exec --detach"): the
-// process is the shim's child, the shim copies its stdio (pipes, or the
-// terminal whose master the runtime hands it) over the request's
-// connection and reports its real exit status last. When the request's
-// ctx ends (Exec's timeout included) or crind dies, the connection closes
-// and the shim kills the process, so no exec'd process outlives its
-// session; it also kills them when the container's init exits.
-//
-// Delete kills a live container (SIGKILL to all its processes), waits for
-// its exit to be recorded, has the shim drop it (the shim ran "<runtime>
-// delete" when it exited; without a live shim Delete runs "<runtime>
-// delete --force" itself) and removes the state dir. When it was the
-// shim's last container, the shim exits by itself.
-//
-// Shim sockets are path-based: StateDir/.pod-<pod id>/shim.sock, or a
-// derived name in /run/crin-shim when that path would not fit a unix
-// socket address.
+// Package runtime is what crind's hub knows of running containers: the
+// Runtime interface, its optional capabilities (Attacher, StreamExecer,
+// Checkpointer, Checker, PodShims) and their types, and what every
+// backend shares: container ids and bundle dirs, an exec's process spec,
+// the reading of cgroup statistics (for podstats and the backends' Stats),
+// the error of an OCI runtime command, and the rule for the exit nobody
+// saw (RecordShimDied). Two leaf subpackages hold what both backends'
+// small processes share: exitrec (the exit record) and crilog (the CRI
+// log writer). Each backend is a subpackage: oci (an OCI runtime CLI
+// under one crin-shim per pod) and shimv2 (containerd shim v2 runtimes);
+// crind picks one per runtime handler. See docs/runtimes.md.
 package runtime
 
 import (
@@ -71,45 +20,71 @@ import (
 	"github.com/opencontainers/runtime-spec/specs-go/features"
 )
 
-// Runtime creates, starts, signals and removes OCI containers.
+// Runtime creates, starts, signals and removes OCI containers. Each
+// method's doc says what the two backends do: oci (package oci: an OCI
+// runtime CLI under one crin-shim per pod) and shimv2 (package shimv2: a
+// containerd shim v2 runtime, over its ttrpc task API).
 //
 // Errors are classified with github.com/containerd/errdefs: an unknown id is
 // errdefs.ErrNotFound, an operation that the container's state forbids is
 // errdefs.ErrFailedPrecondition.
 type Runtime interface {
-	// Create writes the bundle for req.Spec and creates the container
-	// (under its pod's shim, for the oci backend); the process is not
-	// started. On error nothing is left
-	// behind (no shim, no runtime state, no bundle).
+	// Create makes the container; its process is not started. Both write
+	// the bundle (StateDir/<id>/config.json) first. oci stops there: the
+	// container is pending, no runtime command has run and no shim is
+	// asked (runc runs at Start). shimv2 starts the pod's shim, or joins
+	// the one running, and creates the task in it (the shim runs
+	// its runtime's create). On error nothing is left behind (no shim started
+	// for it, no runtime state, no bundle).
 	Create(ctx context.Context, req CreateRequest) error
-	// Start starts a created container and returns its pid.
+	// Start starts a created container and returns its pid. oci asks the
+	// pod's crin-shim (starting it when the pod has none) to create and
+	// start the container in one "<runtime> run --detach" (restore, with
+	// RestoreFrom); a failed Start leaves it pending again. shimv2 starts
+	// the task its shim created.
 	Start(ctx context.Context, id string) (int, error)
 	// Signal sends sig to the container's init process (all processes when
-	// opts.All). Signalling a stopped container is not an error.
+	// opts.All). Signalling a stopped container is not an error. oci asks
+	// crin-shim, which signals through a pidfd ("<runtime> kill" for All,
+	// and without a live shim); a SIGKILL to a pending container records
+	// it killed. shimv2 sends the shim's Kill.
 	Signal(ctx context.Context, id string, sig syscall.Signal, opts SignalOptions) error
 	// Status reports the container's state as its shim last saw it. It works
-	// after a crind restart (it reattaches to the live shim, or reads the
-	// recorded exit when the shim is gone).
+	// after a crind restart: both ask the live shim, read the recorded exit
+	// when the container's exit was recorded, and, when the shim died
+	// before recording one, record the exit nobody saw (ReasonShimDied).
 	Status(ctx context.Context, id string) (Status, error)
 	// Wait blocks until the container has exited (or ctx ends) and returns
-	// its final status.
+	// its final status. Both wait on a request to the shim (crin-shim's
+	// wait op, the task API's Wait), which ends at once when the shim
+	// dies; the death is then recorded as in Status.
 	Wait(ctx context.Context, id string) (Status, error)
-	// Delete removes the container from the OCI runtime, stops its shim and
-	// removes its bundle. A running container is killed first. Deleting an
-	// unknown id is not an error.
+	// Delete removes the container from the OCI runtime, stops its shim when
+	// it held no other container and removes its bundle. A running
+	// container is killed first. Deleting an unknown id is not an error.
+	// oci has crin-shim drop it (the shim ran "<runtime> delete" when it
+	// exited); shimv2 deletes the task.
 	Delete(ctx context.Context, id string) error
-	// Update changes the resources of a created or running container.
+	// Update changes the resources of a created or running container. oci
+	// rewrites a pending container's bundle and runs "<runtime> update"
+	// on a started one (its errors are *RuntimeError); shimv2 sends the
+	// shim's Update.
 	Update(ctx context.Context, id string, res *specs.LinuxResources) error
 	// Exec runs a process in the container and waits for it, honouring
 	// req.Timeout (the process is killed when it expires and the error wraps
-	// context.DeadlineExceeded).
+	// context.DeadlineExceeded). oci has crin-shim run it ("<runtime> exec
+	// --detach"); shimv2 uses the task API's Exec, Start and Wait.
 	Exec(ctx context.Context, id string, req ExecRequest) (ExecResult, error)
-	// ReopenLog makes the shim close and reopen the container's log file.
+	// ReopenLog makes the container's log writer close and reopen its log
+	// file: crin-shim for oci, the container's shim logger for shimv2.
 	ReopenLog(ctx context.Context, id string) error
 	// List returns the ids of every container this backend knows of
-	// (used on start-up to find containers the store does not know).
+	// (used on start-up to find containers the store does not know): the
+	// bundles in its state dir, for both.
 	List(ctx context.Context) ([]string, error)
-	// Features reports what the OCI runtime supports.
+	// Features reports what the OCI runtime supports ("<runtime>
+	// features"; a shimv2 runtime other than runc's or gVisor's is
+	// errdefs.ErrNotImplemented).
 	Features(ctx context.Context) (*features.Features, error)
 }
 
@@ -125,8 +100,6 @@ type PodShims interface {
 	// holds no container; otherwise it does nothing.
 	ReleasePodShim(ctx context.Context, podID string) error
 }
-
-var _ PodShims = (*OCI)(nil)
 
 // CreateRequest describes a container to create.
 type CreateRequest struct {
@@ -146,7 +119,7 @@ type CreateRequest struct {
 	// terminal (Spec.Process.Terminal) all output is stdout.
 	LogPath string
 	// LogRoot is the pod's log directory, which LogPath lies in: the log
-	// is opened beneath it, no symbolic link followed (shim.OpenBeneath).
+	// is opened beneath it, no symbolic link followed (crilog.OpenBeneath).
 	// Empty opens LogPath as it is.
 	LogRoot string
 	// Stdin keeps the container's stdin open for attach (see Attacher);

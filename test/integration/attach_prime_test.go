@@ -11,7 +11,7 @@ import (
 
 // TestAttachPriming: the oci backend primes the cgroup attach lock by
 // moving the pod's crin-shim into the cgroup it is in (at CreateContainer,
-// at a start, at an exec; internal/runtime/attach_prime.go). On this node
+// at a start, at an exec; internal/runtime/oci/attach_prime.go). On this node
 // it must find the shim's cgroup files (it says "priming off" when it
 // cannot), and the move must change nothing: after containers were
 // created, started and exec'd in, the shim is in the cgroups it started

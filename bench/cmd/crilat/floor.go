@@ -345,7 +345,7 @@ func sortedCopy(d []time.Duration) []time.Duration {
 // primeAttach moves crilat into the cgroup it is already in (v1 pids
 // hierarchy, else the unified one), which does nothing but take the
 // kernel's cgroup attach lock, as crind's attach priming does
-// (internal/runtime/attach_prime.go): the runc that follows within an
+// (internal/runtime/oci/attach_prime.go): the runc that follows within an
 // RCU grace period attaches its process without waiting for one. It
 // returns once the write did, untimed. Failing, it does nothing.
 func primeAttach() {

@@ -122,7 +122,7 @@ func printTargets(w io.Writer, rs []*Result, fl *floor) {
 			{floorPlacedBoth, "floor create+start in place (after a RunPodSandbox, in the rotation)", true},
 			{floorBoth, "floor create+start back to back (after the round, runc after runc)", true},
 			// Not the runtime's own create+start: runc given the head
-			// start crind gives its own (internal/runtime/attach_prime.go).
+			// start crind gives its own (internal/runtime/oci/attach_prime.go).
 			{floorPrimedBoth, "floor create+start in place, cgroup attach primed as crind does", false},
 		} {
 			if len(fl.samples[f.key]) == 0 {

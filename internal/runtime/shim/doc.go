@@ -2,8 +2,9 @@
 // that owns the stdio of each of the pod's containers, writes their CRI
 // logs, reaps them, records how each exited and outlives crind: its
 // command line (Config), its control protocol (Request, Response, Call,
-// Attach), and the files both ends read and write (exit records, the CRI
-// log writer, socket paths). The shim process itself is package shimd,
+// Attach), and the files both ends read and write (exit records, socket
+// paths; the CRI log writer is package crilog, which crin-logger shares).
+// The shim process itself is package shimd,
 // which builds on these definitions; this package does not depend on it.
 //
 // Start-up: the oci backend starts crin-shim itself (no second exec), in a

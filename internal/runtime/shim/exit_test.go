@@ -1,56 +1,9 @@
 package shim
 
 import (
-	"errors"
-	"io/fs"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
-	"time"
-
-	"github.com/google/go-cmp/cmp"
 )
-
-func TestExitRoundTrip(t *testing.T) {
-	dir := t.TempDir()
-	if _, err := ReadExit(dir); !errors.Is(err, fs.ErrNotExist) {
-		t.Fatalf("ReadExit on empty dir = %v, want ErrNotExist", err)
-	}
-	want := Exit{
-		Pid: 42, ExitCode: 137, Signal: 9, OOMKilled: true,
-		StartedAt:  time.Date(2024, 1, 2, 3, 4, 5, 6, time.UTC),
-		FinishedAt: time.Date(2024, 1, 2, 3, 4, 6, 7, time.UTC),
-	}
-	if err := WriteExit(dir, want); err != nil {
-		t.Fatal(err)
-	}
-	got, err := ReadExit(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("exit (-want +got):\n%s", diff)
-	}
-	ents, _ := os.ReadDir(dir)
-	if len(ents) != 1 {
-		t.Errorf("temp files left behind: %v", ents)
-	}
-	data, _ := os.ReadFile(filepath.Join(dir, ExitFile))
-	for _, key := range []string{`"exit_code":137`, `"oom_killed":true`, `"finished_at"`} {
-		if !strings.Contains(string(data), key) {
-			t.Errorf("exit file %s lacks %s", data, key)
-		}
-	}
-}
-
-func TestReadExitCorrupt(t *testing.T) {
-	dir := t.TempDir()
-	os.WriteFile(filepath.Join(dir, ExitFile), []byte("{"), 0o600)
-	if _, err := ReadExit(dir); err == nil || errors.Is(err, fs.ErrNotExist) {
-		t.Fatalf("ReadExit on corrupt file = %v, want a decode error", err)
-	}
-}
 
 func TestSocketPath(t *testing.T) {
 	short := "/run/crin/s/abc"

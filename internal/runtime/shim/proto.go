@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/containerd/errdefs"
+
+	"github.com/crin-dev/crin/internal/runtime/exitrec"
 )
 
 // Operations understood by a shim's control socket.
@@ -141,10 +143,10 @@ const RestoreWorkDir = "criu-restore"
 
 // Response answers a Request with a single JSON line.
 type Response struct {
-	State     string    `json:"state,omitempty"` // created, running or stopped
-	Pid       int       `json:"pid,omitempty"`   // the container's init pid
-	StartedAt time.Time `json:"started_at,omitzero"`
-	Exit      *Exit     `json:"exit,omitempty"` // set once the container exited
+	State     string        `json:"state,omitempty"` // created, running or stopped
+	Pid       int           `json:"pid,omitempty"`   // the container's init pid
+	StartedAt time.Time     `json:"started_at,omitzero"`
+	Exit      *exitrec.Exit `json:"exit,omitempty"` // set once the container exited
 	// Stdin and TTY answer OpAttach: the session's input reaches the
 	// container's stdin; the container runs on a terminal (resize works,
 	// and its output all comes as stdout). A shim that predates them
@@ -162,22 +164,6 @@ type Response struct {
 	ShimExiting bool   `json:"shim_exiting,omitempty"`
 	Error       string `json:"error,omitempty"`
 	Code        string `json:"code,omitempty"`
-}
-
-// Exit is how a container's init process ended. It is kept by the shim and
-// written to the exit file, so it survives the shim.
-type Exit struct {
-	Pid        int       `json:"pid"`
-	ExitCode   int32     `json:"exit_code"` // 128+signal when killed by a signal
-	Signal     int       `json:"signal,omitempty"`
-	OOMKilled  bool      `json:"oom_killed"`
-	StartedAt  time.Time `json:"started_at,omitzero"`
-	FinishedAt time.Time `json:"finished_at"`
-	// Reason and Message are set only when someone other than the shim
-	// wrote the record: crind, finding the shim dead (see
-	// runtime.ReasonShimDied). A shim's own record leaves them empty.
-	Reason  string `json:"reason,omitempty"`
-	Message string `json:"message,omitempty"`
 }
 
 // Handshake is what the shim writes on its handshake pipe once it serves

@@ -13,7 +13,8 @@ import (
 	"github.com/containerd/errdefs"
 
 	"github.com/crin-dev/crin/internal/runtime"
-	"github.com/crin-dev/crin/internal/runtime/shim"
+	"github.com/crin-dev/crin/internal/runtime/crilog"
+	"github.com/crin-dev/crin/internal/runtime/exitrec"
 )
 
 var _ runtime.Attacher = (*Runtime)(nil)
@@ -36,7 +37,7 @@ func (r *Runtime) Attach(ctx context.Context, id string, req runtime.AttachReque
 	if err != nil {
 		return err
 	}
-	if _, err := shim.ReadExit(dir); err == nil || loggerPid(dir) == 0 {
+	if _, err := exitrec.Read(dir); err == nil || loggerPid(dir) == 0 {
 		return fmt.Errorf("attach to container %s: its output has ended: %w", id, errdefs.ErrFailedPrecondition)
 	}
 	inputDone, stop, err := r.relayInput(ctx, id, dir, m, req)
@@ -60,7 +61,7 @@ func (r *Runtime) Attach(ctx context.Context, id string, req runtime.AttachReque
 	if _, err := f.Seek(0, io.SeekEnd); err != nil {
 		return fmt.Errorf("attach to container %s: %w", id, err)
 	}
-	outs := map[string]io.Writer{shim.StreamStdout: req.Stdout, shim.StreamStderr: req.Stderr}
+	outs := map[string]io.Writer{crilog.StreamStdout: req.Stdout, crilog.StreamStderr: req.Stderr}
 	br := bufio.NewReader(f)
 	var pending []byte // a record not yet ended by its newline
 	tick := time.NewTicker(attachPoll)
@@ -69,7 +70,7 @@ func (r *Runtime) Attach(ctx context.Context, id string, req runtime.AttachReque
 		// Checked before reading: the exit is recorded once the logger
 		// read all the container wrote (waitLogger), so what is in the
 		// log then is read in this round.
-		_, err := shim.ReadExit(dir)
+		_, err := exitrec.Read(dir)
 		ended := err == nil || loggerPid(dir) == 0
 		for {
 			line, err := br.ReadSlice('\n')
@@ -155,7 +156,7 @@ func writeRecord(outs map[string]io.Writer, rec []byte) error {
 	if len(parts) == 4 {
 		content = parts[3]
 	}
-	if string(parts[2]) == shim.TagFull {
+	if string(parts[2]) == crilog.TagFull {
 		content = append(content, '\n')
 	}
 	_, err := w.Write(content)
@@ -177,5 +178,5 @@ func openLogRead(m meta) (*os.File, error) {
 	if m.LogRoot == "" {
 		return os.Open(m.LogPath)
 	}
-	return shim.OpenBeneath(m.LogRoot, m.LogPath, os.O_RDONLY, 0)
+	return crilog.OpenBeneath(m.LogRoot, m.LogPath, os.O_RDONLY, 0)
 }

@@ -11,7 +11,7 @@ import (
 	"github.com/containerd/errdefs"
 
 	"github.com/crin-dev/crin/internal/runtime"
-	"github.com/crin-dev/crin/internal/runtime/shim"
+	"github.com/crin-dev/crin/internal/runtime/exitrec"
 )
 
 // Status asks the shim; with its exit recorded it reads the record, and
@@ -43,8 +43,8 @@ func (r *Runtime) askShim(ctx context.Context, id, op string, ask func(c *conn, 
 	if err != nil {
 		return runtime.Status{}, err
 	}
-	if e, err := shim.ReadExit(dir); err == nil {
-		return statusOfExit(e), nil
+	if e, err := exitrec.Read(dir); err == nil {
+		return runtime.StatusOfExit(e), nil
 	}
 	c, err := r.conn(ctx, m.Address)
 	if err == nil {
@@ -79,27 +79,20 @@ func (r *Runtime) statusOf(ctx context.Context, id, dir string, m meta, resp *ta
 // it outlives the shim. It first gives the logger a moment to write the
 // last of the output, so the log is whole when the exit is reported.
 func (r *Runtime) recordExit(ctx context.Context, id, dir string, m meta, code uint32, at time.Time) (runtime.Status, error) {
-	if e, err := shim.ReadExit(dir); err == nil {
-		return statusOfExit(e), nil
+	if e, err := exitrec.Read(dir); err == nil {
+		return runtime.StatusOfExit(e), nil
 	}
 	waitLogger(ctx, dir, ioDrainWait)
-	e := shim.Exit{Pid: m.Pid, ExitCode: int32(code), StartedAt: m.StartedAt, FinishedAt: at}
+	e := exitrec.Exit{Pid: m.Pid, ExitCode: int32(code), StartedAt: m.StartedAt, FinishedAt: at}
 	if code > 128 && code < 128+65 {
 		e.Signal = int(code - 128)
 	}
 	e.OOMKilled = oomKilled(m, code)
-	if err := shim.WriteExit(dir, e); err != nil {
+	if err := exitrec.Write(dir, e); err != nil {
 		return runtime.Status{}, fmt.Errorf("container %s: record exit: %w", id, err)
 	}
 	r.log.InfoContext(ctx, "container exited", "container_id", id, "exit_code", e.ExitCode)
-	return statusOfExit(e), nil
-}
-
-func statusOfExit(e shim.Exit) runtime.Status {
-	return runtime.Status{
-		State: runtime.StateStopped, Pid: e.Pid, ExitCode: e.ExitCode, OOMKilled: e.OOMKilled,
-		StartedAt: e.StartedAt, FinishedAt: e.FinishedAt, Reason: e.Reason, Message: e.Message,
-	}
+	return runtime.StatusOfExit(e), nil
 }
 
 // Wait blocks on the shim's Wait RPC. A shim that dies ends the wait at
@@ -126,28 +119,30 @@ func (r *Runtime) Wait(ctx context.Context, id string) (runtime.Status, error) {
 }
 
 // shimDied handles a container whose shim is gone before its exit was
-// recorded: the shim's delete command removes what is left of it from the
-// OCI runtime (killing its processes), and the exit is recorded with code
-// 255 and runtime.ReasonShimDied. Idempotent.
+// recorded, by runtime.RecordShimDied: the shim's delete command removes
+// what is left of it from the OCI runtime (killing its processes), and
+// the exit is recorded with code 255 and runtime.ReasonShimDied.
+// Idempotent.
 func (r *Runtime) shimDied(ctx context.Context, id, dir string, m meta) (runtime.Status, error) {
 	r.diedMu.Lock()
 	defer r.diedMu.Unlock()
-	if e, err := shim.ReadExit(dir); err == nil {
-		return statusOfExit(e), nil
+	st, recorded, err := runtime.RecordShimDied(dir, func() exitrec.Exit {
+		r.dropConn(m.Address)
+		if err := r.shimDelete(ctx, id, dir); err != nil {
+			r.log.WarnContext(ctx, "clean up container of a dead shim", "container_id", id, "error", err)
+		}
+		return exitrec.Exit{
+			Pid: m.Pid, ExitCode: 255, StartedAt: m.StartedAt,
+			Message: fmt.Sprintf("%s (pid %d) died before the container exited; crind deleted what was left of the container",
+				filepath.Base(r.cfg.Binary), m.ShimPid),
+		}
+	})
+	if err != nil {
+		return runtime.Status{}, fmt.Errorf("container %s: %w", id, err)
 	}
-	r.dropConn(m.Address)
-	if err := r.shimDelete(ctx, id, dir); err != nil {
-		r.log.WarnContext(ctx, "clean up container of a dead shim", "container_id", id, "error", err)
+	if recorded {
+		removeSocket(m.Address)
+		r.log.WarnContext(ctx, "container's shim died", "container_id", id, "shim_pid", m.ShimPid, "message", st.Message)
 	}
-	e := shim.Exit{
-		Pid: m.Pid, ExitCode: 255, Reason: runtime.ReasonShimDied, StartedAt: m.StartedAt, FinishedAt: time.Now(),
-		Message: fmt.Sprintf("%s (pid %d) died before the container exited; crind deleted what was left of the container",
-			filepath.Base(r.cfg.Binary), m.ShimPid),
-	}
-	if err := shim.WriteExit(dir, e); err != nil {
-		return runtime.Status{}, fmt.Errorf("container %s: record exit after its shim died: %w", id, err)
-	}
-	removeSocket(m.Address)
-	r.log.WarnContext(ctx, "container's shim died", "container_id", id, "shim_pid", m.ShimPid, "message", e.Message)
-	return statusOfExit(e), nil
+	return st, nil
 }

@@ -12,7 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/crin-dev/crin/internal/runtime/shim"
+	"github.com/crin-dev/crin/internal/runtime/crilog"
 	"github.com/crin-dev/crin/internal/runtime/shimv2/logger"
 )
 
@@ -94,7 +94,7 @@ func reopenLog(ctx context.Context, dir, path string) error {
 		// refuses to open it and keeps writing the old file).
 		if st, err := os.Lstat(path); err == nil {
 			if !st.Mode().IsRegular() {
-				return fmt.Errorf("log %s is not a regular file: the logger did not reopen it: %w", path, shim.ErrLogPath)
+				return fmt.Errorf("log %s is not a regular file: the logger did not reopen it: %w", path, crilog.ErrLogPath)
 			}
 			return nil
 		}

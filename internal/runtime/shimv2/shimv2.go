@@ -64,6 +64,8 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/crin-dev/crin/internal/runtime"
+	"github.com/crin-dev/crin/internal/runtime/crilog"
+	"github.com/crin-dev/crin/internal/runtime/exitrec"
 	"github.com/crin-dev/crin/internal/runtime/shim"
 	"github.com/crin-dev/crin/internal/topdir"
 )
@@ -130,7 +132,7 @@ type Config struct {
 	CallTimeout time.Duration
 	// PlaceShim, when set, moves a shim this backend just started (pid;
 	// name is the id it groups by, the pod's) out of crind's cgroup, as
-	// runtime.OCIConfig.PlaceShim does for crin-shim: with the systemd
+	// oci.Config.PlaceShim does for crin-shim: with the systemd
 	// driver, into a scope of its own, so that a "systemctl kill" of
 	// crind's unit spares the shim, its output loggers and so the
 	// containers. A failure is logged; the shim runs on where it is.
@@ -257,7 +259,7 @@ func (r *Runtime) resume(ctx context.Context) {
 	}
 	for _, id := range ids {
 		dir := r.dir(id)
-		if _, err := shim.ReadExit(dir); err == nil {
+		if _, err := exitrec.Read(dir); err == nil {
 			continue
 		}
 		if _, err := readMeta(dir); err != nil {
@@ -547,7 +549,7 @@ func (r *Runtime) ReopenLog(ctx context.Context, id string) error {
 		return err
 	}
 	if err := reopenLog(ctx, dir, m.LogPath); err != nil {
-		if errors.Is(err, errLoggerGone) || errors.Is(err, shim.ErrLogPath) {
+		if errors.Is(err, errLoggerGone) || errors.Is(err, crilog.ErrLogPath) {
 			err = fmt.Errorf("%w: %w", err, errdefs.ErrFailedPrecondition)
 		}
 		return fmt.Errorf("reopen log of container %s: %w", id, err)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/crin-dev/crin/test/poll"
 
+	"github.com/crin-dev/crin/internal/runtime/exitrec"
 	"github.com/crin-dev/crin/internal/runtime/shim"
 )
 
@@ -72,7 +73,7 @@ func TestAttach(t *testing.T) {
 		t.Fatal("shim.Attach did not return after the output ended")
 	}
 
-	s.setExited(shim.Exit{Pid: 1234})
+	s.setExited(exitrec.Exit{Pid: 1234})
 	if err := shim.Attach(context.Background(), sock, testID, shim.AttachStreams{}); !errdefs.IsFailedPrecondition(err) {
 		t.Errorf("shim.Attach to an exited container = %v, want FailedPrecondition", err)
 	}

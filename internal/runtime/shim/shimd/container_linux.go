@@ -15,6 +15,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/crin-dev/crin/internal/runtime/crilog"
+	"github.com/crin-dev/crin/internal/runtime/exitrec"
 	"github.com/crin-dev/crin/internal/runtime/shim"
 )
 
@@ -43,7 +45,7 @@ func newContainer(ctx context.Context, log *slog.Logger, cfg ctrConfig, rp *reap
 	if err := os.WriteFile(filepath.Join(cfg.Dir, shim.ShimPidFile), []byte(strconv.Itoa(os.Getpid())), 0o600); err != nil {
 		return nil, fmt.Errorf("write shim pid: %w", err)
 	}
-	logw, err := shim.OpenLog(cfg.LogPath, shim.LogOptions{Root: cfg.LogRoot, OnError: func(err error) { log.Warn("container log", "error", err) }})
+	logw, err := crilog.Open(cfg.LogPath, crilog.Options{Root: cfg.LogRoot, OnError: func(err error) { log.Warn("container log", "error", err) }})
 	if err != nil {
 		return nil, err
 	}
@@ -85,7 +87,7 @@ func newContainer(ctx context.Context, log *slog.Logger, cfg ctrConfig, rp *reap
 		// cgroup; the delete runs while the output drains, and the exit
 		// is recorded once both are done, so that a RemoveContainer
 		// right after a stop finds the runtime's work done.
-		e := shim.Exit{Pid: c.pid, ExitCode: code, Signal: sig, StartedAt: cc.startedTime(),
+		e := exitrec.Exit{Pid: c.pid, ExitCode: code, Signal: sig, StartedAt: cc.startedTime(),
 			FinishedAt: time.Now(), OOMKilled: oom.killed(sig == int(unix.SIGKILL))}
 		bg.Add(1)
 		go func() {
@@ -103,12 +105,12 @@ func newContainer(ctx context.Context, log *slog.Logger, cfg ctrConfig, rp *reap
 // copyOutput copies both streams into the log, and to attached clients,
 // until every process holding the pipes is gone; the returned channel
 // closes then. A terminal's output is all stdout.
-func copyOutput(log *slog.Logger, logw *shim.LogWriter, fan *fanout, c *created) <-chan struct{} {
+func copyOutput(log *slog.Logger, logw *crilog.Writer, fan *fanout, c *created) <-chan struct{} {
 	done := make(chan struct{})
 	if c.term != nil {
 		go func() {
 			defer close(done)
-			if err := logw.Copy(shim.StreamStdout, io.TeeReader(hangupReader{c.term}, fan.writer(shim.FrameStdout))); err != nil {
+			if err := logw.Copy(crilog.StreamStdout, io.TeeReader(hangupReader{c.term}, fan.writer(shim.FrameStdout))); err != nil {
 				log.Warn("copy terminal output", "error", err)
 			}
 		}()
@@ -117,8 +119,8 @@ func copyOutput(log *slog.Logger, logw *shim.LogWriter, fan *fanout, c *created)
 	go func() {
 		defer close(done)
 		errc := make(chan error, 1)
-		go func() { errc <- logw.Copy(shim.StreamStderr, io.TeeReader(c.stderr, fan.writer(shim.FrameStderr))) }()
-		if err := logw.Copy(shim.StreamStdout, io.TeeReader(c.stdout, fan.writer(shim.FrameStdout))); err != nil {
+		go func() { errc <- logw.Copy(crilog.StreamStderr, io.TeeReader(c.stderr, fan.writer(shim.FrameStderr))) }()
+		if err := logw.Copy(crilog.StreamStdout, io.TeeReader(c.stdout, fan.writer(shim.FrameStdout))); err != nil {
 			log.Warn("copy stdout", "error", err)
 		}
 		if err := <-errc; err != nil {
@@ -221,7 +223,7 @@ func (w oomWatch) killed(sigkilled bool) bool {
 // recordExit writes the exit file once the output drained (or ioDrainWait
 // passed) and the runtime deleted the container (or exitDeleteWait
 // passed), and then tells the waiters, so a waiter sees the whole log.
-func recordExit(log *slog.Logger, cfg ctrConfig, cc *ctr, e shim.Exit, ioDone <-chan struct{}) {
+func recordExit(log *slog.Logger, cfg ctrConfig, cc *ctr, e exitrec.Exit, ioDone <-chan struct{}) {
 	select {
 	case <-ioDone:
 	case <-time.After(ioDrainWait):
@@ -237,7 +239,7 @@ func recordExit(log *slog.Logger, cfg ctrConfig, cc *ctr, e shim.Exit, ioDone <-
 	// stdin pipe).
 	cc.stdio.release()
 	cc.fan.close()
-	if err := shim.WriteExit(cfg.Dir, e); err != nil {
+	if err := exitrec.Write(cfg.Dir, e); err != nil {
 		log.Error("record exit", "error", err)
 	}
 	log.Info("container exited", "exit_code", e.ExitCode, "oom_killed", e.OOMKilled)

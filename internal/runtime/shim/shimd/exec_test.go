@@ -15,6 +15,7 @@ import (
 	"github.com/containerd/errdefs"
 	"golang.org/x/sys/unix"
 
+	"github.com/crin-dev/crin/internal/runtime/crilog"
 	"github.com/crin-dev/crin/internal/runtime/shim"
 	"github.com/crin-dev/crin/test/poll"
 )
@@ -66,7 +67,7 @@ func execShim(t *testing.T) (*ctr, string, string) {
 		_ = unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
 	})
 	l, sock := listenTemp(t)
-	logw, _ := shim.OpenLog("", shim.LogOptions{})
+	logw, _ := crilog.Open("", crilog.Options{})
 	c := newCtr(slog.New(slog.DiscardHandler), testID, 1, time.Now(), logw, nil)
 	c.state = shim.StateRunning
 	c.cfg = ctrConfig{ID: testID, Dir: dir, Runtime: bin, RuntimeRoot: dir}

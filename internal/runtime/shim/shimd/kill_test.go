@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/crin-dev/crin/internal/runtime/exitrec"
 	"github.com/crin-dev/crin/internal/runtime/shim"
 )
 
@@ -48,7 +49,7 @@ func TestKill(t *testing.T) {
 	if err := c.kill(int(unix.SIGTERM), false); err != nil {
 		t.Errorf("kill of a reaped init = %v, want nil", err)
 	}
-	c.setExited(shim.Exit{Pid: cmd.Process.Pid, FinishedAt: time.Now()})
+	c.setExited(exitrec.Exit{Pid: cmd.Process.Pid, FinishedAt: time.Now()})
 	c.closePidfd()
 	if err := c.kill(int(unix.SIGKILL), false); err != nil {
 		t.Errorf("kill of an exited container = %v, want nil", err)

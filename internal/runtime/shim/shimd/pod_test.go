@@ -9,6 +9,8 @@ import (
 
 	"github.com/containerd/errdefs"
 
+	"github.com/crin-dev/crin/internal/runtime/crilog"
+	"github.com/crin-dev/crin/internal/runtime/exitrec"
 	"github.com/crin-dev/crin/internal/runtime/shim"
 )
 
@@ -22,7 +24,7 @@ func TestPodShim(t *testing.T) {
 		if id == "bad" {
 			return nil, errors.New("runc create: boom")
 		}
-		logw, _ := shim.OpenLog("", shim.LogOptions{})
+		logw, _ := crilog.Open("", crilog.Options{})
 		c := newCtr(slog.New(slog.DiscardHandler), id, 100+len(made), time.Now(), logw, nil)
 		made[id] = c
 		return c, nil
@@ -64,7 +66,7 @@ func TestPodShim(t *testing.T) {
 		t.Errorf("failed create = %+v, %v; want the error, shim staying", resp, err)
 	}
 	// Requests reach the container they name.
-	made["b"].setExited(shim.Exit{Pid: 101, FinishedAt: time.Now()})
+	made["b"].setExited(exitrec.Exit{Pid: 101, FinishedAt: time.Now()})
 	for id, want := range map[string]string{"a": shim.StateRunning, "b": shim.StateStopped} {
 		if resp, err := shim.Call(ctx, sock, id, shim.OpState); err != nil || resp.State != want {
 			t.Errorf("state of %s = %+v, %v; want %s", id, resp, err, want)
@@ -72,7 +74,7 @@ func TestPodShim(t *testing.T) {
 	}
 
 	for i, id := range []string{"a", "b"} {
-		made[id].setExited(shim.Exit{Pid: 100 + i, FinishedAt: time.Now()})
+		made[id].setExited(exitrec.Exit{Pid: 100 + i, FinishedAt: time.Now()})
 		close(made[id].deleted)
 		resp, err := shim.Call(ctx, sock, id, shim.OpDelete)
 		if err != nil {

@@ -12,6 +12,8 @@ import (
 
 	"github.com/containerd/errdefs"
 
+	"github.com/crin-dev/crin/internal/runtime/crilog"
+	"github.com/crin-dev/crin/internal/runtime/exitrec"
 	"github.com/crin-dev/crin/internal/runtime/shim"
 )
 
@@ -27,7 +29,7 @@ func newTestServer(t *testing.T) (*ctr, string) {
 func serveCtr(t *testing.T, in *stdio) (*ctr, string) {
 	t.Helper()
 	l, sock := listenTemp(t)
-	logw, _ := shim.OpenLog("", shim.LogOptions{})
+	logw, _ := crilog.Open("", crilog.Options{})
 	s := newCtr(slog.New(slog.DiscardHandler), testID, 1234, time.Now(), logw, in)
 	lastPod = servePod(t, l, nil, s)
 	return s, sock
@@ -106,7 +108,7 @@ func TestProtocolLifecycle(t *testing.T) {
 		t.Fatalf("wait returned before the exit: %+v", r)
 	case <-time.After(100 * time.Millisecond):
 	}
-	s.setExited(shim.Exit{Pid: 1234, ExitCode: 3, FinishedAt: time.Now()})
+	s.setExited(exitrec.Exit{Pid: 1234, ExitCode: 3, FinishedAt: time.Now()})
 	select {
 	case r := <-waited:
 		if r.State != shim.StateStopped || r.Exit == nil || r.Exit.ExitCode != 3 {

@@ -10,6 +10,8 @@ import (
 	"github.com/containerd/errdefs"
 	"golang.org/x/sys/unix"
 
+	"github.com/crin-dev/crin/internal/runtime/crilog"
+	"github.com/crin-dev/crin/internal/runtime/exitrec"
 	"github.com/crin-dev/crin/internal/runtime/shim"
 )
 
@@ -17,7 +19,7 @@ import (
 type ctr struct {
 	id    string
 	log   *slog.Logger
-	logw  *shim.LogWriter
+	logw  *crilog.Writer
 	fan   *fanout // the container's output, for attached clients
 	stdio *stdio  // the container's input; nil when it has none
 	// release closes what the shim holds of the container (its log,
@@ -38,7 +40,7 @@ type ctr struct {
 	state     string
 	pid       int
 	startedAt time.Time
-	exit      *shim.Exit
+	exit      *exitrec.Exit
 	// execs are its exec sessions' processes; execsKilled says the init
 	// is gone, so every process of a session is killed as it starts.
 	execs       map[*execProc]struct{}
@@ -54,7 +56,7 @@ type ctr struct {
 // newCtr makes the shim's record of a container the runtime created and
 // started at startedAt; in is its input (nil when the container has no
 // stdin and no terminal).
-func newCtr(log *slog.Logger, id string, pid int, startedAt time.Time, logw *shim.LogWriter, in *stdio) *ctr {
+func newCtr(log *slog.Logger, id string, pid int, startedAt time.Time, logw *crilog.Writer, in *stdio) *ctr {
 	return &ctr{
 		id:        id,
 		log:       log,
@@ -72,7 +74,7 @@ func newCtr(log *slog.Logger, id string, pid int, startedAt time.Time, logw *shi
 }
 
 // setExited records how the container ended and wakes every waiter.
-func (s *ctr) setExited(e shim.Exit) {
+func (s *ctr) setExited(e exitrec.Exit) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.exit != nil {

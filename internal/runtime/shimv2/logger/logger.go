@@ -24,7 +24,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/crin-dev/crin/internal/runtime/shim"
+	"github.com/crin-dev/crin/internal/runtime/crilog"
 )
 
 // DirFlag precedes the bundle dir on the logger's command line.
@@ -69,12 +69,12 @@ func Run(dir string) error {
 	if err := json.Unmarshal(data, &meta); err != nil {
 		return fmt.Errorf("decode meta: %w", err)
 	}
-	lw, err := shim.OpenLog(meta.LogPath, shim.LogOptions{Root: meta.LogRoot, MaxSize: meta.LogMax})
+	lw, err := crilog.Open(meta.LogPath, crilog.Options{Root: meta.LogRoot, MaxSize: meta.LogMax})
 	if err != nil {
 		return err
 	}
 	defer lw.Close()
-	names := []string{shim.StreamStdout, shim.StreamStderr}
+	names := []string{crilog.StreamStdout, crilog.StreamStderr}
 	var streams []*os.File
 	for i, name := range names {
 		// Non-blocking, so reads go through the poller and can be given
@@ -94,9 +94,9 @@ func Run(dir string) error {
 	}
 
 	var wg sync.WaitGroup
-	readers := make([]*shim.FlushReader, len(streams))
+	readers := make([]*crilog.FlushReader, len(streams))
 	for i, f := range streams {
-		readers[i] = shim.NewFlushReader(f, flushDelay)
+		readers[i] = crilog.NewFlushReader(f, flushDelay)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -125,7 +125,7 @@ func Run(dir string) error {
 // stopAfterDrain ends the copies from streams once nothing is left in
 // them to read, or after drainWait. A logger crind started holds its
 // fifos open for writing too, so it never reads their end.
-func stopAfterDrain(streams []*os.File, readers []*shim.FlushReader) {
+func stopAfterDrain(streams []*os.File, readers []*crilog.FlushReader) {
 	deadline := time.Now().Add(drainWait)
 	for _, x := range readers {
 		x.Stop(deadline)

@@ -1,4 +1,4 @@
-package shim
+package crilog
 
 import (
 	"errors"
@@ -42,13 +42,13 @@ func TestLogNoSymlinks(t *testing.T) {
 			if strings.Contains(name, "..") {
 				path = root + "/" + name
 			}
-			w, err := OpenLog(path, LogOptions{Root: root})
+			w, err := Open(path, Options{Root: root})
 			if err == nil {
 				w.Close()
-				t.Fatalf("OpenLog(%s) worked", name)
+				t.Fatalf("Open(%s) worked", name)
 			}
 			if !errors.Is(err, ErrLogPath) || !errdefs.IsFailedPrecondition(err) || !strings.Contains(err.Error(), root) {
-				t.Errorf("OpenLog(%s): %v, want FailedPrecondition naming the path", name, err)
+				t.Errorf("Open(%s): %v, want FailedPrecondition naming the path", name, err)
 			}
 		})
 	}
@@ -59,7 +59,7 @@ func TestLogNoSymlinks(t *testing.T) {
 	// A log swapped for a link before a reopen: the reopen fails, the
 	// old file keeps the output, the link's target is untouched.
 	path := filepath.Join(root, "c", "0.log")
-	w, err := OpenLog(path, LogOptions{Root: root})
+	w, err := Open(path, Options{Root: root})
 	if err != nil {
 		t.Fatal(err)
 	}

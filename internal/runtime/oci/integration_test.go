@@ -1,6 +1,6 @@
 //go:build integration
 
-package runtime
+package oci
 
 import (
 	"golang.org/x/sys/unix"
@@ -21,6 +21,8 @@ import (
 	"github.com/containerd/errdefs"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/crin-dev/crin/internal/runtime"
+	"github.com/crin-dev/crin/internal/runtime/exitrec"
 	"github.com/crin-dev/crin/internal/runtime/shim"
 	"github.com/crin-dev/crin/test/poll"
 )
@@ -64,7 +66,7 @@ type env struct {
 	binary         string
 }
 
-func newEnv(t *testing.T, binary string) (*OCI, env) {
+func newEnv(t *testing.T, binary string) (*Runtime, env) {
 	t.Helper()
 	state, err := os.MkdirTemp("", "crin")
 	if err != nil {
@@ -84,9 +86,9 @@ func newEnv(t *testing.T, binary string) (*OCI, env) {
 
 // open returns a fresh backend on e's directories, as a restarted crind
 // would make.
-func (e env) open(t *testing.T) *OCI {
+func (e env) open(t *testing.T) *Runtime {
 	t.Helper()
-	o, err := NewOCI(t.Context(), OCIConfig{
+	o, err := New(t.Context(), Config{
 		Name: filepath.Base(e.binary), Binary: e.binary, Root: e.root,
 		ShimBinary: filepath.Join(binDir, "crin-shim"), StateDir: e.stateDir,
 	})
@@ -164,9 +166,9 @@ func ctxT(t *testing.T, d time.Duration) context.Context {
 }
 
 // create creates a container and registers its deletion.
-func create(t *testing.T, o *OCI, id string, spec *specs.Spec, logPath string) {
+func create(t *testing.T, o *Runtime, id string, spec *specs.Spec, logPath string) {
 	t.Helper()
-	if err := o.Create(ctxT(t, time.Minute), CreateRequest{ID: id, Spec: spec, LogPath: logPath}); err != nil {
+	if err := o.Create(ctxT(t, time.Minute), runtime.CreateRequest{ID: id, Spec: spec, LogPath: logPath}); err != nil {
 		t.Fatalf("Create: %v", err)
 	}
 	t.Cleanup(func() {
@@ -178,7 +180,7 @@ func create(t *testing.T, o *OCI, id string, spec *specs.Spec, logPath string) {
 
 // assertGone checks that nothing of id is left: no state dir, no runtime
 // state, no shim, no init.
-func assertGone(t *testing.T, o *OCI, id string, pids ...int) {
+func assertGone(t *testing.T, o *Runtime, id string, pids ...int) {
 	t.Helper()
 	if _, err := os.Stat(o.dir(id)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("state dir of %s still there: %v", id, err)
@@ -244,7 +246,7 @@ func TestLifecycleRunc(t *testing.T) {
 
 	// Created is pending: only a bundle, no shim, nothing in the runtime.
 	st, err := o.Status(ctx, id)
-	if err != nil || st.State != StateCreated || st.Pid != 0 {
+	if err != nil || st.State != runtime.StateCreated || st.Pid != 0 {
 		t.Fatalf("Status after create = %+v, %v; want created, no pid yet", st, err)
 	}
 	if shims := shimsOf(id); len(shims) > 0 {
@@ -268,7 +270,7 @@ func TestLifecycleRunc(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.State != StateStopped || st.ExitCode != 3 || st.OOMKilled || st.StartedAt.IsZero() || st.FinishedAt.Before(st.StartedAt) {
+	if st.State != runtime.StateStopped || st.ExitCode != 3 || st.OOMKilled || st.StartedAt.IsZero() || st.FinishedAt.Before(st.StartedAt) {
 		t.Errorf("Wait = %+v, want stopped, exit 3, times set", st)
 	}
 	got := readLog(t, logPath)
@@ -277,7 +279,7 @@ func TestLifecycleRunc(t *testing.T) {
 			t.Errorf("log %q lacks record %q", got, want)
 		}
 	}
-	if err := o.Signal(ctx, id, syscall.SIGKILL, SignalOptions{}); err != nil {
+	if err := o.Signal(ctx, id, syscall.SIGKILL, runtime.SignalOptions{}); err != nil {
 		t.Errorf("Signal on stopped container = %v, want nil", err)
 	}
 	if err := o.Update(ctx, id, &specs.LinuxResources{}); !errdefs.IsFailedPrecondition(err) {
@@ -334,7 +336,7 @@ func TestStartFailureLeavesNothing(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			id := testID(t)
 			ctx := ctxT(t, time.Minute)
-			if err := o.Create(ctx, CreateRequest{ID: id, Spec: tc.spec(id)}); err != nil {
+			if err := o.Create(ctx, runtime.CreateRequest{ID: id, Spec: tc.spec(id)}); err != nil {
 				t.Fatal(err)
 			}
 			_, err := o.Start(ctx, id)
@@ -352,7 +354,7 @@ func TestStartFailureLeavesNothing(t *testing.T) {
 				shims := shimsOf(id)
 				return len(shims) == 0, fmt.Sprint(shims)
 			})
-			if st, err := o.Status(ctx, id); err != nil || st.State != StateCreated {
+			if st, err := o.Status(ctx, id); err != nil || st.State != runtime.StateCreated {
 				t.Errorf("Status after a failed start = %+v, %v; want created", st, err)
 			}
 			if err := o.Delete(ctx, id); err != nil {
@@ -360,7 +362,7 @@ func TestStartFailureLeavesNothing(t *testing.T) {
 			}
 			assertGone(t, o, id)
 			// The id is free again.
-			if err := o.Create(ctx, CreateRequest{ID: id, Spec: testSpec(rootfs(t), id, "true")}); err != nil {
+			if err := o.Create(ctx, runtime.CreateRequest{ID: id, Spec: testSpec(rootfs(t), id, "true")}); err != nil {
 				t.Errorf("Create after failure: %v", err)
 			}
 			if err := o.Delete(context.Background(), id); err != nil {
@@ -396,11 +398,11 @@ func TestSignal(t *testing.T) {
 			if tc.ready != "" {
 				waitFile(t, filepath.Join(rfs, tc.ready), time.Minute)
 			}
-			if err := o.Signal(ctx, id, tc.sig, SignalOptions{}); err != nil {
+			if err := o.Signal(ctx, id, tc.sig, runtime.SignalOptions{}); err != nil {
 				t.Fatal(err)
 			}
 			st, err := o.Wait(ctx, id)
-			if err != nil || st.State != StateStopped || st.ExitCode != tc.want {
+			if err != nil || st.State != runtime.StateStopped || st.ExitCode != tc.want {
 				t.Fatalf("Wait = %+v, %v; want exit %d", st, err, tc.want)
 			}
 		})
@@ -412,14 +414,14 @@ func TestExec(t *testing.T) {
 	id := testID(t)
 	create(t, o, id, testSpec(rootfs(t), id, "sleep", "1000"), "")
 	ctx := ctxT(t, 2*time.Minute)
-	if _, err := o.Exec(ctx, id, ExecRequest{Args: []string{"true"}}); !errdefs.IsFailedPrecondition(err) {
+	if _, err := o.Exec(ctx, id, runtime.ExecRequest{Args: []string{"true"}}); !errdefs.IsFailedPrecondition(err) {
 		t.Errorf("Exec in created container = %v, want FailedPrecondition", err)
 	}
 	if _, err := o.Start(ctx, id); err != nil {
 		t.Fatal(err)
 	}
 
-	res, err := o.Exec(ctx, id, ExecRequest{Args: []string{"sh", "-c", "echo out; echo err >&2; exit 5"}})
+	res, err := o.Exec(ctx, id, runtime.ExecRequest{Args: []string{"sh", "-c", "echo out; echo err >&2; exit 5"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -427,13 +429,13 @@ func TestExec(t *testing.T) {
 		t.Errorf("Exec = stdout %q stderr %q code %d; want out, err, 5", res.Stdout, res.Stderr, res.ExitCode)
 	}
 
-	res, err = o.Exec(ctx, id, ExecRequest{Args: []string{"sh", "-c", "head -c 100000 /dev/zero"}, MaxOutput: 1000})
+	res, err = o.Exec(ctx, id, runtime.ExecRequest{Args: []string{"sh", "-c", "head -c 100000 /dev/zero"}, MaxOutput: 1000})
 	if err != nil || len(res.Stdout) != 1000 || res.ExitCode != 0 {
 		t.Errorf("capped Exec = %d bytes, code %d, %v; want 1000 bytes", len(res.Stdout), res.ExitCode, err)
 	}
 
 	start := time.Now()
-	res, err = o.Exec(ctx, id, ExecRequest{Args: []string{"sh", "-c", "echo begun; exec sleep 321"}, Timeout: 700 * time.Millisecond})
+	res, err = o.Exec(ctx, id, runtime.ExecRequest{Args: []string{"sh", "-c", "echo begun; exec sleep 321"}, Timeout: 700 * time.Millisecond})
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Exec with timeout = %v, want DeadlineExceeded", err)
 	}
@@ -443,7 +445,7 @@ func TestExec(t *testing.T) {
 	if string(res.Stdout) != "begun\n" {
 		t.Errorf("timed out Exec stdout = %q, want the output so far", res.Stdout)
 	}
-	ps, err := o.Exec(ctx, id, ExecRequest{Args: []string{"ps"}})
+	ps, err := o.Exec(ctx, id, runtime.ExecRequest{Args: []string{"ps"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -451,7 +453,7 @@ func TestExec(t *testing.T) {
 		t.Errorf("timed out process still runs:\n%s", ps.Stdout)
 	}
 
-	if _, err := o.Exec(ctx, id, ExecRequest{Args: []string{"/bin/nope"}}); err == nil || !strings.Contains(err.Error(), "nope") {
+	if _, err := o.Exec(ctx, id, runtime.ExecRequest{Args: []string{"/bin/nope"}}); err == nil || !strings.Contains(err.Error(), "nope") {
 		t.Errorf("Exec of a missing binary = %v, want the runtime's error", err)
 	}
 }
@@ -496,14 +498,14 @@ func TestUpdateAndStats(t *testing.T) {
 		t.Errorf("limit after Update %d, want %d", got, newLimit)
 	}
 
-	s, err := CgroupStats(spec.Linux.CgroupsPath)
+	s, err := runtime.CgroupStats(spec.Linux.CgroupsPath)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if s.MemoryUsageBytes == 0 || s.MemoryWorkingSet > s.MemoryUsageBytes || s.PidsCurrent != 1 || s.CPUUsageNanos == 0 {
 		t.Errorf("CgroupStats = %+v; want usage > 0, working set <= usage, 1 pid, cpu > 0", s)
 	}
-	if _, err := CgroupStats("/crin-test/none-" + id); !errdefs.IsNotFound(err) {
+	if _, err := runtime.CgroupStats("/crin-test/none-" + id); !errdefs.IsNotFound(err) {
 		t.Errorf("CgroupStats of a missing cgroup = %v, want NotFound", err)
 	}
 }
@@ -530,7 +532,7 @@ func TestOOMKilled(t *testing.T) {
 	if !st.OOMKilled || st.ExitCode != 137 {
 		t.Errorf("Wait = %+v; want OOMKilled, exit 137", st)
 	}
-	e, err := shim.ReadExit(o.dir(id))
+	e, err := exitrec.Read(o.dir(id))
 	if err != nil || !e.OOMKilled {
 		t.Errorf("exit file = %+v, %v; want oom_killed", e, err)
 	}
@@ -555,14 +557,14 @@ func TestShimOutlivesCrind(t *testing.T) {
 	o1 = nil
 	o2 := e.open(t)
 	st, err := o2.Status(ctx, id)
-	if err != nil || st.State != StateRunning {
+	if err != nil || st.State != runtime.StateRunning {
 		t.Fatalf("Status from new backend = %+v, %v; want running", st, err)
 	}
 	// The container exits while nobody is asking.
-	waitFile(t, filepath.Join(o2.dir(id), shim.ExitFile), time.Minute)
+	waitFile(t, filepath.Join(o2.dir(id), exitrec.File), time.Minute)
 	o3 := e.open(t)
 	st, err = o3.Wait(ctx, id)
-	if err != nil || st.State != StateStopped || st.ExitCode != 9 {
+	if err != nil || st.State != runtime.StateStopped || st.ExitCode != 9 {
 		t.Fatalf("Wait from new backend = %+v, %v; want exit 9", st, err)
 	}
 
@@ -574,7 +576,7 @@ func TestShimOutlivesCrind(t *testing.T) {
 		return !alive(shimPid), "it still runs"
 	})
 	st, err = o3.Status(ctx, id)
-	if err != nil || st.State != StateStopped || st.ExitCode != 9 {
+	if err != nil || st.State != runtime.StateStopped || st.ExitCode != 9 {
 		t.Fatalf("Status without shim = %+v, %v; want exit 9", st, err)
 	}
 	if err := o3.Delete(ctx, id); err != nil {
@@ -648,14 +650,14 @@ func TestPauseAsInit(t *testing.T) {
 	// Orphans in the pod's PID namespace become pause's children (when
 	// Exec returns, their parent sh has exited); pause reaps them once
 	// they exit, so none is left as a zombie.
-	if _, err := o.Exec(ctx, id, ExecRequest{Args: []string{"sh", "-c", "sleep 0.2 & sleep 0.2 & exit 0"}}); err != nil {
+	if _, err := o.Exec(ctx, id, runtime.ExecRequest{Args: []string{"sh", "-c", "sleep 0.2 & sleep 0.2 & exit 0"}}); err != nil {
 		t.Fatal(err)
 	}
 	poll.Until(t, time.Minute, "pause's orphaned children reaped", func() (bool, string) {
 		c := children(pid)
 		return len(c) == 0, fmt.Sprintf("pid:state %v", c)
 	})
-	if err := o.Signal(ctx, id, syscall.SIGTERM, SignalOptions{}); err != nil {
+	if err := o.Signal(ctx, id, syscall.SIGTERM, runtime.SignalOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	st, err := o.Wait(ctx, id)
@@ -715,7 +717,7 @@ func TestDeleteRunning(t *testing.T) {
 		t.Run(fmt.Sprintf("started=%v", start), func(t *testing.T) {
 			id := testID(t)
 			ctx := ctxT(t, time.Minute)
-			if err := o.Create(ctx, CreateRequest{ID: id, Spec: testSpec(rootfs(t), id, "sleep", "1000")}); err != nil {
+			if err := o.Create(ctx, runtime.CreateRequest{ID: id, Spec: testSpec(rootfs(t), id, "sleep", "1000")}); err != nil {
 				t.Fatal(err)
 			}
 			st, err := o.Status(ctx, id)
@@ -755,7 +757,7 @@ func TestShimOOMScoreAdj(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			o, err := NewOCI(t.Context(), OCIConfig{
+			o, err := New(t.Context(), Config{
 				Name: "runc", Binary: e.binary, Root: e.root, StateDir: e.stateDir,
 				ShimBinary: filepath.Join(binDir, "crin-shim"), OOMScoreAdj: &tc.set,
 			})
@@ -843,7 +845,7 @@ func TestCreateCancelledLeavesNothing(t *testing.T) {
 			ctx, cancel := context.WithCancel(t.Context())
 			timer := time.AfterFunc(after, cancel)
 			defer timer.Stop()
-			err := o.Create(ctx, CreateRequest{ID: id, Spec: testSpec(rootfs(t), id, "sleep", "10")})
+			err := o.Create(ctx, runtime.CreateRequest{ID: id, Spec: testSpec(rootfs(t), id, "sleep", "10")})
 			if err == nil {
 				if err := o.Delete(context.Background(), id); err != nil {
 					t.Fatal(err)

@@ -1,4 +1,4 @@
-package runtime
+package oci
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 
 	"github.com/containerd/errdefs"
 
+	"github.com/crin-dev/crin/internal/runtime/exitrec"
 	"github.com/crin-dev/crin/internal/runtime/shim"
 	"github.com/crin-dev/crin/internal/trace"
 )
@@ -102,7 +103,7 @@ func (l *startLocks) users(id string) int {
 // startPending has the pod's shim create and start the pending container
 // in dir; on error nothing of it runs and it is pending again. The
 // caller holds id's start lock.
-func (o *OCI) startPending(ctx context.Context, id, dir string) (int, error) {
+func (o *Runtime) startPending(ctx context.Context, id, dir string) (int, error) {
 	data, err := os.ReadFile(filepath.Join(dir, createFile))
 	if err != nil {
 		return 0, err
@@ -137,7 +138,7 @@ func (o *OCI) startPending(ctx context.Context, id, dir string) (int, error) {
 // rollbackStart undoes a failed or cancelled start of a pending
 // container: it is deleted from the runtime and the shim drops it; its
 // bundle stays, pending again.
-func (o *OCI) rollbackStart(ctx context.Context, id, dir, shimDir string) {
+func (o *Runtime) rollbackStart(ctx context.Context, id, dir, shimDir string) {
 	if _, err := o.run(ctx, runOpts{}, "delete", "--force", id); err != nil && !isRuntimeNotExist(err) {
 		o.log.WarnContext(ctx, "rollback start: runtime delete", "container_id", id, "error", err)
 	}
@@ -158,7 +159,7 @@ func (o *OCI) rollbackStart(ctx context.Context, id, dir, shimDir string) {
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
-	for _, f := range []string{shim.ShimPidFile, shim.ExitFile, shim.InitPidFile} {
+	for _, f := range []string{shim.ShimPidFile, exitrec.File, shim.InitPidFile} {
 		_ = os.Remove(filepath.Join(dir, f))
 	}
 }
@@ -167,15 +168,15 @@ func (o *OCI) rollbackStart(ctx context.Context, id, dir, shimDir string) {
 // SIGKILL records it as killed (exit 137) so it never starts; other
 // signals have nothing to reach. The caller holds id's start lock, so no
 // start is under way.
-func (o *OCI) signalPending(id, dir string, sig syscall.Signal) error {
+func (o *Runtime) signalPending(id, dir string, sig syscall.Signal) error {
 	if sig != syscall.SIGKILL {
 		return nil
 	}
-	if _, err := shim.ReadExit(dir); err == nil {
+	if _, err := exitrec.Read(dir); err == nil {
 		return nil
 	}
-	e := shim.Exit{ExitCode: 128 + int32(sig), Signal: int(sig), FinishedAt: time.Now()}
-	if err := shim.WriteExit(dir, e); err != nil {
+	e := exitrec.Exit{ExitCode: 128 + int32(sig), Signal: int(sig), FinishedAt: time.Now()}
+	if err := exitrec.Write(dir, e); err != nil {
 		return fmt.Errorf("signal container %s: %w", id, err)
 	}
 	return nil

@@ -1,4 +1,4 @@
-package runtime
+package oci
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 // and keeps its state dir until a `runc delete` finishes. Where the
 // runtime removed the dir, as it does when nothing was killed, there is
 // nothing to do (idmap.RemoveAll only looks at the dir).
-func (o *OCI) removeRuntimeLeftovers(ctx context.Context, id string) {
+func (o *Runtime) removeRuntimeLeftovers(ctx context.Context, id string) {
 	if err := idmap.RemoveAll(filepath.Join(o.cfg.Root, id)); err != nil {
 		o.log.WarnContext(ctx, "remove what a killed runtime command left", "container_id", id, "error", err)
 	}

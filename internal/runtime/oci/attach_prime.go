@@ -1,4 +1,4 @@
-package runtime
+package oci
 
 import (
 	"bufio"
@@ -116,6 +116,9 @@ func (p *attachPrimer) close() {
 	p.mu.Unlock()
 	p.wg.Wait()
 }
+
+// cgroupRoot is where the cgroup hierarchies are mounted.
+const cgroupRoot = "/sys/fs/cgroup"
 
 // ownCgroupProcs returns the cgroup.procs file of pid's cgroup in one
 // hierarchy: the first cgroup v1 controller hierarchy mounted under

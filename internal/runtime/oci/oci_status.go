@@ -1,4 +1,4 @@
-package runtime
+package oci
 
 // The oci backend's view of a container's state: from its shim, or without
 // one from the recorded exit and the runtime's own state.
@@ -12,13 +12,15 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/crin-dev/crin/internal/runtime"
+	"github.com/crin-dev/crin/internal/runtime/exitrec"
 	"github.com/crin-dev/crin/internal/runtime/shim"
 )
 
 // Status asks the shim; without a shim it reads the recorded exit, and
 // without that the runtime's own state (StateUnknown when it has none). A
 // pending container is created, or stopped once killed.
-func (o *OCI) Status(ctx context.Context, id string) (Status, error) {
+func (o *Runtime) Status(ctx context.Context, id string) (runtime.Status, error) {
 	if dir, err := o.known(id); err == nil && pending(dir) {
 		return o.statusWithoutShim(ctx, id)
 	}
@@ -27,18 +29,18 @@ func (o *OCI) Status(ctx context.Context, id string) (Status, error) {
 		return statusOf(resp), nil
 	}
 	if !errors.Is(err, shim.ErrShimGone) {
-		return Status{}, fmt.Errorf("status of container %s: %w", id, err)
+		return runtime.Status{}, fmt.Errorf("status of container %s: %w", id, err)
 	}
 	return o.statusWithoutShim(ctx, id)
 }
 
-func (o *OCI) statusWithoutShim(ctx context.Context, id string) (Status, error) {
+func (o *Runtime) statusWithoutShim(ctx context.Context, id string) (runtime.Status, error) {
 	dir := o.dir(id)
-	if e, err := shim.ReadExit(dir); err == nil {
-		return statusOfExit(e), nil
+	if e, err := exitrec.Read(dir); err == nil {
+		return runtime.StatusOfExit(e), nil
 	}
 	if pending(dir) {
-		return Status{State: StateCreated}, nil
+		return runtime.Status{State: runtime.StateCreated}, nil
 	}
 	if pid, gone := shimGone(dir); gone {
 		return o.shimDied(ctx, id, dir, pid)
@@ -46,18 +48,18 @@ func (o *OCI) statusWithoutShim(ctx context.Context, id string) (Status, error) 
 	st, err := o.runtimeState(ctx, id)
 	if err != nil {
 		if isRuntimeNotExist(err) {
-			return Status{State: StateUnknown}, nil
+			return runtime.Status{State: runtime.StateUnknown}, nil
 		}
-		return Status{}, fmt.Errorf("status of container %s: %w", id, err)
+		return runtime.Status{}, fmt.Errorf("status of container %s: %w", id, err)
 	}
 	switch st.Status {
 	case "created":
-		return Status{State: StateCreated, Pid: st.Pid}, nil
+		return runtime.Status{State: runtime.StateCreated, Pid: st.Pid}, nil
 	case "running", "paused":
-		return Status{State: StateRunning, Pid: st.Pid}, nil
+		return runtime.Status{State: runtime.StateRunning, Pid: st.Pid}, nil
 	}
 	// Stopped, but nobody saw how: the exit code is lost.
-	return Status{State: StateUnknown}, nil
+	return runtime.Status{State: runtime.StateUnknown}, nil
 }
 
 // shimGone reports whether the shim of the container in dir is dead: its
@@ -72,23 +74,37 @@ func shimGone(dir string) (int, bool) {
 }
 
 // shimDied handles a container whose shim died before recording its exit
-// (killed, crashed, OOM-killed): nobody reads its output or will reap it,
-// so what is left of it is killed and removed from the runtime, and the
-// exit is recorded in the exit file on the shim's behalf with exit code
-// 255 and ReasonShimDied (docs/recovery.md). When the init is still a
-// zombie that ended other than by SIGKILL, its own status is recorded
-// instead (a process that wrote to its output after the shim died was
-// killed by SIGPIPE: 141), with the same reason. A SIGKILLed one was
-// killed along with what else the shim held (its pod's infra, whose PID
-// namespace it shared): 255. It is idempotent: a second caller reads the first one's record.
-func (o *OCI) shimDied(ctx context.Context, id, dir string, shimPid int) (Status, error) {
+// (killed, crashed, OOM-killed) by runtime.RecordShimDied: nobody reads
+// its output or will reap it, so what is left of it is killed and removed
+// from the runtime (settleShimDied), and the exit is recorded on the
+// shim's behalf with exit code 255 and ReasonShimDied (docs/recovery.md).
+// When the init is still a zombie that ended other than by SIGKILL, its
+// own status is recorded instead (a process that wrote to its output
+// after the shim died was killed by SIGPIPE: 141), with the same reason.
+// A SIGKILLed one was killed along with what else the shim held (its
+// pod's infra, whose PID namespace it shared): 255. It is idempotent: a
+// second caller reads the first one's record.
+func (o *Runtime) shimDied(ctx context.Context, id, dir string, shimPid int) (runtime.Status, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if e, err := shim.ReadExit(dir); err == nil {
-		return statusOfExit(e), nil
+	st, recorded, err := runtime.RecordShimDied(dir, func() exitrec.Exit {
+		return o.settleShimDied(ctx, id, dir, shimPid)
+	})
+	if err != nil {
+		return runtime.Status{}, fmt.Errorf("container %s: %w", id, err)
 	}
+	if recorded {
+		o.log.WarnContext(ctx, "container's shim died", "container_id", id, "shim_pid", shimPid,
+			"exit_code", st.ExitCode, "message", st.Message)
+	}
+	return st, nil
+}
+
+// settleShimDied kills and deletes what is left of a container whose shim
+// died, and says how it ended, for runtime.RecordShimDied.
+func (o *Runtime) settleShimDied(ctx context.Context, id, dir string, shimPid int) exitrec.Exit {
 	initPid := readPid(filepath.Join(dir, shim.InitPidFile))
-	e := shim.Exit{Pid: initPid, ExitCode: 255, Reason: ReasonShimDied}
+	e := exitrec.Exit{Pid: initPid, ExitCode: 255}
 	var ws unix.WaitStatus
 	zombie := false
 	if initPid > 0 {
@@ -120,13 +136,7 @@ func (o *OCI) shimDied(ctx context.Context, id, dir string, shimPid int) (Status
 	if _, err := o.run(ctx, runOpts{}, "delete", "--force", id); err != nil && !isRuntimeNotExist(err) {
 		o.log.WarnContext(ctx, "delete container of a dead shim", "container_id", id, "error", err)
 	}
-	e.FinishedAt = time.Now()
-	if err := shim.WriteExit(dir, e); err != nil {
-		return Status{}, fmt.Errorf("container %s: record exit after its shim died: %w", id, err)
-	}
-	o.log.WarnContext(ctx, "container's shim died", "container_id", id, "shim_pid", shimPid,
-		"exit_code", e.ExitCode, "message", e.Message)
-	return statusOfExit(e), nil
+	return e
 }
 
 // exitCode is the shell convention: the status, or 128+signal.
@@ -144,22 +154,15 @@ func describeWait(ws unix.WaitStatus) string {
 	return fmt.Sprintf("exited with status %d", ws.ExitStatus())
 }
 
-func statusOf(r shim.Response) Status {
+func statusOf(r shim.Response) runtime.Status {
 	if r.Exit != nil {
-		return statusOfExit(*r.Exit)
+		return runtime.StatusOfExit(*r.Exit)
 	}
-	st := Status{State: StateUnknown, Pid: r.Pid, StartedAt: r.StartedAt}
+	st := runtime.Status{State: runtime.StateUnknown, Pid: r.Pid, StartedAt: r.StartedAt}
 	if r.State == shim.StateRunning {
-		st.State = StateRunning
+		st.State = runtime.StateRunning
 	}
 	return st
-}
-
-func statusOfExit(e shim.Exit) Status {
-	return Status{
-		State: StateStopped, Pid: e.Pid, ExitCode: e.ExitCode, OOMKilled: e.OOMKilled,
-		StartedAt: e.StartedAt, FinishedAt: e.FinishedAt, Reason: e.Reason, Message: e.Message,
-	}
 }
 
 // Wait blocks on the shim until the container exits. A shim that dies
@@ -167,33 +170,33 @@ func statusOfExit(e shim.Exit) Status {
 // wait's connection, and the container is then killed and recorded as
 // ReasonShimDied (see shimDied). Without a shim it polls the recorded exit
 // and the runtime's state.
-func (o *OCI) Wait(ctx context.Context, id string) (Status, error) {
+func (o *Runtime) Wait(ctx context.Context, id string) (runtime.Status, error) {
 	if _, err := o.known(id); err != nil {
-		return Status{}, err
+		return runtime.Status{}, err
 	}
 	resp, err := o.call(ctx, id, shim.OpWait)
 	if err == nil {
 		return statusOf(resp), nil
 	}
 	if ctx.Err() != nil {
-		return Status{}, fmt.Errorf("wait for container %s: %w", id, ctx.Err())
+		return runtime.Status{}, fmt.Errorf("wait for container %s: %w", id, ctx.Err())
 	}
 	if !errors.Is(err, shim.ErrShimGone) {
-		return Status{}, fmt.Errorf("wait for container %s: %w", id, err)
+		return runtime.Status{}, fmt.Errorf("wait for container %s: %w", id, err)
 	}
 	tick := time.NewTicker(500 * time.Millisecond)
 	defer tick.Stop()
 	for {
 		st, err := o.statusWithoutShim(ctx, id)
 		if err != nil {
-			return Status{}, err
+			return runtime.Status{}, err
 		}
-		if st.State == StateStopped || st.State == StateUnknown {
+		if st.State == runtime.StateStopped || st.State == runtime.StateUnknown {
 			return st, nil
 		}
 		select {
 		case <-ctx.Done():
-			return Status{}, fmt.Errorf("wait for container %s: %w", id, ctx.Err())
+			return runtime.Status{}, fmt.Errorf("wait for container %s: %w", id, ctx.Err())
 		case <-tick.C:
 		}
 	}

@@ -1,4 +1,4 @@
-package runtime
+package oci
 
 import (
 	"context"
@@ -21,7 +21,7 @@ func TestRemoveRuntimeLeftovers(t *testing.T) {
 		t.Skip("bind mounts: root only")
 	}
 	root := t.TempDir()
-	o := &OCI{cfg: OCIConfig{Root: root}, log: slog.New(slog.DiscardHandler)}
+	o := &Runtime{cfg: Config{Root: root}, log: slog.New(slog.DiscardHandler)}
 	dir := filepath.Join(root, "c1")
 	target := filepath.Join(dir, "runc.AbC123")
 	if err := os.MkdirAll(dir, 0o700); err != nil {

@@ -1,4 +1,4 @@
-package shim
+package crilog
 
 import (
 	"errors"
@@ -116,7 +116,7 @@ func TestLogWriterCopy(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "c.log")
-			w, err := OpenLog(path, LogOptions{MaxLine: tc.maxLine, Now: fixedClock()})
+			w, err := Open(path, Options{MaxLine: tc.maxLine, Now: fixedClock()})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -139,7 +139,7 @@ func TestLogWriterCopy(t *testing.T) {
 // without a newline included.
 func TestLogWriterParsesLikeKubelet(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "c.log")
-	w, err := OpenLog(path, LogOptions{MaxLine: 8})
+	w, err := Open(path, Options{MaxLine: 8})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,7 +176,7 @@ func TestLogWriterParsesLikeKubelet(t *testing.T) {
 
 func TestLogWriterConcurrentStreamsDoNotInterleave(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "c.log")
-	w, err := OpenLog(path, LogOptions{})
+	w, err := Open(path, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -206,7 +206,7 @@ func TestLogWriterConcurrentStreamsDoNotInterleave(t *testing.T) {
 func TestLogWriterReopen(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "c.log")
-	w, err := OpenLog(path, LogOptions{Now: fixedClock()})
+	w, err := Open(path, Options{Now: fixedClock()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -243,7 +243,7 @@ func TestLogWriterReopen(t *testing.T) {
 func TestLogWriterWriteErrorKeepsDraining(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "c.log")
 	var reported []error
-	w, err := OpenLog(path, LogOptions{OnError: func(err error) { reported = append(reported, err) }})
+	w, err := Open(path, Options{OnError: func(err error) { reported = append(reported, err) }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -258,7 +258,7 @@ func TestLogWriterWriteErrorKeepsDraining(t *testing.T) {
 }
 
 func TestLogWriterEmptyPathDiscards(t *testing.T) {
-	w, err := OpenLog("", LogOptions{})
+	w, err := Open("", Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -275,7 +275,7 @@ func TestLogWriterEmptyPathDiscards(t *testing.T) {
 // the two.
 func TestLogWriterMaxSize(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "output.log")
-	w, err := OpenLog(path, LogOptions{Now: fixedClock(), MaxSize: 200})
+	w, err := Open(path, Options{Now: fixedClock(), MaxSize: 200})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -327,7 +327,7 @@ func TestFlushReader(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "c.log")
-			w, err := OpenLog(path, LogOptions{Now: fixedClock()})
+			w, err := Open(path, Options{Now: fixedClock()})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -1,4 +1,11 @@
-package shim
+// Package crilog writes container output in the CRI log format that
+// kubelet reads ("<RFC 3339 time> <stream> <P|F> <content>" lines), and
+// opens the log files beneath a pod's log directory without following a
+// symbolic link. Both backends' log writers use it: crin-shim (package
+// shim/shimd) for the oci backend, crin-logger (package shimv2/logger)
+// for shimv2; crind checks and prepares log paths with it. It is a leaf
+// package, so that those small processes link nothing else of crind.
+package crilog
 
 import (
 	"bufio"
@@ -26,7 +33,7 @@ const DefaultMaxLine = 16 * 1024
 // sort as text; kubelet parses it with time.RFC3339Nano.
 const timestampFormat = "2006-01-02T15:04:05.000000000Z07:00"
 
-// LogWriter writes container output to a file in the CRI log format:
+// Writer writes container output to a file in the CRI log format:
 //
 //	<timestamp> <stream> <tag> <content>\n
 //
@@ -37,7 +44,7 @@ const timestampFormat = "2006-01-02T15:04:05.000000000Z07:00"
 // that prints "DONE" and exits has the log "DONE", not "DONE\n" (its
 // FallbackToLogsOnError termination message). Records from concurrent
 // streams never interleave.
-type LogWriter struct {
+type Writer struct {
 	path    string
 	root    string
 	maxLine int
@@ -53,8 +60,8 @@ type LogWriter struct {
 	failed bool
 }
 
-// LogOptions tune a LogWriter; the zero value is the default.
-type LogOptions struct {
+// Options tune a Writer; the zero value is the default.
+type Options struct {
 	MaxLine int              // DefaultMaxLine when 0
 	Now     func() time.Time // time.Now when nil
 	// OnError is told about the first write error after each (re)open;
@@ -72,10 +79,10 @@ type LogOptions struct {
 	MaxSize int64
 }
 
-// OpenLog opens (creating or appending to) the CRI log at path. An empty
+// Open opens (creating or appending to) the CRI log at path. An empty
 // path gives a writer that discards everything.
-func OpenLog(path string, opts LogOptions) (*LogWriter, error) {
-	w := &LogWriter{path: path, root: opts.Root, maxLine: opts.MaxLine, maxSize: opts.MaxSize, now: opts.Now, onError: opts.OnError}
+func Open(path string, opts Options) (*Writer, error) {
+	w := &Writer{path: path, root: opts.Root, maxLine: opts.MaxLine, maxSize: opts.MaxSize, now: opts.Now, onError: opts.OnError}
 	if w.maxLine <= 0 {
 		w.maxLine = DefaultMaxLine
 	}
@@ -100,7 +107,7 @@ func OpenLog(path string, opts LogOptions) (*LogWriter, error) {
 // renaming continues in a fresh file. If the path cannot be opened, the
 // old file stays in use and the error says why (ErrLogPath and
 // errdefs.ErrFailedPrecondition when it is what is on disk).
-func (w *LogWriter) Reopen() error {
+func (w *Writer) Reopen() error {
 	if w.path == "" {
 		return nil
 	}
@@ -124,7 +131,7 @@ func (w *LogWriter) Reopen() error {
 }
 
 // Close closes the log file. Copy calls still running drop their output.
-func (w *LogWriter) Close() error {
+func (w *Writer) Close() error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.f == nil {
@@ -137,7 +144,7 @@ func (w *LogWriter) Close() error {
 
 // Copy reads r until EOF and writes it as records of stream. It returns the
 // read error, if any, other than io.EOF. Write errors do not stop it.
-func (w *LogWriter) Copy(stream string, r io.Reader) error {
+func (w *Writer) Copy(stream string, r io.Reader) error {
 	// One byte more than a record holds, so a line of exactly maxLine
 	// bytes and its newline make one full record.
 	br := bufio.NewReaderSize(r, w.maxLine+1)
@@ -174,7 +181,7 @@ func (w *LogWriter) Copy(stream string, r io.Reader) error {
 // TagFull the rest ends the line as a full record; with TagPartial a rest
 // shorter than maxLine is returned to be continued. The returned slice
 // reuses data's storage.
-func (w *LogWriter) records(stream string, data []byte, end string) []byte {
+func (w *Writer) records(stream string, data []byte, end string) []byte {
 	for len(data) > w.maxLine || (end == TagPartial && len(data) == w.maxLine) {
 		w.record(stream, TagPartial, data[:w.maxLine])
 		data = data[w.maxLine:]
@@ -186,7 +193,7 @@ func (w *LogWriter) records(stream string, data []byte, end string) []byte {
 	return data
 }
 
-func (w *LogWriter) record(stream, tag string, content []byte) {
+func (w *Writer) record(stream, tag string, content []byte) {
 	ts := w.now()
 	buf := make([]byte, 0, len(timestampFormat)+len(stream)+len(tag)+len(content)+4)
 	buf = ts.AppendFormat(buf, timestampFormat)
@@ -218,7 +225,7 @@ func (w *LogWriter) record(stream, tag string, content []byte) {
 
 // rotate renames the log to path.1 and begins a fresh one, for MaxSize;
 // on failure the log goes on growing. Called with mu held.
-func (w *LogWriter) rotate() {
+func (w *Writer) rotate() {
 	if err := os.Rename(w.path, w.path+".1"); err != nil {
 		return
 	}

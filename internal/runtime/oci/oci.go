@@ -1,4 +1,4 @@
-package runtime
+package oci
 
 import (
 	"bytes"
@@ -21,6 +21,8 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 
+	"github.com/crin-dev/crin/internal/runtime"
+	"github.com/crin-dev/crin/internal/runtime/exitrec"
 	"github.com/crin-dev/crin/internal/runtime/shim"
 	"github.com/crin-dev/crin/internal/topdir"
 )
@@ -39,8 +41,8 @@ const (
 	createGrace = 30 * time.Second
 )
 
-// OCIConfig configures an oci backend.
-type OCIConfig struct {
+// Config configures an oci backend.
+type Config struct {
 	Name   string // the runtime handler name, for logs and errors
 	Binary string // OCI runtime CLI, e.g. /usr/bin/runc
 	Root   string // the CLI's --root (its state dir), e.g. /run/crin/runc/<name>
@@ -72,12 +74,12 @@ type OCIConfig struct {
 	Logger         *slog.Logger
 }
 
-// OCI is the oci backend: any OCI runtime CLI under crin-shim. It keeps no
+// Runtime is the oci backend: any OCI runtime CLI under crin-shim. It keeps no
 // state in memory: everything lives in StateDir/<id> and in the shims, so
-// a fresh OCI on the same StateDir (after a crind restart) sees every
+// a fresh Runtime on the same StateDir (after a crind restart) sees every
 // container.
-type OCI struct {
-	cfg OCIConfig
+type Runtime struct {
+	cfg Config
 	log *slog.Logger
 	// mu serializes shimDied, so two callers that find the same dead shim
 	// (the exit monitor and a stop) kill and record once.
@@ -96,11 +98,11 @@ type OCI struct {
 	primer *attachPrimer
 }
 
-var _ Runtime = (*OCI)(nil)
+var _ runtime.Runtime = (*Runtime)(nil)
 
-// NewOCI returns an oci backend. It checks that the binary exists and runs,
+// New returns an oci backend. It checks that the binary exists and runs,
 // and creates StateDir and Root (mode 0700) when missing.
-func NewOCI(ctx context.Context, cfg OCIConfig) (*OCI, error) {
+func New(ctx context.Context, cfg Config) (*Runtime, error) {
 	if cfg.Name == "" {
 		cfg.Name = filepath.Base(cfg.Binary)
 	}
@@ -125,7 +127,7 @@ func NewOCI(ctx context.Context, cfg OCIConfig) (*OCI, error) {
 	if cfg.CommandTimeout <= 0 {
 		cfg.CommandTimeout = DefaultCommandTimeout
 	}
-	o := &OCI{cfg: cfg, log: cfg.Logger}
+	o := &Runtime{cfg: cfg, log: cfg.Logger}
 	if o.log == nil {
 		o.log = slog.New(slog.DiscardHandler)
 	}
@@ -149,25 +151,25 @@ func NewOCI(ctx context.Context, cfg OCIConfig) (*OCI, error) {
 
 // Close waits for the work the backend runs in the background (a cgroup
 // attach primed ahead of the runtime). Containers and shims live on.
-func (o *OCI) Close() error {
+func (o *Runtime) Close() error {
 	o.primer.close()
 	return nil
 }
 
-func (o *OCI) dir(id string) string { return filepath.Join(o.cfg.StateDir, id) }
+func (o *Runtime) dir(id string) string { return filepath.Join(o.cfg.StateDir, id) }
 
 // StateDir is the directory holding one state dir per container (crind's
 // start-up sweep finds orphaned shims by it).
-func (o *OCI) StateDir() string { return o.cfg.StateDir }
+func (o *Runtime) StateDir() string { return o.cfg.StateDir }
 
 // PodsWithoutInfra reports true: containers of this backend join a pod's
 // namespaces by their pinned paths, so a pod that does not share its PID
 // namespace needs no infra container here (docs/state-machines.md).
-func (o *OCI) PodsWithoutInfra() bool { return true }
+func (o *Runtime) PodsWithoutInfra() bool { return true }
 
 // known validates id and checks that the container's state dir exists.
-func (o *OCI) known(id string) (string, error) {
-	if err := CheckID(id); err != nil {
+func (o *Runtime) known(id string) (string, error) {
+	if err := runtime.CheckID(id); err != nil {
 		return "", err
 	}
 	dir := o.dir(id)
@@ -187,12 +189,12 @@ func (o *OCI) known(id string) (string, error) {
 // does not know, which Status reports as created (see pending). On error
 // nothing is left. An id in use is errdefs.ErrAlreadyExists; a bad id or
 // spec is errdefs.ErrInvalidArgument.
-func (o *OCI) Create(ctx context.Context, req CreateRequest) (retErr error) {
+func (o *Runtime) Create(ctx context.Context, req runtime.CreateRequest) (retErr error) {
 	// Start, next, runs the runtime: its cgroup attach will find the
 	// lock warm.
 	shimDir := o.shimDirOf(req)
 	o.primer.prime(func() int { return liveShim(shimDir) })
-	dir, err := MakeBundleDir(o.cfg.StateDir, req)
+	dir, err := runtime.MakeBundleDir(o.cfg.StateDir, req)
 	if err != nil {
 		return err
 	}
@@ -233,7 +235,7 @@ func (o *OCI) Create(ctx context.Context, req CreateRequest) (retErr error) {
 	return nil
 }
 
-func (o *OCI) removeDir(ctx context.Context, id, dir string) {
+func (o *Runtime) removeDir(ctx context.Context, id, dir string) {
 	if sock := shim.ConsoleSocketPath(dir); !strings.HasPrefix(sock, dir+string(filepath.Separator)) {
 		_ = os.Remove(sock)
 	}
@@ -245,7 +247,7 @@ func (o *OCI) removeDir(ctx context.Context, id, dir string) {
 // call sends op about id to the container's shim. A shim that does not
 // know the container (it is not the one that created it) is
 // shim.ErrShimGone too.
-func (o *OCI) call(ctx context.Context, id, op string) (shim.Response, error) {
+func (o *Runtime) call(ctx context.Context, id, op string) (shim.Response, error) {
 	dir, err := o.known(id)
 	if err != nil {
 		return shim.Response{}, err
@@ -262,7 +264,7 @@ func (o *OCI) call(ctx context.Context, id, op string) (shim.Response, error) {
 // (it was started, or it was killed before it started) is
 // errdefs.ErrFailedPrecondition. A Signal of the container waits for the
 // start of a pending one (startLocks).
-func (o *OCI) Start(ctx context.Context, id string) (int, error) {
+func (o *Runtime) Start(ctx context.Context, id string) (int, error) {
 	dir, err := o.known(id)
 	if err != nil {
 		return 0, err
@@ -275,7 +277,7 @@ func (o *OCI) Start(ctx context.Context, id string) (int, error) {
 	if !pending(dir) {
 		return 0, fmt.Errorf("start container %s: it was started before: %w", id, errdefs.ErrFailedPrecondition)
 	}
-	if _, err := shim.ReadExit(dir); err == nil {
+	if _, err := exitrec.Read(dir); err == nil {
 		return 0, fmt.Errorf("start container %s: it was killed before it started: %w", id, errdefs.ErrFailedPrecondition)
 	}
 	pid, err := o.startPending(ctx, id, dir)
@@ -291,7 +293,7 @@ func (o *OCI) Start(ctx context.Context, id string) (int, error) {
 // initPid is the started container's init: pid (the one the shim waits
 // for), or with InitFromState the one "<runtime> state" reports while
 // the container runs. A container that already exited keeps pid.
-func (o *OCI) initPid(ctx context.Context, id string, pid int) int {
+func (o *Runtime) initPid(ctx context.Context, id string, pid int) int {
 	if !o.cfg.InitFromState {
 		return pid
 	}
@@ -306,7 +308,7 @@ func (o *OCI) initPid(ctx context.Context, id string, pid int) int {
 // not an error; one that never started (pending) is recorded killed by
 // SIGKILL. A signal that comes while the container starts waits for the
 // start, and then reaches the started container.
-func (o *OCI) Signal(ctx context.Context, id string, sig syscall.Signal, opts SignalOptions) error {
+func (o *Runtime) Signal(ctx context.Context, id string, sig syscall.Signal, opts runtime.SignalOptions) error {
 	dir, err := o.known(id)
 	if err != nil {
 		return err
@@ -322,7 +324,7 @@ func (o *OCI) Signal(ctx context.Context, id string, sig syscall.Signal, opts Si
 	unlock()
 	// An exited container has nothing left to signal (its shim deletes
 	// it from the runtime as it exits); the caller only wanted it to stop.
-	if _, err := shim.ReadExit(dir); err == nil {
+	if _, err := exitrec.Read(dir); err == nil {
 		return nil
 	}
 	// The shim signals the init through a pidfd, without a runtime
@@ -343,7 +345,7 @@ func (o *OCI) Signal(ctx context.Context, id string, sig syscall.Signal, opts Si
 		if isRuntimeNotExist(err) {
 			return nil
 		}
-		if _, rerr := shim.ReadExit(dir); rerr == nil {
+		if _, rerr := exitrec.Read(dir); rerr == nil {
 			return nil
 		}
 		if st, serr := o.runtimeState(ctx, id); (serr == nil && st.Status == "stopped") || isRuntimeNotExist(serr) {
@@ -359,8 +361,8 @@ func (o *OCI) Signal(ctx context.Context, id string, sig syscall.Signal, opts Si
 // last container), and removes its state dir. An unknown id is not an error
 // (CRI RemoveContainer: "If the container has already been removed, it must
 // not return an error").
-func (o *OCI) Delete(ctx context.Context, id string) error {
-	if err := CheckID(id); err != nil {
+func (o *Runtime) Delete(ctx context.Context, id string) error {
+	if err := runtime.CheckID(id); err != nil {
 		return err
 	}
 	dir := o.dir(id)
@@ -368,16 +370,16 @@ func (o *OCI) Delete(ctx context.Context, id string) error {
 		return nil
 	}
 	// A recorded exit says it stopped, without asking its shim.
-	var st Status
-	_, err := shim.ReadExit(dir)
+	var st runtime.Status
+	_, err := exitrec.Read(dir)
 	if err != nil {
 		st, err = o.Status(ctx, id)
 	}
 	if err != nil && !errdefs.IsNotFound(err) {
 		return fmt.Errorf("delete container %s: %w", id, err)
 	}
-	if err == nil && (st.State == StateCreated || st.State == StateRunning) {
-		if err := o.Signal(ctx, id, unix.SIGKILL, SignalOptions{All: true}); err != nil {
+	if err == nil && (st.State == runtime.StateCreated || st.State == runtime.StateRunning) {
+		if err := o.Signal(ctx, id, unix.SIGKILL, runtime.SignalOptions{All: true}); err != nil {
 			o.log.WarnContext(ctx, "delete: kill", "container_id", id, "error", err)
 		}
 		wctx, cancel := context.WithTimeout(ctx, deleteStopWait)
@@ -402,7 +404,7 @@ func (o *OCI) Delete(ctx context.Context, id string) error {
 
 // ReopenLog asks the shim to reopen the container's log file. A container
 // without a live shim is errdefs.ErrFailedPrecondition.
-func (o *OCI) ReopenLog(ctx context.Context, id string) error {
+func (o *Runtime) ReopenLog(ctx context.Context, id string) error {
 	if _, err := o.call(ctx, id, shim.OpReopenLog); err != nil {
 		if errors.Is(err, shim.ErrShimGone) {
 			err = fmt.Errorf("%w: %w", err, errdefs.ErrFailedPrecondition)
@@ -413,11 +415,13 @@ func (o *OCI) ReopenLog(ctx context.Context, id string) error {
 }
 
 // List returns the ids that have a bundle in StateDir.
-func (o *OCI) List(ctx context.Context) ([]string, error) { return ListBundles(o.cfg.StateDir) }
+func (o *Runtime) List(ctx context.Context) ([]string, error) {
+	return runtime.ListBundles(o.cfg.StateDir)
+}
 
 // stopShim waits for the shim at pid to exit and kills it if it does not.
 // The pid is checked to still be a crin-shim before it is signalled.
-func (o *OCI) stopShim(ctx context.Context, pid int) {
+func (o *Runtime) stopShim(ctx context.Context, pid int) {
 	if waitGone(ctx, pid, shimExitWait) {
 		return
 	}

@@ -1,6 +1,6 @@
 //go:build integration
 
-package runtime
+package oci
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 	"github.com/containerd/errdefs"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/crin-dev/crin/internal/runtime"
 	"github.com/crin-dev/crin/test/poll"
 )
 
@@ -50,7 +51,7 @@ func TestExecTerminal(t *testing.T) {
 		Options: []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"},
 	})
 	ctx := ctxT(t, 2*time.Minute)
-	if err := o.Create(ctx, CreateRequest{ID: id, Spec: spec}); err != nil {
+	if err := o.Create(ctx, runtime.CreateRequest{ID: id, Spec: spec}); err != nil {
 		t.Fatalf("Create: %v", err)
 	}
 	t.Cleanup(func() {
@@ -60,7 +61,7 @@ func TestExecTerminal(t *testing.T) {
 			t.Errorf("Delete: %v", err)
 		}
 	})
-	if _, err := o.ExecStream(ctx, id, StreamExecRequest{Args: []string{"true"}, Stdout: io.Discard}); !errdefs.IsFailedPrecondition(err) {
+	if _, err := o.ExecStream(ctx, id, runtime.StreamExecRequest{Args: []string{"true"}, Stdout: io.Discard}); !errdefs.IsFailedPrecondition(err) {
 		t.Errorf("ExecStream in a created container = %v, want FailedPrecondition", err)
 	}
 	if _, err := o.Start(ctx, id); err != nil {
@@ -70,15 +71,15 @@ func TestExecTerminal(t *testing.T) {
 	inr, inw := io.Pipe()
 	defer inw.Close()
 	var out lockedWriter
-	sizes := make(chan TerminalSize, 1)
-	sizes <- TerminalSize{Width: 66, Height: 19}
+	sizes := make(chan runtime.TerminalSize, 1)
+	sizes <- runtime.TerminalSize{Width: 66, Height: 19}
 	type result struct {
 		code int32
 		err  error
 	}
 	done := make(chan result, 1)
 	go func() {
-		code, err := o.ExecStream(ctx, id, StreamExecRequest{Args: []string{"sh"}, TTY: true, Stdin: inr, Stdout: &out, Resize: sizes})
+		code, err := o.ExecStream(ctx, id, runtime.StreamExecRequest{Args: []string{"sh"}, TTY: true, Stdin: inr, Stdout: &out, Resize: sizes})
 		// Typing into a session that ended fails instead of blocking.
 		inr.CloseWithError(fmt.Errorf("exec ended: %d, %v", code, err))
 		done <- result{code, err}

@@ -1,4 +1,4 @@
-package runtime
+package oci
 
 import (
 	"bufio"
@@ -19,33 +19,12 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"github.com/opencontainers/runtime-spec/specs-go/features"
 
+	"github.com/crin-dev/crin/internal/runtime"
 	"github.com/crin-dev/crin/internal/runtime/shim"
 )
 
 // maxCommandOutput caps what is kept of a runtime command's stdout/stderr.
 const maxCommandOutput = 1 << 20
-
-// RuntimeError is a failed OCI runtime command. Msg is what the runtime
-// itself reported (its JSON log and stderr).
-type RuntimeError struct {
-	Runtime string   // handler name
-	Args    []string // the command after the global flags
-	Msg     string
-	Err     error // the exec error (exit status, timeout)
-}
-
-func (e *RuntimeError) Error() string {
-	cmd := ""
-	if len(e.Args) > 0 {
-		cmd = e.Args[0]
-	}
-	if e.Msg == "" {
-		return fmt.Sprintf("%s %s: %v", e.Runtime, cmd, e.Err)
-	}
-	return fmt.Sprintf("%s %s: %s (%v)", e.Runtime, cmd, e.Msg, e.Err)
-}
-
-func (e *RuntimeError) Unwrap() error { return e.Err }
 
 // runtimeLogPrefix starts the name of the file, in StateDir, that a
 // runtime command run by crind logs to (removed after it; at start-up,
@@ -55,7 +34,7 @@ const runtimeLogPrefix = ".runtime-log-"
 // isRuntimeNotExist reports an error of a runtime that does not know the
 // container (runc: "container does not exist", crun: "... No such file").
 func isRuntimeNotExist(err error) bool {
-	var re *RuntimeError
+	var re *runtime.RuntimeError
 	if !errors.As(err, &re) {
 		return false
 	}
@@ -72,7 +51,7 @@ type runOpts struct {
 // run runs the runtime with its global flags and args, with a timeout, and
 // returns its stdout. The error is a *RuntimeError with the runtime's
 // messages.
-func (o *OCI) run(ctx context.Context, opts runOpts, args ...string) ([]byte, error) {
+func (o *Runtime) run(ctx context.Context, opts runOpts, args ...string) ([]byte, error) {
 	logPath, err := o.makeRuntimeLog()
 	if err != nil {
 		return nil, fmt.Errorf("%s %s: make log: %w", o.cfg.Name, args[0], err)
@@ -105,7 +84,7 @@ func (o *OCI) run(ctx context.Context, opts runOpts, args ...string) ([]byte, er
 		if cctx.Err() != nil {
 			err = fmt.Errorf("%w: %w", err, cctx.Err())
 		}
-		return nil, &RuntimeError{Runtime: o.cfg.Name, Args: args, Msg: runtimeMessage(logPath, stderr.Bytes()), Err: err}
+		return nil, &runtime.RuntimeError{Runtime: o.cfg.Name, Args: args, Msg: runtimeMessage(logPath, stderr.Bytes()), Err: err}
 	}
 	return stdout.Bytes(), nil
 }
@@ -115,7 +94,7 @@ func (o *OCI) run(ctx context.Context, opts runOpts, args ...string) ([]byte, er
 // EDQUOT) it returns "": the runtime then logs to its stderr, which
 // run reads instead, so that a kill or a delete, which kubelet asks for
 // to free the disk, does not fail for want of a log file.
-func (o *OCI) makeRuntimeLog() (string, error) {
+func (o *Runtime) makeRuntimeLog() (string, error) {
 	f, err := os.CreateTemp(o.cfg.StateDir, runtimeLogPrefix+"*")
 	if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
 		return "", nil
@@ -146,7 +125,7 @@ type runtimeStatus struct {
 	Pid    int    `json:"pid"`
 }
 
-func (o *OCI) runtimeState(ctx context.Context, id string) (runtimeStatus, error) {
+func (o *Runtime) runtimeState(ctx context.Context, id string) (runtimeStatus, error) {
 	var st runtimeStatus
 	out, err := o.run(ctx, runOpts{timeout: 30 * time.Second}, "state", id)
 	if err != nil {
@@ -160,7 +139,7 @@ func (o *OCI) runtimeState(ctx context.Context, id string) (runtimeStatus, error
 
 // Update runs "<runtime> update --resources -". A stopped container is
 // errdefs.ErrFailedPrecondition.
-func (o *OCI) Update(ctx context.Context, id string, res *specs.LinuxResources) error {
+func (o *Runtime) Update(ctx context.Context, id string, res *specs.LinuxResources) error {
 	if res == nil {
 		return fmt.Errorf("update container %s: no resources: %w", id, errdefs.ErrInvalidArgument)
 	}
@@ -168,7 +147,7 @@ func (o *OCI) Update(ctx context.Context, id string, res *specs.LinuxResources) 
 	if err != nil {
 		return fmt.Errorf("update container %s: %w", id, err)
 	}
-	if st.State != StateCreated && st.State != StateRunning {
+	if st.State != runtime.StateCreated && st.State != runtime.StateRunning {
 		return fmt.Errorf("update container %s: container is %s: %w", id, st.State, errdefs.ErrFailedPrecondition)
 	}
 	if dir := o.dir(id); pending(dir) {
@@ -196,9 +175,9 @@ func (o *OCI) Update(ctx context.Context, id string, res *specs.LinuxResources) 
 // so far is returned, with ExitCode -1. A process that ran and failed is
 // not an error: see ExitCode. A container that is not running is
 // errdefs.ErrFailedPrecondition.
-func (o *OCI) Exec(ctx context.Context, id string, req ExecRequest) (ExecResult, error) {
+func (o *Runtime) Exec(ctx context.Context, id string, req runtime.ExecRequest) (runtime.ExecResult, error) {
 	if len(req.Args) == 0 {
-		return ExecResult{}, fmt.Errorf("exec in container %s: no args: %w", id, errdefs.ErrInvalidArgument)
+		return runtime.ExecResult{}, fmt.Errorf("exec in container %s: no args: %w", id, errdefs.ErrInvalidArgument)
 	}
 	max := req.MaxOutput
 	if max <= 0 {
@@ -212,14 +191,14 @@ func (o *OCI) Exec(ctx context.Context, id string, req ExecRequest) (ExecResult,
 		defer cancel()
 	}
 	code, err := o.execInShim(tctx, id, req.Args, false, shim.ExecStreams{Stdout: stdout, Stderr: stderr})
-	res := ExecResult{Stdout: stdout.Bytes(), Stderr: stderr.Bytes(), ExitCode: code}
+	res := runtime.ExecResult{Stdout: stdout.Bytes(), Stderr: stderr.Bytes(), ExitCode: code}
 	return res, err
 }
 
 // Features runs "<runtime> features". Runtimes without that command (crun
 // before 1.9, runc before 1.1) get a Features that claims only the OCI
 // versions read from "<runtime> --version" ("spec: 1.0.0").
-func (o *OCI) Features(ctx context.Context) (*features.Features, error) {
+func (o *Runtime) Features(ctx context.Context) (*features.Features, error) {
 	out, ferr := o.run(ctx, runOpts{timeout: 30 * time.Second}, "features")
 	if ferr == nil {
 		var f features.Features

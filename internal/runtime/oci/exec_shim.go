@@ -1,17 +1,15 @@
-package runtime
+package oci
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 
 	"github.com/containerd/errdefs"
-	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/crin-dev/crin/internal/runtime"
 	"github.com/crin-dev/crin/internal/runtime/shim"
 )
 
@@ -23,18 +21,18 @@ import (
 // closes and the shim kills it. It returns the exit code (-1 with an
 // error). A container that is pending, stopped, or has no live shim is
 // errdefs.ErrFailedPrecondition; ctx's end is ctx's error.
-func (o *OCI) execInShim(ctx context.Context, id string, args []string, tty bool, streams shim.ExecStreams) (int32, error) {
+func (o *Runtime) execInShim(ctx context.Context, id string, args []string, tty bool, streams shim.ExecStreams) (int32, error) {
 	dir, err := o.known(id)
 	if err != nil {
 		return -1, err
 	}
 	if pending(dir) {
-		return -1, fmt.Errorf("exec in container %s: container is %s: %w", id, StateCreated, errdefs.ErrFailedPrecondition)
+		return -1, fmt.Errorf("exec in container %s: container is %s: %w", id, runtime.StateCreated, errdefs.ErrFailedPrecondition)
 	}
 	shimDir := shimDirFor(dir)
 	// "<runtime> exec" puts the process in the container's cgroups.
 	o.primer.prime(func() int { return liveShim(shimDir) })
-	proc, err := ExecProcess(dir, args, tty)
+	proc, err := runtime.ExecProcess(dir, args, tty)
 	if err != nil {
 		return -1, fmt.Errorf("exec in container %s: %w", id, err)
 	}
@@ -83,39 +81,4 @@ func execFiles(dir string, proc []byte) (shim.ExecOptions, func(), error) {
 		return shim.ExecOptions{}, nil, err
 	}
 	return opts, cleanup, nil
-}
-
-// ExecProcess is the process spec of an exec in the container whose
-// bundle is dir: the container's process with args replaced and a
-// terminal requested or not (with TERM=xterm unless the container sets
-// TERM), as JSON. Both backends use it.
-func ExecProcess(dir string, args []string, tty bool) ([]byte, error) {
-	data, err := os.ReadFile(filepath.Join(dir, shim.ConfigFile))
-	if err != nil {
-		return nil, fmt.Errorf("read bundle: %w", err)
-	}
-	var spec specs.Spec
-	if err := json.Unmarshal(data, &spec); err != nil {
-		return nil, fmt.Errorf("decode bundle: %w", err)
-	}
-	if spec.Process == nil {
-		return nil, fmt.Errorf("bundle has no process: %w", errdefs.ErrFailedPrecondition)
-	}
-	p := *spec.Process
-	p.Args = args
-	p.Terminal = tty
-	p.ConsoleSize = nil
-	if tty && !hasEnv(p.Env, "TERM") {
-		p.Env = append(append([]string(nil), p.Env...), "TERM=xterm")
-	}
-	return json.Marshal(&p)
-}
-
-func hasEnv(env []string, key string) bool {
-	for _, kv := range env {
-		if len(kv) > len(key) && kv[:len(key)] == key && kv[len(key)] == '=' {
-			return true
-		}
-	}
-	return false
 }

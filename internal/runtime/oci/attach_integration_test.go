@@ -1,6 +1,6 @@
 //go:build integration
 
-package runtime
+package oci
 
 import (
 	"bytes"
@@ -16,6 +16,7 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/crin-dev/crin/internal/runtime"
 	"github.com/crin-dev/crin/internal/runtime/shim"
 	"github.com/crin-dev/crin/test/poll"
 )
@@ -75,7 +76,7 @@ func TestAttachTerminal(t *testing.T) {
 				Options: []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"},
 			})
 			ctx := ctxT(t, 2*time.Minute)
-			if err := o.Create(ctx, CreateRequest{ID: id, Spec: spec, Stdin: true}); err != nil {
+			if err := o.Create(ctx, runtime.CreateRequest{ID: id, Spec: spec, Stdin: true}); err != nil {
 				t.Fatalf("Create: %v", err)
 			}
 			// Not t.Context(): it is cancelled before cleanups run.
@@ -98,10 +99,10 @@ func TestAttachTerminal(t *testing.T) {
 			inr, inw := io.Pipe()
 			defer inw.Close()
 			var out lockedWriter
-			sizes := make(chan TerminalSize, 1)
-			sizes <- TerminalSize{Width: 77, Height: 21}
+			sizes := make(chan runtime.TerminalSize, 1)
+			sizes <- runtime.TerminalSize{Width: 77, Height: 21}
 			done := make(chan error, 1)
-			go func() { done <- o.Attach(ctx, id, AttachRequest{Stdin: inr, Stdout: &out, Resize: sizes}) }()
+			go func() { done <- o.Attach(ctx, id, runtime.AttachRequest{Stdin: inr, Stdout: &out, Resize: sizes}) }()
 			// Type until the shell answers: the attach may not be set
 			// up when the first line is written.
 			poll.Until(t, time.Minute, "the shell answers", func() (bool, string) {

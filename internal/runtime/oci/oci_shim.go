@@ -1,4 +1,4 @@
-package runtime
+package oci
 
 import (
 	"bytes"
@@ -17,6 +17,7 @@ import (
 	"github.com/containerd/errdefs"
 	"golang.org/x/sys/unix"
 
+	"github.com/crin-dev/crin/internal/runtime"
 	"github.com/crin-dev/crin/internal/runtime/shim"
 )
 
@@ -64,9 +65,9 @@ func (p *podLocks) lock(key string) func() {
 }
 
 // shimDirOf is the dir of the shim of the pod req's container belongs to.
-func (o *OCI) shimDirOf(req CreateRequest) string {
+func (o *Runtime) shimDirOf(req runtime.CreateRequest) string {
 	pod := req.PodID
-	if CheckID(pod) != nil {
+	if runtime.CheckID(pod) != nil {
 		pod = req.ID
 	}
 	return filepath.Join(o.cfg.StateDir, shimDirPrefix+pod)
@@ -93,8 +94,8 @@ func liveShim(shimDir string) int {
 }
 
 // podShimDir is the dir of pod podID's shim.
-func (o *OCI) podShimDir(podID string) (string, error) {
-	if err := CheckID(podID); err != nil {
+func (o *Runtime) podShimDir(podID string) (string, error) {
+	if err := runtime.CheckID(podID); err != nil {
 		return "", fmt.Errorf("pod id: %w", err)
 	}
 	return filepath.Join(o.cfg.StateDir, shimDirPrefix+podID), nil
@@ -103,7 +104,7 @@ func (o *OCI) podShimDir(podID string) (string, error) {
 // StartPodShim starts pod podID's shim unless one runs, so that starting
 // the pod's first container is one request to it and one runtime command.
 // RunPodSandbox calls it while the pod's network is set up.
-func (o *OCI) StartPodShim(ctx context.Context, podID string) error {
+func (o *Runtime) StartPodShim(ctx context.Context, podID string) error {
 	dir, err := o.podShimDir(podID)
 	if err != nil {
 		return err
@@ -117,7 +118,7 @@ func (o *OCI) StartPodShim(ctx context.Context, podID string) error {
 // a shim that holds a container stays, and one already exiting after its
 // last container is not waited for. Neither is an error. A dead shim's dir
 // is removed.
-func (o *OCI) ReleasePodShim(ctx context.Context, podID string) error {
+func (o *Runtime) ReleasePodShim(ctx context.Context, podID string) error {
 	dir, err := o.podShimDir(podID)
 	if err != nil {
 		return err
@@ -161,7 +162,7 @@ const releaseWait = 10 * time.Second
 // start) container id, starting the shim when the pod has none. A shim
 // that is exiting (its last container was just deleted) or died is waited
 // for and replaced.
-func (o *OCI) createInShim(ctx context.Context, id, shimDir string, opts shim.CreateOptions) (shim.Response, error) {
+func (o *Runtime) createInShim(ctx context.Context, id, shimDir string, opts shim.CreateOptions) (shim.Response, error) {
 	creq := shim.Request{Op: shim.OpCreate, ID: id, Create: &opts}
 	var lastErr error
 	for range createAttempts {
@@ -195,7 +196,7 @@ func (o *OCI) createInShim(ctx context.Context, id, shimDir string, opts shim.Cr
 // callCreate sends the create request. When ctx ends first it still waits
 // up to createGrace for the answer, so the rollback knows what to undo (a
 // runtime create cannot be interrupted cleanly).
-func (o *OCI) callCreate(ctx context.Context, shimDir string, req shim.Request) (shim.Response, error) {
+func (o *Runtime) callCreate(ctx context.Context, shimDir string, req shim.Request) (shim.Response, error) {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), DefaultCreateTimeout)
 	defer cancel()
 	stop := context.AfterFunc(ctx, func() { time.AfterFunc(createGrace, cancel) })
@@ -209,7 +210,7 @@ func (o *OCI) callCreate(ctx context.Context, shimDir string, req shim.Request) 
 
 // ensureShim returns the pid of the pod's live shim, starting one when
 // there is none.
-func (o *OCI) ensureShim(ctx context.Context, shimDir string) (int, error) {
+func (o *Runtime) ensureShim(ctx context.Context, shimDir string) (int, error) {
 	unlock := o.pods.lock(shimDir)
 	defer unlock()
 	if pid := liveShim(shimDir); pid > 0 {
@@ -221,7 +222,7 @@ func (o *OCI) ensureShim(ctx context.Context, shimDir string) (int, error) {
 // launchShim starts crin-shim for shimDir in a session of its own and
 // waits for it to serve its socket. crind reaps it when it exits; after
 // a crind restart, init does.
-func (o *OCI) launchShim(ctx context.Context, shimDir string) (int, error) {
+func (o *Runtime) launchShim(ctx context.Context, shimDir string) (int, error) {
 	if err := os.MkdirAll(shimDir, 0o700); err != nil {
 		return 0, fmt.Errorf("make shim dir: %w", err)
 	}
@@ -296,7 +297,7 @@ func (o *OCI) launchShim(ctx context.Context, shimDir string) (int, error) {
 // its last, the shim exits and removes its dir by itself. Without a live
 // shim, or when the shim's delete failed, the runtime delete is run here,
 // and a dead shim's dir is removed.
-func (o *OCI) dropFromShim(ctx context.Context, id, dir string) error {
+func (o *Runtime) dropFromShim(ctx context.Context, id, dir string) error {
 	shimDir := shimDirFor(dir)
 	pid := readPid(filepath.Join(dir, shim.ShimPidFile))
 	deleted := false
@@ -340,7 +341,7 @@ func (o *OCI) dropFromShim(ctx context.Context, id, dir string) error {
 }
 
 // shimDelete asks the shim in shimDir to drop container id (shim.OpDelete).
-func (o *OCI) shimDelete(ctx context.Context, id, shimDir string) (shim.Response, error) {
+func (o *Runtime) shimDelete(ctx context.Context, id, shimDir string) (shim.Response, error) {
 	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	return shim.Do(sctx, shim.SocketPath(shimDir), shim.Request{Op: shim.OpDelete, ID: id})
@@ -348,7 +349,7 @@ func (o *OCI) shimDelete(ctx context.Context, id, shimDir string) (shim.Response
 
 // killAndDrop kills container id, which its shim still runs, waits for
 // the shim to record its exit, and has the shim drop it.
-func (o *OCI) killAndDrop(ctx context.Context, id, shimDir string) (shim.Response, error) {
+func (o *Runtime) killAndDrop(ctx context.Context, id, shimDir string) (shim.Response, error) {
 	sock := shim.SocketPath(shimDir)
 	_, err := shim.Do(ctx, sock, shim.Request{Op: shim.OpKill, ID: id, Signal: int(unix.SIGKILL), All: true})
 	if errors.Is(err, shim.ErrUnsupported) {
@@ -383,7 +384,7 @@ func (o *OCI) killAndDrop(ctx context.Context, id, shimDir string) (shim.Respons
 // removes its own dir when it exits; this covers one that died, or never
 // got to serve (crind killed while starting it). The pod's next shim
 // makes the dir again.
-func (o *OCI) removeDeadShimDir(shimDir string) {
+func (o *Runtime) removeDeadShimDir(shimDir string) {
 	unlock := o.pods.lock(shimDir)
 	defer unlock()
 	removeDeadShimDirLocked(shimDir)
@@ -401,7 +402,7 @@ func removeDeadShimDirLocked(shimDir string) {
 // moment or a shim killed while crind was down left in StateDir: the dirs
 // of pod shims that are not running, and the runtime log files of
 // commands that were running (run's .runtime-log-*).
-func (o *OCI) removeLeftovers() {
+func (o *Runtime) removeLeftovers() {
 	ents, err := os.ReadDir(o.cfg.StateDir)
 	if err != nil {
 		return

@@ -1,4 +1,4 @@
-package runtime
+package oci
 
 import (
 	"errors"
@@ -8,6 +8,8 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/google/go-cmp/cmp"
 	"github.com/opencontainers/runtime-spec/specs-go/features"
+
+	"github.com/crin-dev/crin/internal/runtime"
 )
 
 func TestFeaturesFromVersion(t *testing.T) {
@@ -58,7 +60,7 @@ func TestValidID(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.id, func(t *testing.T) {
-			err := CheckID(tc.id)
+			err := runtime.CheckID(tc.id)
 			if (err == nil) != tc.ok {
 				t.Fatalf("CheckID(%q) = %v, want ok=%v", tc.id, err, tc.ok)
 			}
@@ -89,9 +91,9 @@ func TestIsRuntimeNotExist(t *testing.T) {
 		err  error
 		want bool
 	}{
-		{&RuntimeError{Msg: "container does not exist"}, true},
-		{&RuntimeError{Msg: "open /run/crun/x/status: No such file or directory"}, true},
-		{&RuntimeError{Msg: "container not running"}, false},
+		{&runtime.RuntimeError{Msg: "container does not exist"}, true},
+		{&runtime.RuntimeError{Msg: "open /run/crun/x/status: No such file or directory"}, true},
+		{&runtime.RuntimeError{Msg: "container not running"}, false},
 		{errors.New("does not exist"), false},
 	}
 	for _, tc := range tests {
@@ -101,13 +103,13 @@ func TestIsRuntimeNotExist(t *testing.T) {
 	}
 }
 
-func TestNewOCIValidates(t *testing.T) {
+func TestNewValidates(t *testing.T) {
 	dir := t.TempDir()
-	_, err := NewOCI(t.Context(), OCIConfig{Name: "x", Binary: "/nonexistent/runc", ShimBinary: "/bin/true", StateDir: dir, Root: dir})
+	_, err := New(t.Context(), Config{Name: "x", Binary: "/nonexistent/runc", ShimBinary: "/bin/true", StateDir: dir, Root: dir})
 	if !errdefs.IsInvalidArgument(err) {
 		t.Errorf("missing binary: %v, want InvalidArgument", err)
 	}
-	_, err = NewOCI(t.Context(), OCIConfig{Name: "x", Binary: "/bin/true", ShimBinary: "/bin/true"})
+	_, err = New(t.Context(), Config{Name: "x", Binary: "/bin/true", ShimBinary: "/bin/true"})
 	if !errdefs.IsInvalidArgument(err) {
 		t.Errorf("missing dirs: %v, want InvalidArgument", err)
 	}
@@ -115,7 +117,7 @@ func TestNewOCIValidates(t *testing.T) {
 
 func TestUnknownIDs(t *testing.T) {
 	dir := t.TempDir()
-	o, err := NewOCI(t.Context(), OCIConfig{Name: "fake", Binary: "/bin/true", ShimBinary: "/bin/true", StateDir: dir, Root: dir})
+	o, err := New(t.Context(), Config{Name: "fake", Binary: "/bin/true", ShimBinary: "/bin/true", StateDir: dir, Root: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,7 +131,7 @@ func TestUnknownIDs(t *testing.T) {
 	if _, err := o.Start(ctx, "nope"); !errdefs.IsNotFound(err) {
 		t.Errorf("Start(unknown) = %v, want NotFound", err)
 	}
-	if err := o.Signal(ctx, "nope", 9, SignalOptions{}); !errdefs.IsNotFound(err) {
+	if err := o.Signal(ctx, "nope", 9, runtime.SignalOptions{}); !errdefs.IsNotFound(err) {
 		t.Errorf("Signal(unknown) = %v, want NotFound", err)
 	}
 	if _, err := o.Status(ctx, "../etc"); !errdefs.IsInvalidArgument(err) {

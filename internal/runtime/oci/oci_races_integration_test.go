@@ -1,6 +1,6 @@
 //go:build integration
 
-package runtime
+package oci
 
 import (
 	"context"
@@ -15,6 +15,8 @@ import (
 
 	"github.com/containerd/errdefs"
 
+	"github.com/crin-dev/crin/internal/runtime"
+	"github.com/crin-dev/crin/internal/runtime/exitrec"
 	"github.com/crin-dev/crin/internal/runtime/shim"
 	"github.com/crin-dev/crin/test/poll"
 )
@@ -22,7 +24,7 @@ import (
 // killLeftShims kills, when the test ends, the shims and the runtime
 // state a failed run of a race test leaves, so that one failure does
 // not leak into the next test.
-func killLeftShims(t *testing.T, o *OCI, id string) {
+func killLeftShims(t *testing.T, o *Runtime, id string) {
 	t.Cleanup(func() {
 		for _, pid := range shimsOf(id) {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
@@ -43,12 +45,12 @@ func TestSignalDuringPendingStart(t *testing.T) {
 	id := testID(t)
 	killLeftShims(t, o, id)
 	ctx := ctxT(t, 3*time.Minute)
-	if err := o.Create(ctx, CreateRequest{ID: id, Spec: testSpec(rootfs(t), id, "sleep", "1000")}); err != nil {
+	if err := o.Create(ctx, runtime.CreateRequest{ID: id, Spec: testSpec(rootfs(t), id, "sleep", "1000")}); err != nil {
 		t.Fatal(err)
 	}
 	signalled := make(chan error, 1)
 	o.beforeShimStart = func(string) {
-		go func() { signalled <- o.Signal(ctx, id, syscall.SIGKILL, SignalOptions{All: true}) }()
+		go func() { signalled <- o.Signal(ctx, id, syscall.SIGKILL, runtime.SignalOptions{All: true}) }()
 		poll.Until(t, time.Minute, "the kill done, or waiting for the start", func() (bool, string) {
 			return len(signalled) > 0 || o.starts.users(id) > 1, "neither"
 		})
@@ -63,7 +65,7 @@ func TestSignalDuringPendingStart(t *testing.T) {
 	t.Logf("start: pid %d, error %v", pid, startErr)
 	poll.Until(t, time.Minute, "the killed container stopped", func() (bool, string) {
 		st, err := o.Status(ctx, id)
-		return err == nil && st.State == StateStopped, string(st.State)
+		return err == nil && st.State == runtime.StateStopped, string(st.State)
 	})
 	shimPid := readPid(filepath.Join(o.cfg.StateDir, shimDirPrefix+id, shim.ShimPidFile))
 	if err := o.Delete(ctx, id); err != nil {
@@ -84,14 +86,14 @@ func TestDeleteOfContainerItsShimRuns(t *testing.T) {
 	id := testID(t)
 	killLeftShims(t, o, id)
 	ctx := ctxT(t, 3*time.Minute)
-	if err := o.Create(ctx, CreateRequest{ID: id, Spec: testSpec(rootfs(t), id, "sleep", "1000")}); err != nil {
+	if err := o.Create(ctx, runtime.CreateRequest{ID: id, Spec: testSpec(rootfs(t), id, "sleep", "1000")}); err != nil {
 		t.Fatal(err)
 	}
 	pid, err := o.Start(ctx, id)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := shim.WriteExit(o.dir(id), shim.Exit{ExitCode: 137, Signal: 9, FinishedAt: time.Now()}); err != nil {
+	if err := exitrec.Write(o.dir(id), exitrec.Exit{ExitCode: 137, Signal: 9, FinishedAt: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
 	shimPid := readPid(filepath.Join(o.cfg.StateDir, shimDirPrefix+id, shim.ShimPidFile))
@@ -114,7 +116,7 @@ func TestDeleteOfLastContainerWaitsForShim(t *testing.T) {
 		id := fmt.Sprintf("%s-%d", testID(t), i)
 		killLeftShims(t, o, id)
 		ctx := ctxT(t, 3*time.Minute)
-		if err := o.Create(ctx, CreateRequest{ID: id, Spec: testSpec(rootfs(t), id, "sleep", "1000")}); err != nil {
+		if err := o.Create(ctx, runtime.CreateRequest{ID: id, Spec: testSpec(rootfs(t), id, "sleep", "1000")}); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := o.Start(ctx, id); err != nil {
