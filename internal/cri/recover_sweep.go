@@ -72,22 +72,16 @@ func (r *recovery) sweepShims(ctx context.Context) {
 		if filepath.Base(p.argv0) != "crin-shim" {
 			continue
 		}
+		// A pod's shim serves from "<state dir>/.pod-<pod id>".
 		dir := p.flag("-dir")
-		if dir == "" || !slices.Contains(dirs, filepath.Dir(dir)) {
-			continue
-		}
-		// A pod's shim serves from "<state dir>/.pod-<pod id>", a
-		// container's of crind before one shim per pod from its own dir.
-		id := strings.TrimPrefix(filepath.Base(dir), ".pod-")
-		if r.hub.knownID(id) {
+		id, isPod := strings.CutPrefix(filepath.Base(dir), ".pod-")
+		if !isPod || !slices.Contains(dirs, filepath.Dir(dir)) || r.hub.knownID(id) {
 			continue
 		}
 		r.log.InfoContext(ctx, "killing orphaned shim", "id", id, "shim_pid", p.pid)
 		killTree(procs, p.pid)
-		if strings.HasPrefix(filepath.Base(dir), ".pod-") {
-			// A pod shim removes its dir as it exits; killed, it cannot.
-			_ = os.RemoveAll(dir)
-		}
+		// A pod shim removes its dir as it exits; killed, it cannot.
+		_ = os.RemoveAll(dir)
 	}
 }
 

@@ -22,9 +22,12 @@ func (o *Runtime) Attach(ctx context.Context, id string, req runtime.AttachReque
 	if err != nil {
 		return err
 	}
-	err = shim.Attach(ctx, shim.SocketPath(shimDirFor(dir)), id, shim.AttachStreams{
-		Stdin: req.Stdin, Stdout: req.Stdout, Stderr: req.Stderr, Resize: req.Resize,
-	})
+	sock, err := shimSocket(dir)
+	if err == nil {
+		err = shim.Attach(ctx, sock, id, shim.AttachStreams{
+			Stdin: req.Stdin, Stdout: req.Stdout, Stderr: req.Stderr, Resize: req.Resize,
+		})
+	}
 	switch {
 	case err == nil:
 		return nil

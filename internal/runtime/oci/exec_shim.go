@@ -30,6 +30,10 @@ func (o *Runtime) execInShim(ctx context.Context, id string, args []string, tty 
 		return -1, fmt.Errorf("exec in container %s: container is %s: %w", id, runtime.StateCreated, errdefs.ErrFailedPrecondition)
 	}
 	shimDir := shimDirFor(dir)
+	if shimDir == "" {
+		_, err := shimSocket(dir)
+		return -1, fmt.Errorf("exec in container %s: %w: %w", id, err, errdefs.ErrFailedPrecondition)
+	}
 	// "<runtime> exec" puts the process in the container's cgroups.
 	o.primer.prime(func() int { return liveShim(shimDir) })
 	proc, err := runtime.ExecProcess(dir, args, tty)

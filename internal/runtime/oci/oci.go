@@ -226,7 +226,9 @@ func (o *Runtime) Create(ctx context.Context, req runtime.CreateRequest) (retErr
 	for _, f := range []struct {
 		name string
 		data []byte
-	}{{shim.ConfigFile, spec}, {shim.ShimDirFile, []byte(shimDir)}, {createFile, opts}} {
+	}{{shim.ShimDirFile, []byte(shimDir)}, {createFile, opts}, {shim.ConfigFile, spec}} {
+		// config.json last: its presence makes the container known
+		// (known, runtime.ListBundles), with the other two in place.
 		if err := os.WriteFile(filepath.Join(dir, f.name), f.data, 0o600); err != nil {
 			return fmt.Errorf("create container %s: write bundle: %w", req.ID, err)
 		}
@@ -252,7 +254,11 @@ func (o *Runtime) call(ctx context.Context, id, op string) (shim.Response, error
 	if err != nil {
 		return shim.Response{}, err
 	}
-	resp, err := shim.Call(ctx, shim.SocketPath(shimDirFor(dir)), id, op)
+	sock, err := shimSocket(dir)
+	if err != nil {
+		return shim.Response{}, err
+	}
+	resp, err := shim.Call(ctx, sock, id, op)
 	if errdefs.IsNotFound(err) {
 		err = fmt.Errorf("%w: %s", shim.ErrShimGone, err.Error())
 	}
@@ -330,7 +336,11 @@ func (o *Runtime) Signal(ctx context.Context, id string, sig syscall.Signal, opt
 	// The shim signals the init through a pidfd, without a runtime
 	// command; it leaves "all" of a container sharing a PID namespace,
 	// and anything when it is gone, to the runtime.
-	if _, err := shim.Do(ctx, shim.SocketPath(shimDirFor(dir)), shim.Request{Op: shim.OpKill, ID: id, Signal: int(sig), All: opts.All}); err == nil {
+	sock, err := shimSocket(dir)
+	if err == nil {
+		_, err = shim.Do(ctx, sock, shim.Request{Op: shim.OpKill, ID: id, Signal: int(sig), All: opts.All})
+	}
+	if err == nil {
 		return nil
 	} else if !errors.Is(err, shim.ErrUnsupported) && !errors.Is(err, shim.ErrShimGone) && !errdefs.IsNotFound(err) && !errdefs.IsInvalidArgument(err) {
 		return fmt.Errorf("signal container %s: %w", id, err)
@@ -393,7 +403,7 @@ func (o *Runtime) Delete(ctx context.Context, id string) error {
 		if err := o.dropFromShim(ctx, id, dir); err != nil {
 			return fmt.Errorf("delete container %s: %w", id, err)
 		}
-	} else if shimDir := shimDirFor(dir); shimDir != dir {
+	} else if shimDir := shimDirFor(dir); shimDir != "" {
 		o.removeDeadShimDir(shimDir)
 	}
 	o.removeRuntimeLeftovers(ctx, id)

@@ -114,6 +114,10 @@ func (o *Runtime) startPending(ctx context.Context, id, dir string) (int, error)
 	}
 	opts.Bundle = dir
 	shimDir := shimDirFor(dir)
+	if shimDir == "" {
+		_, err := shimSocket(dir)
+		return 0, err
+	}
 	if o.beforeShimStart != nil {
 		o.beforeShimStart(id)
 	}

@@ -74,14 +74,31 @@ func (o *Runtime) shimDirOf(req runtime.CreateRequest) string {
 }
 
 // shimDirFor reads which shim supervises the container whose state dir
-// is dir: the dir named in its shim.dir file, or, without one, dir itself
-// (a container made before shims were per pod).
+// is dir: the dir named in its shim.dir file (Create writes it before
+// config.json), a pod's shim dir beside dir. A dir without one, or with
+// anything else in it, has no shim: "", which shimSocket reports as
+// shim.ErrShimGone. What it returns may be removed, so it is never a
+// path from elsewhere.
 func shimDirFor(dir string) string {
 	data, err := os.ReadFile(filepath.Join(dir, shim.ShimDirFile))
-	if err != nil || len(data) == 0 {
-		return dir
+	if err != nil {
+		return ""
 	}
-	return string(data)
+	shimDir := string(data)
+	pod, ok := strings.CutPrefix(filepath.Base(shimDir), shimDirPrefix)
+	if !ok || shimDir != filepath.Join(filepath.Dir(dir), shimDirPrefix+pod) || runtime.CheckID(pod) != nil {
+		return ""
+	}
+	return shimDir
+}
+
+// shimSocket is the socket of the shim of the container in dir.
+func shimSocket(dir string) (string, error) {
+	shimDir := shimDirFor(dir)
+	if shimDir == "" {
+		return "", fmt.Errorf("%w: %s has no %s", shim.ErrShimGone, dir, shim.ShimDirFile)
+	}
+	return shim.SocketPath(shimDir), nil
 }
 
 // liveShim returns the pid of the shim serving shimDir, or 0.
@@ -301,7 +318,7 @@ func (o *Runtime) dropFromShim(ctx context.Context, id, dir string) error {
 	shimDir := shimDirFor(dir)
 	pid := readPid(filepath.Join(dir, shim.ShimPidFile))
 	deleted := false
-	if pid > 0 && alive(pid) && isShimOf(pid, shimDir) {
+	if shimDir != "" && pid > 0 && alive(pid) && isShimOf(pid, shimDir) {
 		resp, err := o.shimDelete(ctx, id, shimDir)
 		if errdefs.IsFailedPrecondition(err) {
 			// The shim runs it still, though the caller saw it stopped
@@ -334,7 +351,7 @@ func (o *Runtime) dropFromShim(ctx context.Context, id, dir string) error {
 			return err
 		}
 	}
-	if shimDir != dir {
+	if shimDir != "" {
 		o.removeDeadShimDir(shimDir)
 	}
 	return nil

@@ -70,7 +70,8 @@ func shimGone(dir string) (int, bool) {
 	if pid <= 0 {
 		return 0, false
 	}
-	return pid, !alive(pid) || !isShimOf(pid, shimDirFor(dir))
+	shimDir := shimDirFor(dir)
+	return pid, shimDir == "" || !alive(pid) || !isShimOf(pid, shimDir)
 }
 
 // shimDied handles a container whose shim died before recording its exit

@@ -41,8 +41,8 @@
 // runtime.log (the runtime's JSON log), exit (JSON Exit, written
 // atomically once the container exited; it outlives the shim), and
 // console.sock during a terminal container's create (see
-// ConsoleSocketPath). A container dir without shim.dir is its own shim dir
-// (crind before one shim per pod).
+// ConsoleSocketPath). crind writes shim.dir and the create options before
+// config.json, whose presence makes the container known.
 //
 // Protocol: one request per connection on a path-based unix socket; the
 // client writes one JSON Request line and reads one JSON Response line.

@@ -4,8 +4,8 @@ package shim
 const (
 	ShimPidFile = "shim.pid" // the pid of the shim (in its dir) or of the container's shim
 	// ShimDirFile, in a container's state dir, holds the path of the dir
-	// of the shim that supervises it (its pod's). Without it the shim's
-	// dir is the container's own (crind before one shim per pod).
+	// of the shim that supervises it (its pod's). crind writes it before
+	// the bundle's config.json, so every container crind knows has one.
 	ShimDirFile = "shim.dir"
 	InitPidFile = "init.pid" // the container init's pid, from the runtime
 	ShimLogFile = "shim.log" // the shim's own log
