@@ -4,8 +4,10 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -21,13 +23,7 @@ import (
 // still controllable, the exited one shows its real exit code, and nothing
 // leaks once everything is removed.
 func TestCrashRecovery(t *testing.T) {
-	// Not on gvisor: a container's pid there is a host process of its
-	// sandbox, which does not exit with the container, so the wait for
-	// the exit while crind is down never ends ("its process ... still
-	// runs" in the node lane's VM, 2026-11-28); the removal of that pod
-	// after crind's restart then timed out and left its shims (not yet
-	// understood: docs/runtimes.md, "gVisor").
-	runsOn(t, oci, shimv2, lxc)
+	runsOn(t, oci, shimv2, lxc, gvisor)
 	d := startDaemon(t, daemonOptions{})
 	ref, _ := busybox(t)
 	d.pull(t, ref)
@@ -99,6 +95,12 @@ func TestCrashRecovery(t *testing.T) {
 // written the exit file. (A shim v2 keeps the exit in memory.)
 func (d *daemon) waitExitSeenByShim(t *testing.T, id string, pid int, st string) {
 	t.Helper()
+	if currentBackend() == gvisor {
+		// The pid is a host process of the sandbox, which outlives
+		// the container: runsc's own state tells.
+		d.waitRunscStopped(t, id)
+		return
+	}
 	exitFile := filepath.Join(d.state, "c", id, "exit")
 	poll.Until(t, time.Minute, "container "+id+" exited while crind was down", func() (bool, string) {
 		if startTime(pid) == st {
@@ -111,6 +113,40 @@ func (d *daemon) waitExitSeenByShim(t *testing.T, id string, pid int, st string)
 			return false, fmt.Sprintf("its process is gone, but crin-shim wrote no exit file: %v", err)
 		}
 		return true, ""
+	})
+}
+
+// waitRunscStopped waits until runsc, in the runsc handler's root (one
+// dir per shim namespace), reports container id stopped.
+func (d *daemon) waitRunscStopped(t *testing.T, id string) {
+	t.Helper()
+	var roots []string
+	ents, _ := os.ReadDir(filepath.Join(d.state, "runtimes", runscHandler))
+	for _, e := range ents {
+		if e.IsDir() {
+			roots = append(roots, filepath.Join(d.state, "runtimes", runscHandler, e.Name()))
+		}
+	}
+	poll.Until(t, time.Minute, "runsc to report container "+id+" stopped while crind was down", func() (bool, string) {
+		var seen []string
+		for _, root := range roots {
+			out, err := exec.Command("runsc", "--root", root, "state", id).CombinedOutput()
+			if err != nil {
+				seen = append(seen, fmt.Sprintf("%s: %v: %s", root, err, strings.TrimSpace(string(out))))
+				continue
+			}
+			var s struct {
+				Status string `json:"status"`
+			}
+			if err := json.Unmarshal(out, &s); err != nil {
+				return false, fmt.Sprintf("runsc state: %v: %s", err, out)
+			}
+			if s.Status == "stopped" {
+				return true, ""
+			}
+			seen = append(seen, root+": "+s.Status)
+		}
+		return false, fmt.Sprintf("runsc state in %v: %v", roots, seen)
 	})
 }
 
