@@ -207,7 +207,7 @@ func writeContainer(dir string, cfg *lxcconf.Config, v2 bool) error {
 	}
 	if !v2 {
 		// The monitor's holder keeps the memory cgroup, and its OOM
-		// counter, until crin-shim has read it (liblxc_cgo.go).
+		// counter, until crin-shim has read it (crin_lxc.c).
 		word("memcg")
 		word(filepath.Join("/sys/fs/cgroup/memory", cfg.CgroupDir, "cgroup.procs"))
 	}
@@ -229,7 +229,7 @@ func (c *cli) saveState(st *stateFile) error {
 }
 
 // spawnMonitor starts "crin-lxc __monitor", which the C constructor in
-// liblxc_cgo.go takes over before Go starts. It keeps this process's
+// crin_lxc.c takes over before Go starts. It keeps this process's
 // stdio: the container's.
 func (c *cli) spawnMonitor(id, dir string) (int, error) {
 	self, err := os.Executable()
