@@ -72,16 +72,22 @@ func (r *recovery) sweepShims(ctx context.Context) {
 		if filepath.Base(p.argv0) != "crin-shim" {
 			continue
 		}
-		// A pod's shim serves from "<state dir>/.pod-<pod id>".
 		dir := p.flag("-dir")
+		if dir == "" || !slices.Contains(dirs, filepath.Dir(dir)) {
+			continue
+		}
+		// A pod's shim serves from "<state dir>/.pod-<pod id>"; crind
+		// starts no other, so any other crin-shim there is an orphan.
 		id, isPod := strings.CutPrefix(filepath.Base(dir), ".pod-")
-		if !isPod || !slices.Contains(dirs, filepath.Dir(dir)) || r.hub.knownID(id) {
+		if isPod && r.hub.knownID(id) {
 			continue
 		}
 		r.log.InfoContext(ctx, "killing orphaned shim", "id", id, "shim_pid", p.pid)
 		killTree(procs, p.pid)
-		// A pod shim removes its dir as it exits; killed, it cannot.
-		_ = os.RemoveAll(dir)
+		if isPod {
+			// A pod shim removes its dir as it exits; killed, it cannot.
+			_ = os.RemoveAll(dir)
+		}
 	}
 }
 

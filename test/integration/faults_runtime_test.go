@@ -228,6 +228,13 @@ func (d *daemon) plantOrphans(t *testing.T) {
 		t.Cleanup(func() { _ = cmd.Process.Kill() })
 		return cmd
 	}
+	// A pod's shim no record owns, and a crin-shim serving from a dir no
+	// crind makes: both orphans.
+	podShim := filepath.Join(d.state, "c", ".pod-"+shimID)
+	if err := os.MkdirAll(podShim, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	start(&exec.Cmd{Path: "/bin/sh", Args: []string{"crin-shim", "-c", "sleep 1000; :", "-dir", podShim}})
 	start(&exec.Cmd{Path: "/bin/sh", Args: []string{"crin-shim", "-c", "sleep 1000; :", "-dir", filepath.Join(d.state, "c", shimID)}})
 
 	sleeper := start(exec.Command("sleep", "1000"))

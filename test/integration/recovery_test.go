@@ -42,7 +42,7 @@ func TestCrashRecovery(t *testing.T) {
 	shortPid := d.containerPid(t, short)
 	shortStart := startTime(shortPid)
 	created := d.createContainer(t, pod, podCfg, containerConfig("created", ref, "sh", "-c", "echo late; sleep 1000"))
-	pidBefore := d.execOut(t, long, "cat", "/proc/1/stat")
+	pidBefore := procIdentity(d.execOut(t, long, "cat", "/proc/1/stat"))
 	if st := d.status(t, short); st.State != runtimeapi.ContainerState_CONTAINER_RUNNING {
 		t.Fatalf("short container before crind is killed: %v, want it running", st.State)
 	}
@@ -57,7 +57,7 @@ func TestCrashRecovery(t *testing.T) {
 	if st := d.status(t, long); st.State != runtimeapi.ContainerState_CONTAINER_RUNNING {
 		t.Fatalf("long-running container after restart: %v", st.State)
 	}
-	if got := d.execOut(t, long, "cat", "/proc/1/stat"); got != pidBefore {
+	if got := procIdentity(d.execOut(t, long, "cat", "/proc/1/stat")); got != pidBefore {
 		t.Errorf("container process changed across restart: %q vs %q", got, pidBefore)
 	}
 	st := d.waitExited(t, short)
@@ -87,6 +87,22 @@ func TestCrashRecovery(t *testing.T) {
 		t.Errorf("after graceful restart: %v", st.State)
 	}
 	// cleanupAll (on test end) removes the pod and checks for leaks.
+}
+
+// procIdentity is what names a process for good in its /proc/<pid>/stat
+// line: its pid, its command and its start time (field 22), not the
+// counters that grow while it runs (gVisor's sentry charges CPU time to
+// an idle pause).
+func procIdentity(stat string) string {
+	i := strings.LastIndexByte(stat, ')')
+	if i < 0 {
+		return stat
+	}
+	rest := strings.Fields(stat[i+1:]) // from field 3, the state
+	if len(rest) < 20 {
+		return stat
+	}
+	return stat[:i+1] + " started " + rest[19]
 }
 
 // waitExitSeenByShim waits, while crind is down, until the container id

@@ -316,9 +316,11 @@ func installGvisor(t *testing.T, vm *VM) {
 		t.Fatalf("scripts/gvisor.sh: %v\n%s", err, stderr.String())
 	}
 	dir := strings.TrimSpace(string(out))
+	start := time.Now()
 	for _, name := range []string{"runsc", "containerd-shim-runsc-v1"} {
 		vm.CopyIn(filepath.Join(dir, name), binDir+"/"+name, 0o755)
 	}
+	t.Logf("gVisor copied into the guest in %v", time.Since(start).Round(100*time.Millisecond))
 }
 
 // verdicts are the "--- PASS/FAIL/SKIP: Test..." lines of a go test -v
