@@ -40,8 +40,8 @@ deps:
 test: deps prefetch build lint unit integration integration-shimv2 integration-lxc critest e2e node
 
 # The cached builds the later suites need, started in the background at
-# once (critest then kubelet, the order the suites need them; the node
-# image, mostly downloads and dpkg, beside them), so that on a fresh
+# once (critest, kubelet then gVisor, the order the suites need them; the
+# node image, mostly downloads and dpkg, beside them), so that on a fresh
 # machine they overlap the unit and integration tests.
 # Every user of a cache takes its lock (cached, below), so a suite that
 # needs one waits for the background build instead of starting a second.
@@ -51,9 +51,10 @@ cached = mkdir -p $(CACHE_DIR) && flock $(CACHE_DIR)/.lock-$(1)
 PREFETCH_LOG ?= /tmp/crin-prefetch.log
 prefetch:
 	@mkdir -p $(CACHE_DIR)
-	@echo "prefetch: the node image, kubelet and critest build in the background (log: $(PREFETCH_LOG))"
+	@echo "prefetch: the node image, critest, kubelet and gVisor build in the background (log: $(PREFETCH_LOG))"
 	@( $(call cached,critest) ./test/critest/build.sh; \
-	  $(call cached,kubelet) ./test/e2e/kubelet/build.sh ) </dev/null >$(PREFETCH_LOG) 2>&1 &
+	  $(call cached,kubelet) ./test/e2e/kubelet/build.sh; \
+	  $(call cached,gvisor) ./scripts/gvisor.sh ) </dev/null >$(PREFETCH_LOG) 2>&1 &
 	@( $(call cached,node-image) ./test/node/image.sh ) </dev/null >$(PREFETCH_LOG).node 2>&1 &
 
 # Unit tests, then every Go benchmark once, so none rots unseen.
@@ -123,6 +124,7 @@ NODE_RUN ?= .
 node:
 	$(call cached,node-image) ./test/node/image.sh >/dev/null
 	$(call cached,kubelet) ./test/e2e/kubelet/build.sh
+	$(call cached,gvisor) ./scripts/gvisor.sh >/dev/null
 	$(GO) test -tags node -count=1 -p 1 -timeout 60m -v -run '$(NODE_RUN)' ./test/node/...
 
 # Pod lifecycle latency in the VM: runc and crun, on the systemd and the
