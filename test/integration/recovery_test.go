@@ -43,6 +43,13 @@ func TestCrashRecovery(t *testing.T) {
 	shortStart := startTime(shortPid)
 	created := d.createContainer(t, pod, podCfg, containerConfig("created", ref, "sh", "-c", "echo late; sleep 1000"))
 	pidBefore := procIdentity(d.execOut(t, long, "cat", "/proc/1/stat"))
+	if b := currentBackend(); b == shimv2 || b == gvisor {
+		// The pod's infra and three containers run under one shim v2
+		// (gVisor's groups them as runc's does).
+		if pids := d.shimv2Pids(); len(pids) != 1 {
+			t.Errorf("shim v2 processes of this crind: %v, want one for the pod", pids)
+		}
+	}
 	if st := d.status(t, short); st.State != runtimeapi.ContainerState_CONTAINER_RUNNING {
 		t.Fatalf("short container before crind is killed: %v, want it running", st.State)
 	}

@@ -65,7 +65,7 @@ func (d *daemon) shimv2Sockets() []string {
 	return out
 }
 
-// shimv2Pids lists the long-lived containerd-shim-runc-v2 processes of d
+// shimv2Pids lists the long-lived containerd-shim-* processes of d
 // (their -address is under d's state dir), not its short "start" and
 // "delete" commands.
 func (d *daemon) shimv2Pids() []int {
@@ -74,7 +74,7 @@ func (d *daemon) shimv2Pids() []int {
 	for _, p := range procs {
 		b, _ := os.ReadFile(p)
 		args := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
-		if filepath.Base(args[0]) != "containerd-shim-runc-v2" || !bytes.Contains(b, []byte(d.state)) {
+		if !strings.HasPrefix(filepath.Base(args[0]), "containerd-shim-") || !bytes.Contains(b, []byte(d.state)) {
 			continue
 		}
 		if last := args[len(args)-1]; last == "start" || last == "delete" {

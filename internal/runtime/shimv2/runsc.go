@@ -27,6 +27,12 @@ const (
 	runscOptionsType  = "io.containerd.runsc.v1.options"
 	// runscConfigFile is the TOML file in the runtime's root.
 	runscConfigFile = "shim.toml"
+	// runscGroupingFile, in a bundle, is where gVisor's shim looks (after
+	// two host-wide paths crind leaves alone) for the keys it reads only
+	// from a fixed path; crind writes grouping = true there, so that the
+	// shim's start groups the pod's containers into one shim by their
+	// io.kubernetes.cri.sandbox-id annotation, as runc's shim does.
+	runscGroupingFile = "config.toml"
 	// runscNullNetNS is where runsc pins, in its root, the empty network
 	// namespace its gofers share (a bind mount it keeps for later
 	// containers; runsc's specutils.NullNetNSFilename).
@@ -153,4 +159,12 @@ func runscSpec(spec *specs.Spec) *specs.Spec {
 	linux.Namespaces = slices.Delete(slices.Clone(spec.Linux.Namespaces), i, i+1)
 	out.Linux = &linux
 	return &out
+}
+
+// writeRunscGrouping writes runscGroupingFile into the bundle dir.
+func writeRunscGrouping(dir string) error {
+	if err := os.WriteFile(filepath.Join(dir, runscGroupingFile), []byte("grouping = true\n"), 0o600); err != nil {
+		return fmt.Errorf("write %s: %w", runscGroupingFile, err)
+	}
+	return nil
 }

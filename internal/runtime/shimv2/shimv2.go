@@ -23,7 +23,8 @@
 // mounts (crind mounted the rootfs already; spec.root.path names it).
 // Containers carrying the io.kubernetes.cri.sandbox-id annotation share the
 // shim of their pod when the shim groups by it (containerd-shim-runc-v2
-// does: its start returns the running pod shim's address).
+// does: its start returns the running pod shim's address; gVisor's does
+// when the bundle's config.toml says so, which crind writes).
 //
 // Exits come from the task Wait RPC: crind does not serve the shim's event
 // endpoint (the publish binary is /bin/true and TTRPC_ADDRESS is unset, so
@@ -158,9 +159,9 @@ type Runtime struct {
 	shimStats bool
 	// gvisor: the shim is gVisor's (runsc): see runscSpec.
 	gvisor bool
-	// podShim: the shim serves every container of a pod (runc's groups
-	// them by the sandbox-id annotation); gVisor's starts one per
-	// container.
+	// podShim: the shim serves every container of a pod: runc's groups
+	// them by the sandbox-id annotation, gVisor's too when its bundle
+	// says so (writeRunscGrouping).
 	podShim bool
 	// sharedState is runtime state kept across containers in the
 	// runtime's root, released with the last container (runsc's pinned
@@ -224,7 +225,7 @@ func New(ctx context.Context, cfg Config) (*Runtime, error) {
 			r.ociBinary = "runc"
 		}
 	} else if isRunscShim(cfg.Binary) {
-		r.gvisor, r.fifoOutput, r.shimStats = true, true, true
+		r.gvisor, r.fifoOutput, r.shimStats, r.podShim = true, true, true, true
 		r.sharedState = filepath.Join(cfg.Root, cfg.Namespace, runscNullNetNS)
 		if r.options, r.ociBinary, err = runscOptions(cfg.Options, cfg.Root); err != nil {
 			return nil, fmt.Errorf("runtime %s: %w", cfg.Name, err)
@@ -362,6 +363,11 @@ func (r *Runtime) writeBundle(ctx context.Context, req runtime.CreateRequest, di
 	if err := os.WriteFile(filepath.Join(dir, shim.ConfigFile), data, 0o600); err != nil {
 		return fmt.Errorf("write bundle: %w", err)
 	}
+	if r.gvisor {
+		if err := writeRunscGrouping(dir); err != nil {
+			return fmt.Errorf("write bundle: %w", err)
+		}
+	}
 	if err := syscall.Mkfifo(filepath.Join(dir, shimLog), 0o600); err != nil {
 		return fmt.Errorf("make fifo %s: %w", shimLog, err)
 	}
@@ -418,8 +424,9 @@ func (r *Runtime) createTask(ctx context.Context, req runtime.CreateRequest, dir
 // placeShim hands the shim at address to cfg.PlaceShim when no other
 // container uses it yet (the pod's first, its infra container: the pod's
 // later containers join the running shim), before the task's create
-// starts the logger as the shim's child. A shim of one container (gVisor)
-// is named after the container, not the pod.
+// starts the logger as the shim's child. A pod's shim is named after the
+// pod; a shim of one container (one that does not group) after the
+// container.
 func (r *Runtime) placeShim(ctx context.Context, req runtime.CreateRequest, address string, pid int) {
 	if r.cfg.PlaceShim == nil || pid <= 0 || r.sharedShim(req.ID, address) {
 		return
