@@ -10,7 +10,10 @@
 set -eu
 
 version=v0.0.0-20260905035102-160fafc42237
-out=${CRIN_GVISOR_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/crin/gvisor-$version}
+# Built without the symbol table and DWARF (-s -w): a third smaller, and
+# the node lane copies both into its guest over ssh. The suffix names the
+# flavour, so a cache of another build is not taken for this one.
+out=${CRIN_GVISOR_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/crin/gvisor-$version-s}
 if [ -x "$out/runsc" ] && [ -x "$out/containerd-shim-runsc-v1" ]; then
 	echo "$out"
 	exit 0
@@ -27,8 +30,8 @@ echo "gvisor $version: building runsc and containerd-shim-runsc-v1 into $out" >&
 	go mod init crin.local/gvisor-build >&2
 	go get "gvisor.dev/gvisor/runsc@$version" "gvisor.dev/gvisor/shim@$version" >&2
 	# Pure Go and static: they run in the Debian 13 guest too.
-	CGO_ENABLED=0 go build -o "$tmp/runsc" gvisor.dev/gvisor/runsc >&2
-	CGO_ENABLED=0 go build -o "$tmp/containerd-shim-runsc-v1" gvisor.dev/gvisor/shim >&2
+	CGO_ENABLED=0 go build -ldflags='-s -w' -o "$tmp/runsc" gvisor.dev/gvisor/runsc >&2
+	CGO_ENABLED=0 go build -ldflags='-s -w' -o "$tmp/containerd-shim-runsc-v1" gvisor.dev/gvisor/shim >&2
 )
 rm -rf "$tmp/mod" "$out"
 mv "$tmp" "$out"
