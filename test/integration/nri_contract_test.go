@@ -143,7 +143,8 @@ func contractNoNewLeaks(t *testing.T, what string, before, after contractLeaks) 
 }
 
 // contractSlowPlugin is extra [nri] configuration that lets plugin (NN-name)
-// take 30s per event, so that its sleep rules are waited for.
+// take 30s per event, so that its sleep rules are waited for (or a slow
+// machine's plugin is not taken for a hung one).
 func contractSlowPlugin(plugin string) string {
 	return fmt.Sprintf("[nri.plugins.%q]\nrequest_timeout = \"30s\"\n", plugin)
 }
