@@ -3,7 +3,6 @@
 package e2e
 
 import (
-	"context"
 	"crypto/tls"
 	"encoding/json"
 	"errors"
@@ -487,25 +486,7 @@ func (n *node) get(path string) ([]byte, error) {
 }
 
 func (n *node) do(method, path string) ([]byte, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, method, n.url(path), nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := n.client.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return nil, err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return b, fmt.Errorf("%s %s: %s: %s", method, path, resp.Status, strings.TrimSpace(string(b)))
-	}
-	return b, nil
+	return harness.KubeletDo(n.client, method, n.url(path))
 }
 
 // runIn runs cmd (split on spaces by kubelet) in a container through

@@ -7,7 +7,6 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -143,25 +142,7 @@ func (n *kubeletNode) journal() string {
 }
 
 func (n *kubeletNode) do(method, path string) ([]byte, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, method, "https://kubelet"+path, nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := n.client.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return nil, err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return b, fmt.Errorf("%s %s: %s: %s", method, path, resp.Status, strings.TrimSpace(string(b)))
-	}
-	return b, nil
+	return harness.KubeletDo(n.client, method, "https://kubelet"+path)
 }
 
 func (n *kubeletNode) get(path string) ([]byte, error) { return n.do(http.MethodGet, path) }
