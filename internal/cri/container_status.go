@@ -158,17 +158,6 @@ func (s *Service) ListContainers(ctx context.Context, r *runtimeapi.ListContaine
 	return resp, nil
 }
 
-// allContainers snapshots the visible containers.
-func (s *Service) allContainers() []*container {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	out := make([]*container, 0, len(s.containers))
-	for _, c := range s.containers {
-		out = append(out, c)
-	}
-	return out
-}
-
 // statusAnnotations are the container's annotations as CRI clients see
 // them: the config's, with those NRI plugins set or removed applied, but
 // none of crin's own.

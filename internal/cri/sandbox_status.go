@@ -114,14 +114,3 @@ func labelsMatch(labels, sel map[string]string) bool {
 	}
 	return true
 }
-
-// allSandboxes snapshots the visible pods.
-func (s *Service) allSandboxes() []*sandbox {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	out := make([]*sandbox, 0, len(s.sandboxes))
-	for _, sb := range s.sandboxes {
-		out = append(out, sb)
-	}
-	return out
-}

@@ -28,7 +28,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -175,18 +174,8 @@ type Service struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	// mu guards the maps below (not the objects) and closed. It is never
-	// held across a call into another component.
-	mu         sync.RWMutex
-	sandboxes  map[string]*sandbox
-	containers map[string]*container
-	// pendingPods and pendingCtrs are the NRI views of pods and containers
-	// whose RunPodSandbox / CreateContainer event is in progress or just
-	// done but that are not visible yet: Snapshot must include them.
-	pendingPods map[string]*api.PodSandbox
-	pendingCtrs map[string]*api.Container
-	// closed is set by Close; no owned goroutine starts after it.
-	closed bool
+	// objects holds the visible pods and containers and finds them by id.
+	objects
 
 	// cleanups journals the cleanup steps that failed and retries them
 	// (its Run is started by sweep, once recovery is done).
@@ -268,15 +257,17 @@ func New(ctx context.Context, o Options) (*Service, error) {
 		o.Logger = slog.Default()
 	}
 	s := &Service{
-		opts:        o,
-		log:         o.Logger,
-		features:    map[string]*features.Features{},
-		notReady:    map[string]error{},
-		sandboxes:   map[string]*sandbox{},
-		containers:  map[string]*container{},
-		pendingPods: map[string]*api.PodSandbox{},
-		pendingCtrs: map[string]*api.Container{},
-		events:      newBroker(eventBuffer),
+		opts:     o,
+		log:      o.Logger,
+		features: map[string]*features.Features{},
+		notReady: map[string]error{},
+		objects: objects{
+			sandboxes:   map[string]*sandbox{},
+			containers:  map[string]*container{},
+			pendingPods: map[string]*api.PodSandbox{},
+			pendingCtrs: map[string]*api.Container{},
+		},
+		events: newBroker(eventBuffer),
 	}
 	if o.ReleaseMemoryAfter > 0 {
 		// Made before recovery: its exit monitors may emit events.
@@ -400,168 +391,6 @@ func (s *Service) runtimeFor(handler string) (string, runtime.Runtime, error) {
 		return "", nil, fmt.Errorf("runtime_handler %q: not ready: %v: %w", name, err, errdefs.ErrFailedPrecondition)
 	}
 	return name, rt, nil
-}
-
-// knownID reports whether a pod or container with id is visible.
-func (s *Service) knownID(id string) bool {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	_, sb := s.sandboxes[id]
-	_, c := s.containers[id]
-	return sb || c
-}
-
-// getSandbox finds a visible pod by id or unique id prefix, for the RPCs
-// that only read (status, stats): crictl passes what its user typed.
-func (s *Service) getSandbox(id string) (*sandbox, error) {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	return byPrefix(s.sandboxes, "pod_sandbox_id", "pod sandbox", id)
-}
-
-// byPrefix finds id, or the one key it is a prefix of, in held (the map
-// of pods or containers, its lock held). An empty or ambiguous id is
-// InvalidArgument, one that matches nothing NotFound; field and what name
-// them in the error.
-func byPrefix[V any](held map[string]V, field, what, id string) (V, error) {
-	var found V
-	if id == "" {
-		return found, fmt.Errorf("%s: must not be empty: %w", field, errdefs.ErrInvalidArgument)
-	}
-	if v, ok := held[id]; ok {
-		return v, nil
-	}
-	n := 0
-	for k, v := range held {
-		if strings.HasPrefix(k, id) {
-			if n++; n > 1 {
-				var zero V
-				return zero, fmt.Errorf("%s %q: ambiguous prefix: %w", field, id, errdefs.ErrInvalidArgument)
-			}
-			found = v
-		}
-	}
-	if n == 0 {
-		return found, fmt.Errorf("%s %q: %w", what, id, errdefs.ErrNotFound)
-	}
-	return found, nil
-}
-
-// idLen is the length of the ids crind makes (newID): 32 random bytes in
-// lowercase hex.
-const idLen = 64
-
-// isFullID says whether id has the form of an id crind makes.
-func isFullID(id string) bool {
-	if len(id) != idLen {
-		return false
-	}
-	for i := 0; i < len(id); i++ {
-		if c := id[i]; (c < '0' || c > '9') && (c < 'a' || c > 'f') {
-			return false
-		}
-	}
-	return true
-}
-
-// checkExactID refuses, for the RPCs that change, destroy or give access
-// to a pod or container, an id that is not one crind could have made: a
-// prefix must never act on whatever it happens to match (docs/errors.md,
-// "Ids"). An id held in the maps is taken as is, whatever its form.
-func checkExactID(field, id string) error {
-	if id == "" {
-		return fmt.Errorf("%s: must not be empty: %w", field, errdefs.ErrInvalidArgument)
-	}
-	if !isFullID(id) {
-		return fmt.Errorf("%s %q: must be a full %d-character id: this call does not resolve id prefixes: %w", field, id, idLen, errdefs.ErrInvalidArgument)
-	}
-	return nil
-}
-
-// getSandboxExact finds a visible pod by its full id, for the RPCs that
-// change or destroy it. An id of the right form that matches nothing is
-// NotFound; anything else that matches nothing is InvalidArgument.
-func (s *Service) getSandboxExact(id string) (*sandbox, error) {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	return exact(s.sandboxes, "pod_sandbox_id", "pod sandbox", id)
-}
-
-// exact finds id in held (the map of pods or containers, its lock held):
-// getSandboxExact's rule.
-func exact[V any](held map[string]V, field, what, id string) (V, error) {
-	v, ok := held[id]
-	if ok {
-		return v, nil
-	}
-	if err := checkExactID(field, id); err != nil {
-		return v, err
-	}
-	return v, fmt.Errorf("%s %q: %w", what, id, errdefs.ErrNotFound)
-}
-
-// sandboxGone reports whether err, from getSandboxExact(id), means that
-// id names no pod, for the calls the CRI makes idempotent
-// (StopPodSandbox, RemovePodSandbox: "must not return an error if ...
-// already been removed"). That is NotFound, and also an id not of crind's
-// form that is no prefix of a pod crind holds: critest stops and removes
-// a UUID. A prefix of a live pod stays refused, neither acted on nor
-// reported as done (docs/errors.md, "Ids").
-func (s *Service) sandboxGone(id string, err error) bool {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	return namesNothing(s.sandboxes, id, err)
-}
-
-// containerGone is sandboxGone for StopContainer and RemoveContainer.
-func (s *Service) containerGone(id string, err error) bool {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	return namesNothing(s.containers, id, err)
-}
-
-// namesNothing is sandboxGone's test against the map of pods or
-// containers (its lock held).
-func namesNothing[V any](held map[string]V, id string, err error) bool {
-	if errors.Is(err, errdefs.ErrNotFound) {
-		return true
-	}
-	if id == "" || !errors.Is(err, errdefs.ErrInvalidArgument) {
-		return false
-	}
-	for k := range held {
-		if strings.HasPrefix(k, id) {
-			return false
-		}
-	}
-	return true
-}
-
-// getContainerExact is getSandboxExact for containers.
-func (s *Service) getContainerExact(id string) (*container, error) {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	return exact(s.containers, "container_id", "container", id)
-}
-
-// getContainer finds a visible container by id or unique id prefix.
-func (s *Service) getContainer(id string) (*container, error) {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	return byPrefix(s.containers, "container_id", "container", id)
-}
-
-// podContainers returns the containers of a pod.
-func (s *Service) podContainers(podID string) []*container {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	var out []*container
-	for _, c := range s.containers {
-		if c.rec.SandboxID == podID {
-			out = append(out, c)
-		}
-	}
-	return out
 }
 
 // cleanupContext is the context a rollback or teardown runs in: it survives
