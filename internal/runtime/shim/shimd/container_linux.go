@@ -49,6 +49,11 @@ func newContainer(ctx context.Context, log *slog.Logger, cfg ctrConfig, rp *reap
 	if err != nil {
 		return nil, err
 	}
+	// The counters' bases are read before the runtime runs the init:
+	// "<runtime> run" starts it, and a container that blows its limit
+	// at once is OOM-killed before run returns (TestOOMKilled lost it
+	// on a loaded machine when the base was read after).
+	oom := prepareOOMWatch(log, specOOMCounterFile(cfg.Dir))
 	startedAt := time.Now()
 	c, err := create(ctx, cfg, rp)
 	took := time.Since(startedAt)
@@ -76,7 +81,7 @@ func newContainer(ctx context.Context, log *slog.Logger, cfg ctrConfig, rp *reap
 		cc.closePidfd()
 	}
 	ioDone := copyOutput(log, logw, cc.fan, c)
-	oom := newOOMWatch(log, c.pid, specOOMCounterFile(cfg.Dir))
+	oom = oom.orPid(log, c.pid)
 	bg.Add(1)
 	rp.watch(c.pid, startedAt, func(ws unix.WaitStatus) {
 		// An exec'd process outlives the init when the PID namespace is
@@ -153,20 +158,49 @@ type oomCounter struct {
 // crun's scope and the pod's cgroup, and one more.
 const oomAncestors = 3
 
-// newOOMWatch watches specFile (from the spec's cgroupsPath, "" if none)
-// or else the memory cgroup pid is in. A specFile that does not exist yet
-// is a cgroup the runtime makes at start: its count starts at 0.
-func newOOMWatch(log *slog.Logger, pid int, specFile string) oomWatch {
-	file := specFile
-	if file == "" {
-		var err error
-		if file, err = oomCounterFile(pid); err != nil {
-			log.Warn("no oom counter", "error", err)
-			return oomWatch{}
-		}
+// prepareOOMWatch reads, before the runtime starts the container, the
+// OOM kill counter of specFile (from the spec's cgroupsPath, "" if crind
+// cannot name it) and of its ancestors on v2. A specFile that does not
+// exist yet is a cgroup the runtime makes at start: its count starts at
+// 0.
+func prepareOOMWatch(log *slog.Logger, specFile string) oomWatch {
+	if specFile == "" {
+		return oomWatch{}
 	}
+	return newOOMWatch(log, specFile, true)
+}
+
+// orPid is w, or a watch of the memory cgroup pid is in, read now (a
+// kill between the start and now is missed), when no counter was named
+// before the start, or when the systemd scope named from the spec
+// (specOOMCounterFile) is not where the runtime put the init. The init
+// may be gone already (OOM-killed at once): w stands then.
+func (w oomWatch) orPid(log *slog.Logger, pid int) oomWatch {
+	if w.file != "" && !strings.HasSuffix(filepath.Dir(w.file), ".scope") {
+		return w // a cgroupfs path: the runtime makes it where the spec says
+	}
+	file, err := oomCounterFile(pid)
+	if err != nil {
+		if w.file == "" {
+			log.Warn("no oom counter", "error", err)
+		}
+		return w
+	}
+	if w.file != "" {
+		scope := filepath.Dir(w.file)
+		if file == w.file || strings.HasPrefix(file, scope+"/") {
+			return w // the scope, or crun's subgroup in it
+		}
+		log.Warn("the init is not in the scope its spec names; watching its own cgroup", "scope", scope, "cgroup_file", file)
+	}
+	return newOOMWatch(log, file, false)
+}
+
+// newOOMWatch watches file; beforeStart says the container's cgroup may
+// not exist yet (its count then starts at 0).
+func newOOMWatch(log *slog.Logger, file string, beforeStart bool) oomWatch {
 	base, err := shim.ReadOOMKills(file)
-	if errors.Is(err, os.ErrNotExist) && specFile != "" {
+	if errors.Is(err, os.ErrNotExist) && beforeStart {
 		base, err = 0, nil
 	}
 	if err != nil {

@@ -1,6 +1,7 @@
 package shimd
 
 import (
+	"log/slog"
 	"os"
 	"path/filepath"
 	"testing"
@@ -48,5 +49,45 @@ func TestOOMWatchScopeGone(t *testing.T) {
 	write(pod, 1)
 	if w.killed(true) {
 		t.Error("scope gone, pod's counter unchanged: taken for an OOM kill")
+	}
+}
+
+// The systemd driver's cgroupsPath names the scope runc and crun make;
+// its counter can be read before the start.
+func TestSystemdScopeDir(t *testing.T) {
+	for in, want := range map[string]string{
+		"kubepods-burstable-pod12.slice:crin:abc": "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod12.slice/crin-abc.scope",
+		"system.slice:crin:abc":                   "system.slice/crin-abc.scope",
+		"-.slice::abc":                            "abc.scope",
+		":crin:abc":                               "",
+		"kubepods.slice:crin:x.slice":             "",
+		"kubepods.slice:crin:":                    "",
+		"kube--pods.slice:crin:abc":               "",
+		"kubepods:crin:abc":                       "",
+		"/kubepods/abc":                           "",
+		"a/b.slice:crin:abc":                      "",
+	} {
+		if got := systemdScopeDir(in); got != want {
+			t.Errorf("systemdScopeDir(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// A watch prepared before the start reads a cgroup that does not exist
+// yet as 0, so a kill right after the start counts.
+func TestOOMWatchPreparedBeforeStart(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "ctr")
+	w := prepareOOMWatch(slog.New(slog.DiscardHandler), filepath.Join(dir, "memory.events"))
+	if w.file == "" || w.base != 0 {
+		t.Fatalf("prepared watch %+v, want the file with base 0", w)
+	}
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "memory.events"), []byte("oom 1\noom_kill 1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if w = w.orPid(slog.New(slog.DiscardHandler), os.Getpid()); !w.killed(true) {
+		t.Error("a kill counted between the start and the watch's use is not seen")
 	}
 }
