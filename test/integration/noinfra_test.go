@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -79,9 +80,12 @@ func (d *daemon) podProcesses(t *testing.T, pod string) []string {
 	return out
 }
 
-// shimsNaming lists the crin-shim processes whose command line names id.
+// shimsNaming lists the crin-shim processes whose command line names id
+// (a pod's, by its shim dir). A child a shim forked and has not yet
+// exec'd (the runtime it runs) still shows the shim's name and command
+// line: it is no shim of its own, and left out.
 func shimsNaming(id string) []string {
-	var out []string
+	ppid := map[string]string{}
 	ents, _ := os.ReadDir("/proc")
 	for _, e := range ents {
 		if _, err := strconv.Atoi(e.Name()); err != nil {
@@ -90,10 +94,32 @@ func shimsNaming(id string) []string {
 		comm, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "comm"))
 		cmdline, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
 		if strings.TrimSpace(string(comm)) == "crin-shim" && strings.Contains(string(cmdline), id) {
-			out = append(out, e.Name())
+			ppid[e.Name()] = parentPid(e.Name())
 		}
 	}
+	var out []string
+	for pid, parent := range ppid {
+		if _, forked := ppid[parent]; !forked {
+			out = append(out, pid)
+		}
+	}
+	slices.Sort(out)
 	return out
+}
+
+// parentPid is the ppid in /proc/<pid>/stat, or "".
+func parentPid(pid string) string {
+	stat, _ := os.ReadFile(filepath.Join("/proc", pid, "stat"))
+	s := string(stat)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return ""
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 2 {
+		return ""
+	}
+	return f[1]
 }
 
 // checkNoInfra fails unless pod has no infra process and shims crin-shim

@@ -16,16 +16,23 @@ import (
 	"github.com/crin-dev/crin/test/poll"
 )
 
-// podShims lists the live crin-shim processes serving pod's shim dir.
+// podShims lists the live crin-shim processes serving pod's shim dir,
+// not a child one forked and has not yet exec'd (see shimsNaming).
 func (d *daemon) podShims(pod string) []string {
 	dir := filepath.Join(d.state, "c", ".pod-"+pod)
-	var out []string
+	found := map[string]bool{}
 	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
 	for _, p := range procs {
 		b, _ := os.ReadFile(p)
 		args := strings.Split(string(b), "\x00")
 		if len(args) > 0 && filepath.Base(args[0]) == "crin-shim" && strings.Contains(string(b), "\x00"+dir+"\x00") {
-			out = append(out, filepath.Base(filepath.Dir(p)))
+			found[filepath.Base(filepath.Dir(p))] = true
+		}
+	}
+	var out []string
+	for pid := range found {
+		if !found[parentPid(pid)] {
+			out = append(out, pid)
 		}
 	}
 	return out
