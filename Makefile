@@ -127,7 +127,7 @@ node:
 	$(call cached,gvisor) ./scripts/gvisor.sh >/dev/null
 	$(GO) test -tags node -count=1 -p 1 -timeout 60m -v -run '$(NODE_RUN)' ./test/node/...
 
-# Pod lifecycle latency in the VM: runc and crun, on the systemd and the
+# Pod lifecycle latency in the VM: runc, crun and runsc (gVisor), on the systemd and the
 # cgroupfs drivers (bench/README.md, "The node lane"). NODE_BENCH_N
 # lifecycles per target.
 NODE_BENCH_N ?= 20
