@@ -85,6 +85,8 @@ start_containerd
 mkdir -p "$BASE/results"
 base=()
 [[ " $NRI " == *" 0 "* ]] && base=(-baseline nri-0)
+# Handlers side by side: what each adds to containerd, the reference.
+[ -z "${CRIND_HANDLERS:-}" ] || [ -n "$ctd_why" ] || base=(-baseline containerd)
 [ -z "${BASELINE_BIN:-}" ] || [ -n "$NRI" ] || base=(-baseline crind-base)
 floor=()
 if [ "$FLOOR" = 1 ]; then
