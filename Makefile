@@ -134,6 +134,7 @@ NODE_BENCH_N ?= 20
 NODE_BENCH_OUT ?= /tmp/crin-node-lifecycle.txt
 node-bench: build
 	$(call cached,node-image) ./test/node/image.sh >/dev/null
+	$(call cached,gvisor) ./scripts/gvisor.sh >/dev/null
 	CRIN_NODE_BENCH=$(NODE_BENCH_N) CRIN_NODE_BENCH_OUT=$(NODE_BENCH_OUT) \
 		$(GO) test -tags node -count=1 -timeout 60m -v -run '^TestNodeLifecycleBench$$' ./test/node/
 
