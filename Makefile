@@ -127,13 +127,14 @@ node:
 	$(call cached,gvisor) ./scripts/gvisor.sh >/dev/null
 	$(GO) test -tags node -count=1 -p 1 -timeout 60m -v -run '$(NODE_RUN)' ./test/node/...
 
-# Pod lifecycle latency in the VM: runc and crun, on the systemd and the
+# Pod lifecycle latency in the VM: runc, crun and runsc (gVisor), on the systemd and the
 # cgroupfs drivers (bench/README.md, "The node lane"). NODE_BENCH_N
 # lifecycles per target.
 NODE_BENCH_N ?= 20
 NODE_BENCH_OUT ?= /tmp/crin-node-lifecycle.txt
 node-bench: build
 	$(call cached,node-image) ./test/node/image.sh >/dev/null
+	$(call cached,gvisor) ./scripts/gvisor.sh >/dev/null
 	CRIN_NODE_BENCH=$(NODE_BENCH_N) CRIN_NODE_BENCH_OUT=$(NODE_BENCH_OUT) \
 		$(GO) test -tags node -count=1 -timeout 60m -v -run '^TestNodeLifecycleBench$$' ./test/node/
 

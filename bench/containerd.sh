@@ -8,13 +8,13 @@
 # an empty one, plus the module downloads).
 #
 #   CRIN_CONTAINERD   where the binaries go (default ~/.cache/crin/containerd-VERSION)
-#   CRIN_CONTAINERD_VERSION  the version to build (default v2.3.4)
+#   CRIN_CONTAINERD_VERSION  the version to build (default v2.4.2)
 #
 # Changing the version means changing the default path too, so an old build
 # is never reused.
 set -eu
 
-version=${CRIN_CONTAINERD_VERSION:-v2.3.4}
+version=${CRIN_CONTAINERD_VERSION:-v2.4.2}
 out=${CRIN_CONTAINERD:-${XDG_CACHE_HOME:-$HOME/.cache}/crin/containerd-$version}
 export PATH=$PATH:/usr/local/go/bin
 
@@ -41,7 +41,7 @@ start=$(date +%s)
 # go install pkg@version builds with the module's own go.mod and go.sum,
 # outside any module of ours. CGO_ENABLED=0 leaves out the snapshotters that
 # need cgo (btrfs) or are not wanted here (devmapper, zfs); overlayfs is
-# what the benchmarks use. The binaries report "2.3.4+unknown": the version
+# what the benchmarks use. The binaries report "2.4.2+unknown": the version
 # comes from the module, the revision from git, which a proxy build lacks.
 mkdir -p "$tmp"
 CGO_ENABLED=0 GOBIN=$tmp GOFLAGS=-buildvcs=false go install -trimpath -ldflags "-s -w" \

@@ -14,8 +14,8 @@
 #   start_containerd     the peer, unless $ctd_why says why not (appends to $targets)
 #
 # CONTAINERD selects the peer:
-#   v2 (default)  containerd v2.3.4 built from the Go module proxy by
-#                 bench/containerd.sh into ~/.cache/crin/containerd-v2.3.4
+#   v2 (default)  containerd v2.4.2 built from the Go module proxy by
+#                 bench/containerd.sh into ~/.cache/crin/containerd-v2.4.2
 #                 (the first run on a machine builds it); if the build fails,
 #                 Debian's instead
 #   debian        Debian 12's containerd 1.6 (apt)
@@ -40,6 +40,9 @@ bench_init() {
 	command -v go >/dev/null || { echo "$ME: go not found (install Go to /usr/local/go)" >&2; exit 1; }
 	ctd_why=""
 	CTD_KIND="" CTD_DIR=""
+	# The peer's version (bench/containerd.sh builds it); another 2.x is
+	# configured alike.
+	CTD_VERSION=${CRIN_CONTAINERD_VERSION:-v2.4.2}
 }
 
 # bench_containerd sets CTD_KIND (v2 or debian) and, for v2, CTD_DIR (the
@@ -56,11 +59,11 @@ bench_containerd() {
 		;;
 	debian) CTD_KIND=debian ;;
 	v2)
-		CTD_DIR=${CRIN_CONTAINERD:-${XDG_CACHE_HOME:-$HOME/.cache}/crin/containerd-v2.3.4}
-		if CRIN_CONTAINERD=$CTD_DIR "$REPO/bench/containerd.sh"; then
+		CTD_DIR=${CRIN_CONTAINERD:-${XDG_CACHE_HOME:-$HOME/.cache}/crin/containerd-$CTD_VERSION}
+		if CRIN_CONTAINERD=$CTD_DIR CRIN_CONTAINERD_VERSION=$CTD_VERSION "$REPO/bench/containerd.sh"; then
 			CTD_KIND=v2
 		else
-			echo "$ME: could not build containerd v2.3.4; comparing with Debian's containerd instead" >&2
+			echo "$ME: could not build containerd $CTD_VERSION; comparing with Debian's containerd instead" >&2
 			CTD_KIND=debian CTD_DIR=""
 		fi
 		;;
@@ -144,11 +147,13 @@ cleanup() {
 	done
 	drain "$CTD_SOCK"; stop_pid "$CTD_PID"
 	stop_pid "$REG_PID"
-	# Shims left behind: theirs are the only command lines naming $BASE.
+	# Shims, loggers and crin-lxc monitors left behind: theirs are the
+	# only command lines naming $BASE.
 	for d in /proc/[0-9]*; do
-		case "$(cat "$d/comm" 2>/dev/null)" in crin-shim|containerd-shim) ;; *) continue ;; esac
+		case "$(cat "$d/comm" 2>/dev/null)" in crin-shim|containerd-shim|crin-logger|crin-lxc) ;; *) continue ;; esac
 		tr '\0' ' ' <"$d/cmdline" 2>/dev/null | grep -qF "$BASE" && kill -KILL "${d#/proc/}" 2>/dev/null
 	done
+	lxc_monitor_cgroups
 	# Container processes left behind are in the bench's cgroup.
 	for f in $(find /sys/fs/cgroup/*/"$CG" -name cgroup.procs 2>/dev/null); do
 		for p in $(cat "$f" 2>/dev/null); do kill -KILL "$p" 2>/dev/null; done
@@ -159,7 +164,7 @@ cleanup() {
 	awk '{print $5}' /proc/self/mountinfo | grep -F "$BASE" | sort -r | while read -r m; do
 		umount -l "$m" 2>/dev/null
 	done
-	# containerd 1.6 pins netns in /run/netns (2.3.4 under its state
+	# containerd 1.6 pins netns in /run/netns (2.x under its state
 	# directory, in $BASE); remove only ones that appeared during the run.
 	[ "$CTD_KIND" = debian ] && for ns in $(ls /run/netns 2>/dev/null); do
 		case "$ns" in cni-*) ;; *) continue ;; esac
@@ -183,6 +188,29 @@ cleanup() {
 	exit "$rc"
 }
 
+# lxc_monitor_cgroups removes the cgroups of this run's crin-lxc monitors,
+# which live outside the bench's cgroup (/sys/fs/cgroup/*/crin-lxc-monitor/
+# <container id>). "crin-lxc delete" removes them; after a daemon or a
+# monitor was killed some may be left. Ours are those of the containers a
+# crind of this run made (the ids in its log and in crin-lxc's root); other
+# runs' are not touched.
+lxc_monitor_cgroups() {
+	local ids id m p n=0
+	ids=$( { grep -ho 'container_id=[0-9a-f]*' "$BASE"/*.log 2>/dev/null | cut -d= -f2
+		ls "$BASE"/*/s/runtimes/lxc 2>/dev/null; } | sort -u)
+	[ -n "$ids" ] || return 0
+	for id in $ids; do
+		for m in /sys/fs/cgroup/*/crin-lxc-monitor/"$id" /sys/fs/cgroup/crin-lxc-monitor/"$id"; do
+			[ -d "$m" ] || continue
+			for p in $(find "$m" -name cgroup.procs -exec cat {} + 2>/dev/null); do kill -KILL "$p" 2>/dev/null; done
+			sleep 0.1
+			find "$m" -depth -type d -exec rmdir {} \; 2>/dev/null
+			n=$((n + 1))
+		done
+	done
+	[ "$n" = 0 ] || echo "clean-up: removed $n crin-lxc monitor cgroups left behind (a monitor was killed)" >&2
+}
+
 wait_file() { # path seconds what [pid that must stay alive]
 	local i
 	for i in $(seq $(($2 * 10))); do
@@ -201,6 +229,8 @@ wait_file() { # path seconds what [pid that must stay alive]
 
 bench_build() {
 	[ -x bin/crind ] && [ -x bin/crin-shim ] && [ -x bin/crin-pause ] && [ -x bin/crin-logger ] || make build
+	# The lxc handler's runtime, found next to crind (built with cgo).
+	if [[ " ${CRIND_HANDLERS:-} " == *" lxc "* ]] && [ ! -x bin/crin-lxc ]; then make build; fi
 	go build -o "$BASE/crilat" ./bench/cmd/crilat
 }
 
@@ -247,10 +277,11 @@ free_port() {
 # serves Prometheus metrics on a free 127.0.0.1 port, which crilat scrapes
 # for the phase trace (internal/cri/trace.go).
 start_crind() {
-	local name=$1 nri=${2:-} bin=${3:-$REPO/bin} dir=$BASE/$1 i n flags="" h runc_v2=""
+	local name=$1 nri=${2:-} bin=${3:-$REPO/bin} dir=$BASE/$1 i n flags="" h runc_v2="" lxc="" metrics
 	local sock=$dir/s/crin.sock port
 	port=$(free_port)
 	[[ " ${CRIND_HANDLERS:-runc} " == *" runc-v2 "* ]] && runc_v2=1
+	[[ " ${CRIND_HANDLERS:-runc} " == *" lxc "* ]] && lxc=1
 	mkdir -p "$dir"
 	cat >"$dir/crin.toml" <<EOF
 root = "$dir/root"
@@ -277,6 +308,12 @@ runtime_type = "io.containerd.runc.v2"
 [runtimes.runc-v2.options]
 binary_name = "$(command -v runc)"
 EOF
+	fi
+	if [ -n "$lxc" ]; then
+		# LXC through crin-lxc (next to crind) under crin-shim; its
+		# root defaults to <state>/runtimes/lxc, in $BASE, so its
+		# monitors' command lines name $BASE (docs/runtimes.md, "LXC").
+		printf '[runtimes.lxc]\ntype = "lxc"\n' >>"$dir/crin.toml"
 	fi
 	if [ "$nri" = off ]; then
 		printf '[nri]\nenable = false\n' >>"$dir/crin.toml"
@@ -322,12 +359,19 @@ EOF
 	# One target per handler in CRIND_HANDLERS (default: runc), on the
 	# same daemon: runc is the oci backend (crin-shim), runc-v2 the shim v2
 	# backend (containerd-shim-runc-v2, whose comm is cut to 15 bytes, and a
-	# crin-logger per container).
+	# crin-logger per container), lxc the oci backend driving crin-lxc
+	# (crin-shim, and per container crin-lxc's monitor and the holder of
+	# its namespaces, both comm crin-lxc). The phase trace has no handler
+	# label: with more than one handler it would mix them, so it is read
+	# only when runc is the only one.
+	metrics=",metrics=http://127.0.0.1:$port/metrics"
+	[ "$(echo ${CRIND_HANDLERS:-runc} | wc -w)" = 1 ] || metrics=""
 	for h in ${CRIND_HANDLERS:-runc}; do
 		case $h in
-		runc) targets+=(-target "name=$name,socket=$sock,pid=$pid,shim=crin-shim,metrics=http://127.0.0.1:$port/metrics") ;;
+		runc) targets+=(-target "name=$name,socket=$sock,pid=$pid,shim=crin-shim$metrics") ;;
 		runc-v2) targets+=(-target "name=$name-runc-v2,socket=$sock,pid=$pid,shim=containerd-shim|crin-logger,handler=runc-v2") ;;
-		*) echo "$ME: CRIND_HANDLERS: unknown handler $h (runc, runc-v2)" >&2; return 1 ;;
+		lxc) targets+=(-target "name=$name-lxc,socket=$sock,pid=$pid,shim=crin-shim|crin-lxc,handler=lxc") ;;
+		*) echo "$ME: CRIND_HANDLERS: unknown handler $h (runc, runc-v2, lxc)" >&2; return 1 ;;
 		esac
 	done
 }

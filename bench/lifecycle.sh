@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Pod lifecycle latency and memory of crind, side by side with containerd
-# (v2.3.4 built from the Go module proxy, or Debian 12's 1.6: CONTAINERD=v2 or
+# (v2.4.2 built from the Go module proxy, or Debian 12's 1.6: CONTAINERD=v2 or
 # debian, see bench/lib.sh), both driven over their CRI sockets by
 # bench/cmd/crilat the way kubelet drives them.
 #
@@ -9,6 +9,8 @@
 #   PAR=30 PAR_ROUNDS=3 bench/lifecycle.sh  # pods started in parallel (0: none), rounds
 #   FLOOR=0 bench/lifecycle.sh          # no OCI runtime floor (runc alone)
 #   SKIP_CONTAINERD=1 bench/lifecycle.sh
+#   CRIND_HANDLERS="runc runc-v2 lxc" bench/lifecycle.sh  # one crind, one target per
+#                                       # handler (runc, runc-v2, lxc), beside containerd
 #   NRI="off 0 1 4" bench/lifecycle.sh  # NRI mode (what bench/nri.sh runs)
 #   BASELINE_BIN=DIR bench/lifecycle.sh # also crind-base from DIR's crind, crin-shim,
 #                                       # crin-pause (another build), the baseline
@@ -83,6 +85,8 @@ start_containerd
 mkdir -p "$BASE/results"
 base=()
 [[ " $NRI " == *" 0 "* ]] && base=(-baseline nri-0)
+# Handlers side by side: what each adds to containerd, the reference.
+[ -z "${CRIND_HANDLERS:-}" ] || [ -n "$ctd_why" ] || base=(-baseline containerd)
 [ -z "${BASELINE_BIN:-}" ] || [ -n "$NRI" ] || base=(-baseline crind-base)
 floor=()
 if [ "$FLOOR" = 1 ]; then

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The stats RPCs kubelet polls, on a node with 100 running containers: crind
-# side by side with containerd (v2.3.4 built from the Go module proxy, or
+# side by side with containerd (v2.4.2 built from the Go module proxy, or
 # Debian 12's 1.6: CONTAINERD=v2 or debian, see bench/lib.sh), both driven
 # over their CRI sockets by bench/cmd/crilat ("crilat stats").
 #

@@ -31,10 +31,24 @@ metrics_address = "127.0.0.1:9782"
 socket_path = "/run/crin-fs/nri.sock"
 `
 
+// benchRunscConfig is gVisor's handler (docs/runtimes.md, "gVisor"),
+// added to both crinds' configs.
+const benchRunscConfig = `
+[runtimes.runsc]
+type = "shimv2"
+runtime_type = "io.containerd.runsc.v1"
+[runtimes.runsc.options]
+platform = "systrap"
+`
+
+// benchHandlers are the handlers timed on each crind: runc and crun
+// under crin-shim, gVisor through its shim v2 runtime.
+var benchHandlers = []string{"runc", "crun", "runsc"}
+
 // TestNodeLifecycleBench times pod lifecycles in the VM with
-// bench/cmd/crilat, interleaved over four targets: runc and crun, each on
-// crind with the systemd cgroup driver (the unit's, picked from the host)
-// and on a second crind with the cgroupfs driver. It prints the figures
+// bench/cmd/crilat, interleaved over six targets: runc, crun and runsc
+// (gVisor), each on crind with the systemd cgroup driver (the unit's,
+// picked from the host) and on a second crind with the cgroupfs driver. It prints the figures
 // (bench/README.md keeps them) and checks none: emulation makes the
 // absolute times meaningless beside the host's, only the ratios between
 // the targets of one run mean something.
@@ -60,9 +74,12 @@ func TestNodeLifecycleBench(t *testing.T) {
 	}
 
 	vm := Boot(t)
-	c := Install(t, vm, InstallOptions{})
+	// gVisor's binaries before crind starts: a handler whose shim is
+	// missing is disabled at start-up.
+	installGvisor(t, vm)
+	c := Install(t, vm, InstallOptions{Config: benchRunscConfig})
 	vm.CopyIn(crilat, "/usr/local/bin/crilat", 0o755)
-	vm.WriteFile("/etc/crin/fs.toml", []byte(fsConfig), 0o644)
+	vm.WriteFile("/etc/crin/fs.toml", []byte(fsConfig+benchRunscConfig), 0o644)
 	vm.MustRun("systemd-run --unit crind-fs -p Delegate=yes -p KillMode=process /usr/local/bin/crind --config /etc/crin/fs.toml")
 	vm.MustRun("systemd-run --unit crilat-registry /usr/local/bin/crilat registry -pause /usr/local/bin/crin-pause -addr-file /run/crilat-registry")
 	var reg string
@@ -76,8 +93,13 @@ func TestNodeLifecycleBench(t *testing.T) {
 
 	var targets []string
 	for _, d := range []struct{ name, sock, pid string }{{"systemd", "/run/crin/crin.sock", pid}, {"cgroupfs", "/run/crin-fs/crin.sock", pidFS}} {
-		for _, h := range []string{"runc", "crun"} {
-			targets = append(targets, fmt.Sprintf("-target name=%s-%s,socket=%s,pid=%s,shim=crin-shim,handler=%s", h, d.name, d.sock, d.pid, h))
+		for _, h := range benchHandlers {
+			// containerd-shim-runsc-v1's comm is cut to 15 bytes.
+			shim := "crin-shim"
+			if h == "runsc" {
+				shim = "containerd-shim"
+			}
+			targets = append(targets, fmt.Sprintf("-target name=%s-%s,socket=%s,pid=%s,shim=%s,handler=%s", h, d.name, d.sock, d.pid, shim, h))
 		}
 	}
 	script := fmt.Sprintf("mkdir -p /tmp/crilat && crilat run %s -image %s/library/busybox:bench -log-dir /tmp/crilat -n %s -k 0 -par 0",
