@@ -31,8 +31,7 @@ func (o *Runtime) execInShim(ctx context.Context, id string, args []string, tty 
 	}
 	shimDir := shimDirFor(dir)
 	if shimDir == "" {
-		_, err := shimSocket(dir)
-		return -1, fmt.Errorf("exec in container %s: %w: %w", id, err, errdefs.ErrFailedPrecondition)
+		return -1, fmt.Errorf("exec in container %s: %w: %w", id, errNoShimDir(dir), errdefs.ErrFailedPrecondition)
 	}
 	// "<runtime> exec" puts the process in the container's cgroups.
 	o.primer.prime(func() int { return liveShim(shimDir) })

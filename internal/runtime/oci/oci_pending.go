@@ -115,8 +115,7 @@ func (o *Runtime) startPending(ctx context.Context, id, dir string) (int, error)
 	opts.Bundle = dir
 	shimDir := shimDirFor(dir)
 	if shimDir == "" {
-		_, err := shimSocket(dir)
-		return 0, err
+		return 0, errNoShimDir(dir)
 	}
 	if o.beforeShimStart != nil {
 		o.beforeShimStart(id)

@@ -96,9 +96,15 @@ func shimDirFor(dir string) string {
 func shimSocket(dir string) (string, error) {
 	shimDir := shimDirFor(dir)
 	if shimDir == "" {
-		return "", fmt.Errorf("%w: %s has no %s", shim.ErrShimGone, dir, shim.ShimDirFile)
+		return "", errNoShimDir(dir)
 	}
 	return shim.SocketPath(shimDir), nil
+}
+
+// errNoShimDir is shim.ErrShimGone for the container in dir, which names
+// no shim dir (shimDirFor).
+func errNoShimDir(dir string) error {
+	return fmt.Errorf("%w: %s has no %s", shim.ErrShimGone, dir, shim.ShimDirFile)
 }
 
 // liveShim returns the pid of the shim serving shimDir, or 0.
