@@ -160,7 +160,8 @@ func attachConsole(terminal bool, socket string) error {
 }
 
 // writeContainer writes the LXC config, the seccomp profile, the run
-// file the monitor reads, the rootfs mount point and the start fifo.
+// file the monitor reads, the rootfs mount point and the start fifo, and
+// on cgroup v1 readies the cpuset cgroups above the container's.
 func writeContainer(dir string, cfg *lxcconf.Config, v2 bool) error {
 	if err := os.WriteFile(filepath.Join(dir, "config"), []byte(cfg.Render()), 0o600); err != nil {
 		return err
@@ -217,7 +218,13 @@ func writeContainer(dir string, cfg *lxcconf.Config, v2 bool) error {
 	if err := os.Mkdir(filepath.Join(dir, "rootfs"), 0o700); err != nil {
 		return err
 	}
-	return unix.Mkfifo(filepath.Join(dir, "start"), 0o600)
+	if err := unix.Mkfifo(filepath.Join(dir, "start"), 0o600); err != nil {
+		return err
+	}
+	if v2 {
+		return nil
+	}
+	return prepareCpuset(cpusetRoot(), cfg.CgroupDir)
 }
 
 func (c *cli) saveState(st *stateFile) error {

@@ -52,7 +52,8 @@ type crind struct {
 	rs      runtimeapi.RuntimeServiceClient
 }
 
-func newCrind(t *testing.T, base, cgroup, registry string) *crind {
+// extra is appended to the config (runtime handlers' tables).
+func newCrind(t *testing.T, base, cgroup, registry, extra string) *crind {
 	t.Helper()
 	bin := harness.Build(t)
 	d := &crind{
@@ -90,7 +91,7 @@ plain_http = [%q]
 socket_path = %q
 `, d.root, d.state, d.socket, cgroup,
 		filepath.Join(bin, "crin-shim"), filepath.Join(bin, "crin-pause"), confDir, registry,
-		filepath.Join(base, "nri.sock"))
+		filepath.Join(base, "nri.sock")) + extra
 	d.cfgPath = filepath.Join(base, "crin.toml")
 	if err := os.WriteFile(d.cfgPath, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)

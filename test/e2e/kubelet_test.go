@@ -96,6 +96,12 @@ type node struct {
 type nodeOptions struct {
 	// featureGates are kubelet's featureGates.
 	featureGates map[string]bool
+	// kubeconfig, when set, points kubelet at an API server
+	// (harness.StartControlPlane): it registers its node and runs the
+	// pods bound to it besides its static pods.
+	kubeconfig string
+	// crindConfig is appended to crind's config (runtime handlers).
+	crindConfig string
 }
 
 // startNode starts crind and a kubelet on it, and registers the cleanup
@@ -153,7 +159,7 @@ func startNodeWith(t *testing.T, o nodeOptions) *node {
 		}
 	}
 	n.makeCgroup()
-	n.crind = newCrind(t, base, n.cgroup, n.registry)
+	n.crind = newCrind(t, base, n.cgroup, n.registry, o.crindConfig)
 	n.writeStandins()
 	n.writeConfig(o)
 	// Mounts kubelet makes under its root dir must reach crind, which runs
@@ -344,6 +350,9 @@ func (n *node) startKubelet(t *testing.T) {
 		"--cert-dir=" + filepath.Join(n.base, "pki"),
 		"--hostname-override=" + n.name,
 		"--v=2",
+	}
+	if n.opts.kubeconfig != "" {
+		args = append(args, "--kubeconfig="+n.opts.kubeconfig)
 	}
 	cmd := exec.Command("unshare", args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
