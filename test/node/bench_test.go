@@ -43,7 +43,20 @@ platform = "systrap"
 
 // benchHandlers are the handlers timed on each crind: runc and crun
 // under crin-shim, gVisor through its shim v2 runtime.
+// CRIN_NODE_BENCH_HANDLERS picks some of them.
 var benchHandlers = []string{"runc", "crun", "runsc"}
+
+// BenchRunscDebugEnv, when set, has runsc write its debug logs under
+// /var/log/runsc in the VM, and the test print them when crilat fails
+// (they slow gVisor down: not for figures).
+const BenchRunscDebugEnv = "CRIN_NODE_BENCH_RUNSC_DEBUG"
+
+// runscDebugOptions are runsc flags (options of the runsc handler) for
+// BenchRunscDebugEnv.
+const runscDebugOptions = `debug = "true"
+debug-log = "/var/log/runsc/%ID%/"
+strace = "false"
+`
 
 // TestNodeLifecycleBench times pod lifecycles in the VM with
 // bench/cmd/crilat, interleaved over six targets: runc, crun and runsc
@@ -73,13 +86,21 @@ func TestNodeLifecycleBench(t *testing.T) {
 		t.Fatalf("build crilat: %v\n%s", err, out)
 	}
 
+	handlers := benchHandlers
+	if h := strings.Fields(os.Getenv("CRIN_NODE_BENCH_HANDLERS")); len(h) > 0 {
+		handlers = h
+	}
+	runscConfig := benchRunscConfig
+	if os.Getenv(BenchRunscDebugEnv) != "" {
+		runscConfig += runscDebugOptions
+	}
 	vm := Boot(t)
 	// gVisor's binaries before crind starts: a handler whose shim is
 	// missing is disabled at start-up.
 	installGvisor(t, vm)
-	c := Install(t, vm, InstallOptions{Config: benchRunscConfig})
+	c := Install(t, vm, InstallOptions{Config: runscConfig})
 	vm.CopyIn(crilat, "/usr/local/bin/crilat", 0o755)
-	vm.WriteFile("/etc/crin/fs.toml", []byte(fsConfig+benchRunscConfig), 0o644)
+	vm.WriteFile("/etc/crin/fs.toml", []byte(fsConfig+runscConfig), 0o644)
 	vm.MustRun("systemd-run --unit crind-fs -p Delegate=yes -p KillMode=process /usr/local/bin/crind --config /etc/crin/fs.toml")
 	vm.MustRun("systemd-run --unit crilat-registry /usr/local/bin/crilat registry -pause /usr/local/bin/crin-pause -addr-file /run/crilat-registry")
 	var reg string
@@ -93,7 +114,7 @@ func TestNodeLifecycleBench(t *testing.T) {
 
 	var targets []string
 	for _, d := range []struct{ name, sock, pid string }{{"systemd", "/run/crin/crin.sock", pid}, {"cgroupfs", "/run/crin-fs/crin.sock", pidFS}} {
-		for _, h := range benchHandlers {
+		for _, h := range handlers {
 			// containerd-shim-runsc-v1's comm is cut to 15 bytes.
 			shim := "crin-shim"
 			if h == "runsc" {
@@ -108,7 +129,8 @@ func TestNodeLifecycleBench(t *testing.T) {
 	out, stderr, err := vm.Exec(40*time.Minute, script)
 	t.Logf("crilat in the VM (%v):\n%s\n%s", time.Since(start).Round(time.Second), out, harness.Tail(stderr, 4000))
 	if err != nil {
-		t.Fatalf("crilat run: %v\ncrind:\n%s", err, c.Journal())
+		runsc, _ := vm.Run("for f in $(find /var/log/runsc -type f 2>/dev/null | head -20); do echo \"== $f\"; tail -n 40 \"$f\"; done")
+		t.Fatalf("crilat run: %v\ncrind:\n%s\nrunsc debug logs (%s):\n%s", err, c.Journal(), BenchRunscDebugEnv, harness.Tail(runsc, 30000))
 	}
 	if f := os.Getenv("CRIN_NODE_BENCH_OUT"); f != "" {
 		if err := os.WriteFile(f, []byte(out), 0o644); err != nil {

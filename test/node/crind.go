@@ -37,7 +37,7 @@ type Crind struct {
 // InstallOptions say what an install writes besides the binaries and the
 // unit.
 type InstallOptions struct {
-	// Config is /etc/crin/crin.toml; empty writes none (every key has a
+	// Config is /etc/crin/crin.toml; empty removes it (every key has a
 	// default).
 	Config string
 }
@@ -57,6 +57,9 @@ func Install(t *testing.T, vm *VM, o InstallOptions) *Crind {
 	vm.CopyIn(filepath.Join(harness.RepoRoot(), "contrib", "systemd", "crind.service"), unitPath, 0o644)
 	if o.Config != "" {
 		vm.WriteFile(configPath, []byte(o.Config), 0o644)
+	} else {
+		// An earlier test's config, in the shared VM.
+		vm.MustRun("rm -f " + configPath)
 	}
 	vm.MustRun("crind cni install-default")
 	// Type=notify: enable --now returns when crind has said READY=1, that

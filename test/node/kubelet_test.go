@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -32,14 +33,14 @@ const KubeletEnv = "CRIN_KUBELET"
 const kubeletVersion = "v1.37.2"
 
 // kubeletUnit runs kubelet as an operator's node does: after crind, from
-// a config file, restarted by systemd.
+// a config file and a kubeconfig for the API server, restarted by systemd.
 const kubeletUnit = `[Unit]
 Description=kubelet
 After=crind.service
 Wants=crind.service
 
 [Service]
-ExecStart=/usr/local/bin/kubelet --config=/etc/kubernetes/kubelet.json
+ExecStart=/usr/local/bin/kubelet --config=/etc/kubernetes/kubelet.json --kubeconfig=/etc/kubernetes/kubelet.kubeconfig
 Restart=always
 RestartSec=2
 
@@ -47,8 +48,8 @@ RestartSec=2
 WantedBy=multi-user.target
 `
 
-// kubeletConfig is kubelet's defaults but for what a node without an API
-// server, and under emulation, needs: cgroupDriver systemd, and
+// kubeletConfig is kubelet's defaults but for what a test node under
+// emulation needs: cgroupDriver systemd, and
 // failCgroupV1 left to its default (true: this node is cgroup v2),
 // static pods from a dir, anonymous access on 127.0.0.1, eviction and
 // image GC thresholds that the VM's small disk cannot trip, and stats
@@ -92,9 +93,11 @@ type kubeletNode struct {
 	client *http.Client
 }
 
-// installKubelet copies the cached kubelet in, writes its config and
-// unit, starts it, and waits until its server answers /pods.
-func installKubelet(t *testing.T, vm *VM, c *Crind) *kubeletNode {
+// installKubelet copies the cached kubelet in, writes its config, its
+// kubeconfig for the API server cp on the host (which the guest reaches
+// at 10.0.2.2) and its unit, starts it, and waits until its server
+// answers /pods.
+func installKubelet(t *testing.T, vm *VM, c *Crind, cp *harness.ControlPlane) *kubeletNode {
 	t.Helper()
 	bin := os.Getenv(KubeletEnv)
 	if bin == "" {
@@ -106,6 +109,7 @@ func installKubelet(t *testing.T, vm *VM, c *Crind) *kubeletNode {
 	}
 	vm.CopyIn(bin, "/usr/local/bin/kubelet", 0o755)
 	vm.WriteFile("/etc/kubernetes/kubelet.json", kubeletConfig(), 0o644)
+	vm.WriteFile("/etc/kubernetes/kubelet.kubeconfig", cp.KubeconfigFor(fmt.Sprintf("https://10.0.2.2:%d", cp.Port)), 0o600)
 	vm.WriteFile("/etc/systemd/system/kubelet.service", []byte(kubeletUnit), 0o644)
 	vm.MustRun("mkdir -p /etc/kubernetes/manifests && systemctl daemon-reload && systemctl enable --now kubelet")
 
@@ -235,25 +239,32 @@ func running(p *kubePod) bool {
 
 // TestKubeletOnNode runs kubelet v1.37.2 with the systemd cgroup driver
 // and its default failCgroupV1 on crind installed from the shipped unit,
-// and checks what an operator would: a pod Running with its limits in the
-// v2 files of its container's scope, its log and exec through kubelet, an
-// OOMKilled container reported as such, /stats/summary with PSI, and no
-// container restarted by `systemctl restart crind` or `systemctl kill -s
-// KILL crind`.
+// registered with an API server on the host, and checks what an operator
+// would: a pod Running with its limits in the v2 files of its container's
+// scope, its log and exec through kubelet, an OOMKilled container reported
+// as such, /stats/summary with PSI, no container restarted by `systemctl
+// restart crind` or `systemctl kill -s KILL crind`, and a pod whose
+// RuntimeClass names gVisor running in gVisor.
 func TestKubeletOnNode(t *testing.T) {
 	host := imagetest.StartRegistry(t)
 	imagetest.Push(t, host, "library/busybox:latest", imagetest.Busybox(t))
 	_, port, _ := strings.Cut(host, ":")
 	guestHost := "10.0.2.2:" + port
 	ref := guestHost + "/library/busybox:latest"
+	// On the host, beside the registry: a standalone kubelet would
+	// ignore runtimeClassName.
+	cp := harness.StartControlPlane(t, t.TempDir())
 
 	vm := Shared(t)
-	c := Install(t, vm, InstallOptions{Config: fmt.Sprintf("[registry]\nplain_http = [%q]\n", guestHost)})
+	// gVisor before crind starts: a handler whose shim is missing is
+	// disabled at start-up.
+	installGvisor(t, vm)
+	c := Install(t, vm, InstallOptions{Config: fmt.Sprintf("[registry]\nplain_http = [%q]\n", guestHost) + benchRunscConfig})
 	rc, err := c.RS.RuntimeConfig(ctxT(t), &runtimeapi.RuntimeConfigRequest{})
 	if err != nil || rc.GetLinux().GetCgroupDriver() != runtimeapi.CgroupDriver_SYSTEMD {
 		t.Fatalf("RuntimeConfig on a systemd cgroup v2 node: %v, %v; want SYSTEMD", rc, err)
 	}
-	n := installKubelet(t, vm, c)
+	n := installKubelet(t, vm, c, cp)
 
 	n.addPod("limits", map[string]any{
 		"containers": []any{map[string]any{
@@ -360,6 +371,7 @@ func TestKubeletOnNode(t *testing.T) {
 	})
 
 	checkpointThroughKubelet(t, vm, n, podName, ctrID)
+	runtimeClassGvisor(t, cp, n, ref)
 
 	// crind restarted by systemd, then killed: kubelet restarts nothing.
 	sleepPID := strings.TrimSpace(vm.MustRun("pgrep -x -f 'sleep 100000'"))
@@ -424,4 +436,73 @@ func checkpointThroughKubelet(t *testing.T, vm *VM, n *kubeletNode, pod, ctrID s
 	}
 	t.Logf("kubelet's checkpoint %s:\n%s", archive, show)
 	vm.MustRun("rm -f " + shellQuote(archive))
+}
+
+// runtimeClassGvisor runs a pod through the API server with
+// runtimeClassName runsc (a RuntimeClass whose handler is crind's gVisor
+// handler): its sandbox is runsc's, its container runs in gVisor's kernel
+// (the kernel log it shows is gVisor's), logs and execs through kubelet,
+// and goes when the pod is deleted.
+func runtimeClassGvisor(t *testing.T, cp *harness.ControlPlane, n *kubeletNode, ref string) {
+	t.Helper()
+	node := strings.TrimSpace(n.vm.MustRun("hostname"))
+	poll.Until(t, 5*time.Minute, "node "+node+" registered", func() (bool, string) {
+		_, err := cp.Do(http.MethodGet, "/api/v1/nodes/"+node, nil)
+		return err == nil, fmt.Sprint(err)
+	})
+	if _, err := cp.Do(http.MethodPost, "/apis/node.k8s.io/v1/runtimeclasses", map[string]any{
+		"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
+		"metadata": map[string]any{"name": "gvisor"}, "handler": "runsc",
+	}); err != nil {
+		t.Fatal(err)
+	}
+	const name = "in-gvisor"
+	if _, err := cp.Do(http.MethodPost, "/api/v1/namespaces/default/pods", map[string]any{
+		"apiVersion": "v1", "kind": "Pod",
+		"metadata": map[string]any{"name": name, "namespace": "default"},
+		"spec": map[string]any{
+			"nodeName": node, "runtimeClassName": "gvisor",
+			// No controller manager makes service account tokens.
+			"automountServiceAccountToken": false, "terminationGracePeriodSeconds": 2,
+			"containers": []any{map[string]any{
+				"name": "main", "image": ref,
+				"command": []string{"sh", "-c", "echo hello from gvisor; exec sleep 100000"},
+			}},
+		},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	poll.Until(t, 8*time.Minute, name+" Running", func() (bool, string) {
+		var p kubePod
+		b, err := cp.Do(http.MethodGet, "/api/v1/namespaces/default/pods/"+name, nil)
+		if err != nil {
+			return false, err.Error()
+		}
+		if err := json.Unmarshal(b, &p); err != nil {
+			return false, err.Error()
+		}
+		return running(&p), harness.Tail(string(b), 1500)
+	})
+	r, err := n.crind.RS.ListPodSandbox(ctxT(t), &runtimeapi.ListPodSandboxRequest{Filter: &runtimeapi.PodSandboxFilter{
+		LabelSelector: map[string]string{"io.kubernetes.pod.name": name},
+	}})
+	if err != nil || len(r.Items) != 1 || r.Items[0].RuntimeHandler != "runsc" {
+		t.Errorf("pod %s's sandboxes: %v (%v); want one on handler runsc", name, r.GetItems(), err)
+	}
+	poll.Until(t, 2*time.Minute, "the gVisor container's log through kubelet", func() (bool, string) {
+		b, err := n.get("/containerLogs/default/" + name + "/main")
+		return err == nil && strings.Contains(string(b), "hello from gvisor"), fmt.Sprintf("%q %v", b, err)
+	})
+	// gVisor's kernel greets with its own name in the kernel log.
+	out, err := n.do(http.MethodPost, "/run/default/"+name+"/main?cmd=dmesg")
+	if err != nil || !strings.Contains(string(out), "gVisor") {
+		t.Errorf("dmesg in the pod through kubelet: %v: %q; want gVisor's kernel log", err, harness.Tail(string(out), 2000))
+	}
+	if _, err := cp.Do(http.MethodDelete, "/api/v1/namespaces/default/pods/"+name, nil); err != nil {
+		t.Fatal(err)
+	}
+	poll.Until(t, 5*time.Minute, name+" gone from the API", func() (bool, string) {
+		_, err := cp.Do(http.MethodGet, "/api/v1/namespaces/default/pods/"+name, nil)
+		return errors.Is(err, harness.ErrAPINotFound), fmt.Sprint(err)
+	})
 }
