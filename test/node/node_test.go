@@ -35,6 +35,13 @@ const IntegrationRunEnv = "CRIN_NODE_INTEGRATION_RUN"
 // the rest run on the host lane.
 const defaultIntegrationRun = "^(TestCgroupDriver|TestCgroupLimits|TestCgroupV2Files|TestExitCodes|TestPodContainerLifecycle|TestCrashRecovery|TestKubeletStats|TestMetricsFigures|TestCheckpointContainer|TestCheckpointPod)$"
 
+// crunIntegrationRun is defaultIntegrationRun without the two tests of
+// what crind reads and counts itself whatever runtime made the cgroups
+// (TestKubeletStats: stats from the v2 files; TestMetricsFigures: its CRI
+// metrics): on crun they only repeated runc's run, for about 30 s of the
+// lane.
+const crunIntegrationRun = "^(TestCgroupDriver|TestCgroupLimits|TestCgroupV2Files|TestExitCodes|TestPodContainerLifecycle|TestCrashRecovery|TestCheckpointContainer|TestCheckpointPod)$"
+
 // shimv2IntegrationRun is the shorter list run on the shim v2 handler
 // (containerd-shim-runc-v2 with SystemdCgroup): its containers' scopes in
 // the pod's slice, their v2 files and updates, exec, exit codes, OOM kills
@@ -77,6 +84,8 @@ func integrationRun(h string) string {
 		return shimv2IntegrationRun
 	case "runsc":
 		return gvisorIntegrationRun
+	case "crun":
+		return crunIntegrationRun
 	}
 	return defaultIntegrationRun
 }
