@@ -159,7 +159,11 @@ func serve(ctx context.Context, cfg *config.Config, log *slog.Logger, notifier s
 		return err
 	}
 	defer closeRuntimes()
-	pauseRoot := filepath.Join(cfg.State, "pause-rootfs")
+	// Under the root dir, not the state dir: /run is often mounted
+	// noexec, and gVisor's gofer, remounting a read-only rootfs in its
+	// user namespace, cannot keep that locked flag (it fails with EPERM
+	// and the sandbox never starts; docs/runtimes.md, "gVisor").
+	pauseRoot := filepath.Join(cfg.Root, "pause-rootfs")
 	if err := oci.PreparePauseRoot(pauseRoot); err != nil {
 		return err
 	}

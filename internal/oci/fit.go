@@ -198,6 +198,7 @@ func Fit(s *specs.Spec, f *features.Features) error {
 	}
 
 	// Everything is accepted: adapt.
+	fitSeccompArchs(s, fl)
 	if s.Process != nil && s.Process.Capabilities != nil && fl.Capabilities != nil {
 		c := s.Process.Capabilities
 		keep := func(l []string) []string {
@@ -215,6 +216,19 @@ func Fit(s *specs.Spec, f *features.Features) error {
 		s.Version = fmt.Sprintf("%d.%d.%d", ft.need.major, ft.need.minor, ft.need.patch)
 	}
 	return nil
+}
+
+// fitSeccompArchs drops from the seccomp filter the architectures the
+// runtime does not list (fitLinux accepted the filter only if the native
+// one is listed).
+func fitSeccompArchs(s *specs.Spec, fl *features.Linux) {
+	if s.Linux == nil || s.Linux.Seccomp == nil || fl.Seccomp == nil || fl.Seccomp.Archs == nil {
+		return
+	}
+	sc := s.Linux.Seccomp
+	sc.Architectures = slices.DeleteFunc(slices.Clone(sc.Architectures), func(a specs.Arch) bool {
+		return !slices.Contains(fl.Seccomp.Archs, string(a))
+	})
 }
 
 func fitProcess(ft *fitter, fl *features.Linux, p *specs.Process) error {
@@ -489,13 +503,26 @@ func fitSeccomp(ft *fitter, fl *features.Linux, s *specs.LinuxSeccomp) error {
 	if s.DefaultErrnoRet != nil {
 		ft.note("1.1.0")
 	}
+	kept := 0
 	for _, a := range s.Architectures {
 		if !slices.Contains(seccompArchs, a) {
 			return unsupportedf("linux.seccomp.architectures %q: unknown architecture", a)
 		}
-		if err := listed("linux.seccomp.architectures", sf.Archs, a); err != nil {
-			return err
+		if sf.Archs == nil || slices.Contains(sf.Archs, string(a)) {
+			kept++
+			continue
 		}
+		// A compat architecture the runtime cannot filter is dropped
+		// (fitSeccompArchs): its system calls then meet the filter's
+		// bad-architecture action, which kills, so the filter only
+		// narrows. gVisor, which runs no 32-bit code, lists x86_64
+		// alone, and the default profile names x86 and x32 too.
+		if a == nativeArchs()[0] {
+			return listed("linux.seccomp.architectures", sf.Archs, a)
+		}
+	}
+	if kept == 0 && len(s.Architectures) > 0 {
+		return unsupportedf("linux.seccomp.architectures %q: none supported by the runtime", s.Architectures)
 	}
 	for _, fg := range s.Flags {
 		if !slices.Contains(seccompFlags, fg) {

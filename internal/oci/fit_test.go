@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 
@@ -206,6 +207,39 @@ func TestFitFiltersCapabilities(t *testing.T) {
 	}
 	if d := cmp.Diff([]string{"CAP_CHOWN", "CAP_KILL"}, s.Process.Capabilities.Bounding); d != "" {
 		t.Errorf("bounding (-want +got):\n%s", d)
+	}
+}
+
+// TestFitDropsCompatArchs: a runtime that filters only the native
+// architecture (gVisor's runsc lists SCMP_ARCH_X86_64 alone) takes the
+// default profile without the compat ones, which only narrows the filter;
+// a filter whose native architecture it cannot apply is refused.
+func TestFitDropsCompatArchs(t *testing.T) {
+	native := nativeArchs()
+	if len(native) < 2 {
+		t.Skipf("%v: no compat architecture on this machine", native)
+	}
+	onlyNative := &features.Features{OCIVersionMin: "1.0.0", OCIVersionMax: "1.1.0",
+		Linux: &features.Linux{Seccomp: &features.Seccomp{Archs: []string{string(native[0])}}}}
+	s := testContainerSpec(t, false)
+	s.Linux.Seccomp = DefaultSeccomp(s.Process.Capabilities)
+	if err := Fit(s, onlyNative); err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff([]specs.Arch{native[0]}, s.Linux.Seccomp.Architectures); d != "" {
+		t.Errorf("architectures (-want +got):\n%s", d)
+	}
+	compatOnly := &features.Features{OCIVersionMin: "1.0.0", OCIVersionMax: "1.1.0",
+		Linux: &features.Linux{Seccomp: &features.Seccomp{Archs: []string{string(native[1])}}}}
+	s = testContainerSpec(t, false)
+	s.Linux.Seccomp = DefaultSeccomp(s.Process.Capabilities)
+	before := slices.Clone(s.Linux.Seccomp.Architectures)
+	err := Fit(s, compatOnly)
+	if !errors.Is(err, errdefs.ErrNotImplemented) || !strings.Contains(err.Error(), string(native[0])) {
+		t.Errorf("native architecture not listed: err = %v, want not implemented naming %s", err, native[0])
+	}
+	if d := cmp.Diff(before, s.Linux.Seccomp.Architectures); d != "" {
+		t.Errorf("a refused spec was changed (-before +after):\n%s", d)
 	}
 }
 
