@@ -12,6 +12,7 @@ import (
 	runtimeoptions "github.com/containerd/containerd/api/types/runtimeoptions/v1"
 	"github.com/containerd/errdefs"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"github.com/opencontainers/runtime-spec/specs-go/features"
 	"github.com/pelletier/go-toml/v2"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
@@ -167,4 +168,20 @@ func writeRunscGrouping(dir string) error {
 		return fmt.Errorf("write %s: %w", runscGroupingFile, err)
 	}
 	return nil
+}
+
+// correctRunscFeatures sets what `runsc features` reports wrongly. Its
+// cgroup section is a constant (specutils.Features at the pinned
+// version: v1 true, v2 false, systemd false), while runsc drives cgroup
+// v2, unified files included (runsc/cgroup/cgroup_v2.go), and systemd
+// (its systemd-cgroup flag). Taken as it is, every pod kubelet runs on a
+// cgroup v2 node was refused: kubelet asks linux.resources.unified
+// (memory.oom.group) of every container there.
+func correctRunscFeatures(f *features.Features) {
+	if f.Linux == nil || f.Linux.Cgroup == nil {
+		return
+	}
+	yes := true
+	f.Linux.Cgroup.V2 = &yes
+	f.Linux.Cgroup.Systemd = &yes
 }

@@ -1,6 +1,7 @@
 package shimv2
 
 import (
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -13,8 +14,11 @@ import (
 	runtimeoptions "github.com/containerd/containerd/api/types/runtimeoptions/v1"
 	"github.com/containerd/errdefs"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"github.com/opencontainers/runtime-spec/specs-go/features"
 	"github.com/pelletier/go-toml/v2"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/crin-dev/crin/internal/oci"
 )
 
 // fakeRunsc puts an executable "runsc" in a dir of its own on $PATH.
@@ -171,4 +175,28 @@ func TestRunscSpec(t *testing.T) {
 			t.Errorf("runscSpec changed %v", s.Linux.Namespaces)
 		}
 	}
+}
+
+// TestCorrectRunscFeatures: the cgroup section runsc prints (a constant
+// that says no to v2 and systemd) is corrected, so a spec with unified
+// cgroup v2 files (what kubelet sends on a v2 node) fits runsc.
+func TestCorrectRunscFeatures(t *testing.T) {
+	// The cgroup part of `runsc features` at the pinned version.
+	var f features.Features
+	if err := json.Unmarshal([]byte(`{"ociVersionMin":"1.0.0","ociVersionMax":"1.2.1",
+		"linux":{"cgroup":{"v1":true,"v2":false,"systemd":false,"systemdUser":false,"rdma":false}}}`), &f); err != nil {
+		t.Fatal(err)
+	}
+	s := &specs.Spec{Linux: &specs.Linux{Resources: &specs.LinuxResources{Unified: map[string]string{"memory.oom.group": "1"}}}}
+	if err := oci.Fit(s, &f); !errors.Is(err, errdefs.ErrNotImplemented) {
+		t.Fatalf("runsc's own features: Fit = %v, want not implemented (else this test tests nothing)", err)
+	}
+	correctRunscFeatures(&f)
+	if err := oci.Fit(s, &f); err != nil {
+		t.Errorf("corrected features: Fit = %v", err)
+	}
+	if !*f.Linux.Cgroup.V1 || !*f.Linux.Cgroup.V2 || !*f.Linux.Cgroup.Systemd || *f.Linux.Cgroup.SystemdUser {
+		t.Errorf("cgroup features: %+v", f.Linux.Cgroup)
+	}
+	correctRunscFeatures(&features.Features{}) // no cgroup section: nothing to correct
 }

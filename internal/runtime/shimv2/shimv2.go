@@ -588,5 +588,8 @@ func (r *Runtime) Features(ctx context.Context) (*features.Features, error) {
 	if err := json.Unmarshal(out, &f); err != nil {
 		return nil, fmt.Errorf("runtime %s: %s features: decode: %w", r.cfg.Name, bin, err)
 	}
+	if r.gvisor {
+		correctRunscFeatures(&f)
+	}
 	return &f, nil
 }
