@@ -371,7 +371,9 @@ func TestKubeletOnNode(t *testing.T) {
 	})
 
 	checkpointThroughKubelet(t, vm, n, podName, ctrID)
+	start := time.Now()
 	runtimeClassGvisor(t, cp, n, ref)
+	t.Logf("the RuntimeClass pod on gVisor: run, checked and deleted in %v", time.Since(start).Round(100*time.Millisecond))
 
 	// crind restarted by systemd, then killed: kubelet restarts nothing.
 	sleepPID := strings.TrimSpace(vm.MustRun("pgrep -x -f 'sleep 100000'"))
