@@ -1,12 +1,16 @@
 package oci
 
 import (
+	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/containerd/cgroups/v3"
+	"github.com/containerd/errdefs"
 )
 
 func TestHybridV2Controllers(t *testing.T) {
@@ -37,5 +41,41 @@ func TestHybridV2Controllers(t *testing.T) {
 				t.Errorf("got %q, %v; want %q, error %v", got, err, tc.want, tc.wantErr)
 			}
 		})
+	}
+}
+
+// TestCheckSystemdDriver: under the systemd driver, a runtime whose
+// features say cgroup.systemd false (crin-lxc's) is not ready, naming the
+// setting to change; under cgroupfs, or when the features say nothing,
+// Check lets it be.
+func TestCheckSystemdDriver(t *testing.T) {
+	dir := t.TempDir()
+	fake := func(name, features string) string {
+		p := filepath.Join(dir, name)
+		script := "#!/bin/sh\ncase \"$1\" in\nfeatures) printf '%s' '" + features + "';;\n--version) echo 'fake version 1'; echo 'spec: 1.2.0';;\nesac\n"
+		if err := os.WriteFile(p, []byte(script), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	noSystemd := fake("nosystemd", `{"ociVersionMin":"1.0.0","ociVersionMax":"1.2.0","linux":{"cgroup":{"v1":true,"v2":true,"systemd":false}}}`)
+	silent := fake("silent", `{"ociVersionMin":"1.0.0","ociVersionMax":"1.2.0"}`)
+	for _, c := range []struct {
+		bin     string
+		systemd bool
+		refused bool
+	}{
+		{noSystemd, true, true},
+		{noSystemd, false, false},
+		{silent, true, false},
+	} {
+		o := &Runtime{cfg: Config{Name: "lxc", Binary: c.bin, SystemdCgroup: c.systemd}}
+		err := o.Check(context.Background())
+		if got := errors.Is(err, errdefs.ErrFailedPrecondition); got != c.refused {
+			t.Errorf("%s, systemd driver %v: Check = %v, want refused %v", filepath.Base(c.bin), c.systemd, err, c.refused)
+		}
+		if c.refused && (err == nil || !strings.Contains(err.Error(), `"cgroupfs"`)) {
+			t.Errorf("the error does not say what to set: %v", err)
+		}
 	}
 }
