@@ -71,6 +71,7 @@ binary_name = %q
 type = "lxc"
 `, runc),
 	})
+	cp.Ready(t)
 	poll.Until(t, 2*time.Minute, "node "+n.name+" registered and Ready", func() (bool, string) {
 		var node struct {
 			Status struct {

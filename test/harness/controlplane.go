@@ -76,10 +76,12 @@ type cpProc struct {
 }
 
 // StartControlPlane starts etcd and kube-apiserver with their data, keys,
-// certificates and logs under dir, waits for the API server's /readyz,
-// and registers the cleanup that kills both. It skips the test when the
-// binaries are not built (test/e2e/kubelet/build.sh builds them; make e2e
-// runs it first).
+// certificates and logs under dir, writes Kubeconfig, and registers the
+// cleanup that kills both. It does not wait for them: the API server
+// takes seconds to start (tens on a loaded host), which the caller
+// spends starting its node (a kubelet retries until the API answers);
+// Ready waits. It skips the test when the binaries are not built
+// (test/e2e/kubelet/build.sh builds them; make e2e runs it first).
 func StartControlPlane(t testing.TB, dir string) *ControlPlane {
 	t.Helper()
 	etcdBin := CacheBinary("etcd-" + EtcdVersion)
@@ -105,6 +107,17 @@ func StartControlPlane(t testing.TB, dir string) *ControlPlane {
 
 	etcdURL := cp.startEtcd(t, etcdBin)
 	cp.startAPIServer(t, apiBin, etcdURL)
+	cp.Kubeconfig = filepath.Join(dir, "kubeconfig")
+	if err := os.WriteFile(cp.Kubeconfig, cp.KubeconfigFor(cp.URL), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return cp
+}
+
+// Ready waits for the API server's /readyz and the default namespace, and
+// fails the test if etcd or the API server exited.
+func (cp *ControlPlane) Ready(t testing.TB) {
+	t.Helper()
 	poll.Until(t, 3*time.Minute, "kube-apiserver /readyz", func() (bool, string) {
 		for _, p := range cp.procs {
 			select {
@@ -124,11 +137,6 @@ func StartControlPlane(t testing.TB, dir string) *ControlPlane {
 		_, err := cp.Do(http.MethodGet, "/api/v1/namespaces/default", nil)
 		return err == nil, fmt.Sprint(err)
 	})
-	cp.Kubeconfig = filepath.Join(dir, "kubeconfig")
-	if err := os.WriteFile(cp.Kubeconfig, cp.KubeconfigFor(cp.URL), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return cp
 }
 
 // startEtcd starts etcd on two free ports and returns its client URL.

@@ -252,7 +252,7 @@ func TestKubeletOnNode(t *testing.T) {
 	guestHost := "10.0.2.2:" + port
 	ref := guestHost + "/library/busybox:latest"
 	// On the host, beside the registry: a standalone kubelet would
-	// ignore runtimeClassName.
+	// ignore runtimeClassName. It starts while the VM boots.
 	cp := harness.StartControlPlane(t, t.TempDir())
 
 	vm := Shared(t)
@@ -447,6 +447,7 @@ func checkpointThroughKubelet(t *testing.T, vm *VM, n *kubeletNode, pod, ctrID s
 // and goes when the pod is deleted.
 func runtimeClassGvisor(t *testing.T, cp *harness.ControlPlane, n *kubeletNode, ref string) {
 	t.Helper()
+	cp.Ready(t)
 	node := strings.TrimSpace(n.vm.MustRun("hostname"))
 	poll.Until(t, 5*time.Minute, "node "+node+" registered", func() (bool, string) {
 		_, err := cp.Do(http.MethodGet, "/api/v1/nodes/"+node, nil)
