@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -34,12 +33,7 @@ func kubeletBinary() string {
 	if p := os.Getenv("CRIN_KUBELET"); p != "" {
 		return p
 	}
-	cache := os.Getenv("XDG_CACHE_HOME")
-	if cache == "" {
-		home, _ := os.UserHomeDir()
-		cache = filepath.Join(home, ".cache")
-	}
-	return filepath.Join(cache, "crin", "kubelet-"+kubeletVersion)
+	return harness.CacheBinary("kubelet-" + kubeletVersion)
 }
 
 // kernelTunables are the /proc/sys files kubelet's container manager
@@ -235,16 +229,6 @@ func (n *node) writeStandins() {
 	}
 }
 
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 // writeConfig writes kubelet's KubeletConfiguration: standalone, static
 // pods only, everything under the node's temp dir, its endpoints on
 // 127.0.0.1 with anonymous access, and nothing that reaches outside the
@@ -252,7 +236,7 @@ func freePort(t *testing.T) int {
 // driven by the host's disk).
 func (n *node) writeConfig(o nodeOptions) {
 	t := n.t
-	n.port, n.healthz = freePort(t), freePort(t)
+	n.port, n.healthz = harness.FreePort(t), harness.FreePort(t)
 	resolv := filepath.Join(n.base, "resolv.conf")
 	if err := os.WriteFile(resolv, []byte("nameserver 192.0.2.53\nsearch e2e.test\n"), 0o644); err != nil {
 		t.Fatal(err)

@@ -108,7 +108,7 @@ func kubeletScenarios(t *testing.T, n *node) {
 	})
 
 	t.Run("HostPort", func(t *testing.T) {
-		hostPort := freePort(t)
+		hostPort := harness.FreePort(t)
 		c := n.ctr("httpd", "mkdir -p /tmp/www && echo host-port-page > /tmp/www/index.html && exec httpd -f -p 8080 -h /tmp/www")
 		c["ports"] = []any{map[string]any{"containerPort": 8080, "hostPort": hostPort, "protocol": "TCP"}}
 		n.addPod(t, "hostport", map[string]any{"containers": []any{c}})

@@ -101,8 +101,7 @@ func installKubelet(t *testing.T, vm *VM, c *Crind, cp *harness.ControlPlane) *k
 	t.Helper()
 	bin := os.Getenv(KubeletEnv)
 	if bin == "" {
-		home, _ := os.UserHomeDir()
-		bin = filepath.Join(home, ".cache", "crin", "kubelet-"+kubeletVersion)
+		bin = harness.CacheBinary("kubelet-" + kubeletVersion)
 	}
 	if _, err := os.Stat(bin); err != nil {
 		t.Fatalf("kubelet %s: %v (test/e2e/kubelet/build.sh builds it; make node runs that first)", bin, err)
