@@ -3,7 +3,7 @@ GO ?= go
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 
-.PHONY: build test prefetch unit integration integration-loaded integration-shimv2 integration-lxc critest e2e e2e-loaded node node-bench lint run bench clean deps fuzz soak restart-bench
+.PHONY: build test host-tests prefetch unit integration integration-loaded integration-shimv2 integration-lxc critest e2e e2e-loaded node node-bench lint run bench clean deps fuzz soak restart-bench
 
 # crind: pure Go (no libc mapped) and without grpc's x/net/trace (which
 # links text/template, whose reflection keeps every exported method in the
@@ -32,12 +32,22 @@ build:
 deps:
 	./scripts/deps.sh
 
-# Every test: the linters, unit tests, then the integration tests (root, real runc, CNI,
-# a registry on 127.0.0.1) against the real crind, then the CRI
-# conformance suite (critest), then a real kubelet on crind (e2e), then
-# the node lane: a Debian 13 systemd, cgroup v2 VM with
-# crind installed from its unit and kubelet on the systemd driver.
-test: deps prefetch build lint unit integration integration-shimv2 integration-lxc critest e2e node
+# Every test, in two lanes side by side once the binaries are built:
+# - the host's (host-tests): the linters, unit tests, then the integration
+#   tests (root, real runc, CNI, a registry on 127.0.0.1) against the real
+#   crind, then the CRI conformance suite (critest), then a real kubelet on
+#   crind (e2e), one after another;
+# - the node lane: a Debian 13 systemd, cgroup v2 VM with crind installed
+#   from its unit and kubelet on the systemd driver.
+# The node lane, the longer, spends most of its time in qemu's emulation,
+# and the host's lane mostly waits on processes, so together they take
+# little more than the node lane alone (docs/node-lane.md, "What the lane
+# costs CI"). Each lane's output is printed whole when it ends.
+test: deps prefetch build
+	$(MAKE) --no-print-directory -j2 --output-sync=recurse host-tests node
+
+host-tests:
+	$(MAKE) --no-print-directory -j1 lint unit integration integration-shimv2 integration-lxc critest e2e
 
 # The cached builds the later suites need, started in the background at
 # once (critest, kubelet then gVisor, the order the suites need them; the

@@ -264,6 +264,11 @@ func TestKubeletOnNode(t *testing.T) {
 		t.Fatalf("RuntimeConfig on a systemd cgroup v2 node: %v, %v; want SYSTEMD", rc, err)
 	}
 	n := installKubelet(t, vm, c, cp)
+	// Each step's end, counted from kubelet serving: where this test's
+	// minutes go (kubelet's own periods, the VM's speed).
+	t0 := time.Now()
+	step := func(what string) { t.Logf("%v: %s", time.Since(t0).Round(100*time.Millisecond), what) }
+	step("kubelet serving")
 
 	n.addPod("limits", map[string]any{
 		"containers": []any{map[string]any{
@@ -285,6 +290,7 @@ func TestKubeletOnNode(t *testing.T) {
 	})
 
 	p := n.waitPod("limits", "Running", running)
+	step("pod limits Running")
 	podName, uid := p.Metadata.Name, p.Metadata.UID
 	ctrID := strings.TrimPrefix(p.Status.ContainerStatuses[0].ContainerID, "crin://")
 	if ctrID == p.Status.ContainerStatuses[0].ContainerID {
@@ -315,6 +321,8 @@ func TestKubeletOnNode(t *testing.T) {
 		t.Errorf("exec through kubelet: %q, %v; want the container's memory.max 67108864", out, err)
 	}
 
+	step("its log and an exec through kubelet")
+
 	// The OOM kill, as kubelet reports it.
 	n.waitPod("oom", "the hog OOMKilled", func(p *kubePod) bool {
 		for _, cs := range p.Status.ContainerStatuses {
@@ -324,6 +332,8 @@ func TestKubeletOnNode(t *testing.T) {
 		}
 		return false
 	})
+
+	step("pod oom OOMKilled")
 
 	// /stats/summary from crind's CRI stats, PSI included.
 	poll.Until(t, 3*time.Minute, "/stats/summary with the pod's PSI", func() (bool, string) {
@@ -369,10 +379,11 @@ func TestKubeletOnNode(t *testing.T) {
 		return false, harness.Tail(string(b), 3000)
 	})
 
+	step("/stats/summary with PSI")
 	checkpointThroughKubelet(t, vm, n, podName, ctrID)
-	start := time.Now()
+	step("checkpoint through kubelet")
 	runtimeClassGvisor(t, cp, n, ref)
-	t.Logf("the RuntimeClass pod on gVisor: run, checked and deleted in %v", time.Since(start).Round(100*time.Millisecond))
+	step("the RuntimeClass pod on gVisor run, checked and deleted")
 
 	// crind restarted by systemd, then killed: kubelet restarts nothing.
 	sleepPID := strings.TrimSpace(vm.MustRun("pgrep -x -f 'sleep 100000'"))
@@ -392,6 +403,7 @@ func TestKubeletOnNode(t *testing.T) {
 		if got := strings.TrimSpace(vm.MustRun("pgrep -x -f 'sleep 100000'")); got != sleepPID {
 			t.Errorf("after %s the container's process is %q, was %q", how, got, sleepPID)
 		}
+		step("crind back and pod limits Running after " + how)
 	}
 
 	// The pods go with their manifests, and their slices with them.
@@ -403,10 +415,12 @@ func TestKubeletOnNode(t *testing.T) {
 		}
 		return len(r.Items) == 0, fmt.Sprintf("%d pods", len(r.Items))
 	})
+	step("every pod gone from crind")
 	poll.Until(t, 3*time.Minute, "the pod's slice removed", func() (bool, string) {
 		_, err := vm.Run("test -e /sys/fs/cgroup/kubepods.slice/" + slice)
 		return err != nil, "still there"
 	})
+	step("the pod's slice removed")
 }
 
 // checkpointThroughKubelet has kubelet checkpoint the container "main" of
