@@ -421,6 +421,12 @@ func TestKubeletOnNode(t *testing.T) {
 		return err != nil, "still there"
 	})
 	step("the pod's slice removed")
+
+	// What crind refused kubelet over the test (remote_runtime.go logs
+	// each failed CRI call): the restarts above explain some, the rest is
+	// for reading.
+	failed, _, _ := vm.Exec(time.Minute, "journalctl -u kubelet --no-pager | grep -F remote_runtime.go | tail -40")
+	t.Logf("CRI calls kubelet saw fail:\n%s", failed)
 }
 
 // checkpointThroughKubelet has kubelet checkpoint the container "main" of
