@@ -151,6 +151,10 @@ func (s *Service) updateResources(ctx context.Context, c *container, change func
 	if err := rt.Update(ctx, rec.ID, next); err != nil {
 		return fmt.Errorf("update container %s: %w", rec.ID, runtimeUpdateError(err))
 	}
+	// runc's update takes no huge page limits: write them as it would.
+	if err := runtime.SetHugetlbLimits(rec.CgroupsPath, next.HugepageLimits); err != nil {
+		return fmt.Errorf("update container %s: %w", rec.ID, err)
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.removed {

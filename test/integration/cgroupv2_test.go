@@ -33,7 +33,8 @@ import (
 // hugetlb.2MB.max from a hugepage limit, pids.max and, from a block I/O
 // class a plugin assigns, io.weight (io.bfq.weight where BFQ drives the
 // disk) and io.max. Then UpdateContainerResources changes them on the
-// running container, and UpdatePodSandboxResources changes the limits of
+// running container (the hugepage limit too, which runc's update does not
+// take and crind writes itself), and UpdatePodSandboxResources changes the limits of
 // the pod's infra container.
 func TestCgroupV2Files(t *testing.T) {
 	runsOn(t, oci)
@@ -145,6 +146,10 @@ func TestCgroupV2Files(t *testing.T) {
 	if goruntime.NumCPU() > 1 {
 		upd.CpusetCpus = "0-1"
 	}
+	if hugetlb {
+		// runc's update takes no huge page limits: crind writes them.
+		upd.HugepageLimits = []*runtimeapi.HugepageLimit{{PageSize: "2MB", Limit: 8 << 20}}
+	}
 	if _, err := d.rs.UpdateContainerResources(ctxT(t), &runtimeapi.UpdateContainerResourcesRequest{ContainerId: id, Linux: upd}); err != nil {
 		t.Fatalf("UpdateContainerResources: %v", err)
 	}
@@ -156,6 +161,9 @@ func TestCgroupV2Files(t *testing.T) {
 		"memory.high":     strconv.Itoa(72 << 20),
 		"memory.swap.max": strconv.Itoa(64 << 20),
 		"pids.max":        "123",
+	}
+	if hugetlb {
+		want["hugetlb.2MB.max"] = strconv.Itoa(8 << 20)
 	}
 	// Read on the host this time (the cgroup the container sees as its
 	// root): an exec costs seconds under emulation.
