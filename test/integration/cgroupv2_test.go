@@ -37,7 +37,7 @@ import (
 // take and crind writes itself), and UpdatePodSandboxResources changes the limits of
 // the pod's infra container.
 func TestCgroupV2Files(t *testing.T) {
-	runsOn(t, oci)
+	runsOn(t, oci, shimv2)
 	if !cgroupV2() {
 		t.Skip("cgroup v2 only: this host is cgroup v1 or hybrid, where io.weight, io.max, memory.high, memory.swap.max and hugetlb.<size>.max do not exist")
 	}
