@@ -271,6 +271,9 @@ func TestKubeletOnNode(t *testing.T) {
 	step("kubelet serving")
 
 	n.addPod("limits", map[string]any{
+		// sleep as PID 1 ignores SIGTERM: without this, the pod's removal
+		// at the end waits the default 30 s.
+		"terminationGracePeriodSeconds": 2,
 		"containers": []any{map[string]any{
 			"name": "main", "image": ref,
 			"command": []string{"sh", "-c", "echo hello from the node; exec sleep 100000"},
@@ -427,6 +430,10 @@ func TestKubeletOnNode(t *testing.T) {
 	// for reading.
 	failed, _, _ := vm.Exec(time.Minute, "journalctl -u kubelet --no-pager | grep -F remote_runtime.go | tail -40")
 	t.Logf("CRI calls kubelet saw fail:\n%s", failed)
+	// The OOM pod took 88 s to be seen OOMKilled in a quiet CI run
+	// (2026-11-28), the limits pod 20 s to run: where that went.
+	oom, _, _ := vm.Exec(time.Minute, "journalctl -u kubelet -o short-precise --no-pager | grep -F 'oom-' | head -40")
+	t.Logf("kubelet on the oom pod:\n%s", oom)
 }
 
 // checkpointThroughKubelet has kubelet checkpoint the container "main" of
