@@ -430,10 +430,11 @@ func TestKubeletOnNode(t *testing.T) {
 	// for reading.
 	failed, _, _ := vm.Exec(time.Minute, "journalctl -u kubelet --no-pager | grep -F remote_runtime.go | tail -40")
 	t.Logf("CRI calls kubelet saw fail:\n%s", failed)
-	// The OOM pod took 88 s to be seen OOMKilled in a quiet CI run
-	// (2026-11-28), the limits pod 20 s to run: where that went.
-	oom, _, _ := vm.Exec(time.Minute, "journalctl -u kubelet -o short-precise --no-pager | grep -F 'oom-' | head -40")
-	t.Logf("kubelet on the oom pod:\n%s", oom)
+	// The first two pods took from 20 s to 2 min to be Running and
+	// OOMKilled in CI runs (2026-11-28): kubelet's warnings and errors
+	// say where that went.
+	warned, _, _ := vm.Exec(time.Minute, "journalctl -u kubelet -o short-precise --no-pager | grep -E ' [EW][0-9]{4} ' | head -60")
+	t.Logf("kubelet's first warnings and errors:\n%s", warned)
 }
 
 // checkpointThroughKubelet has kubelet checkpoint the container "main" of
