@@ -428,13 +428,22 @@ func TestKubeletOnNode(t *testing.T) {
 	// What crind refused kubelet over the test (remote_runtime.go logs
 	// each failed CRI call): the restarts above explain some, the rest is
 	// for reading.
-	failed, _, _ := vm.Exec(time.Minute, "journalctl -u kubelet --no-pager | grep -F remote_runtime.go | tail -40")
-	t.Logf("CRI calls kubelet saw fail:\n%s", failed)
+	failed, stderr, err := vm.Exec(time.Minute, "journalctl -u kubelet --no-pager | grep -F remote_runtime.go | tail -40")
+	t.Logf("CRI calls kubelet saw fail (%s lines of kubelet's journal; %v %s):\n%s", journalLines(vm), err, stderr, failed)
 	// The first two pods took from 20 s to 2 min to be Running and
 	// OOMKilled in CI runs (2026-11-28): kubelet's warnings and errors
 	// say where that went.
-	warned, _, _ := vm.Exec(time.Minute, "journalctl -u kubelet -o short-precise --no-pager | grep -E ' [EW][0-9]{4} ' | head -60")
-	t.Logf("kubelet's first warnings and errors:\n%s", warned)
+	warned, stderr, err := vm.Exec(time.Minute, "journalctl -u kubelet -o short-precise --no-pager | grep -E ' [EW][0-9]{4} ' | head -60")
+	t.Logf("kubelet's first warnings and errors (%v %s):\n%s", err, stderr, warned)
+}
+
+// journalLines counts the lines of kubelet's journal ("?" when unknown).
+func journalLines(vm *VM) string {
+	out, _, err := vm.Exec(time.Minute, "journalctl -u kubelet --no-pager | wc -l")
+	if err != nil {
+		return "?"
+	}
+	return strings.TrimSpace(out)
 }
 
 // checkpointThroughKubelet has kubelet checkpoint the container "main" of
