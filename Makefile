@@ -42,7 +42,7 @@ deps:
 # The node lane, the longer, spends most of its time in qemu's emulation,
 # and the host's lane mostly waits on processes, so together they take
 # little more than the node lane alone (docs/node-lane.md, "What the lane
-# costs CI"). Each lane's output is printed whole when it ends.
+# costs CI as a whole"). Each lane's output is printed whole when it ends.
 test: deps prefetch build
 	$(MAKE) --no-print-directory -j2 --output-sync=recurse host-tests node
 
